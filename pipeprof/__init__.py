@@ -1,1 +1,60 @@
-__version__ = '0.1.0'
+"""pipeprof: is training CPU-, I/O- or GPU-bound, and what to do about it.
+
+Python API::
+
+    import pipeprof
+    result = pipeprof.profile(my_dataset, model="resnet50", batch_size=64, num_workers=[0, 2, 4])
+    result.trials            # pandas DataFrame, one row per trial
+    pipeprof.run("configs/default.yaml")
+    pipeprof.load_run("out/run-20261129-141500")
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .confounders import quiet_albumentations
+
+quiet_albumentations()
+
+
+def run(config=None, overrides=(), **kwargs):
+    """Run an experiment file (or the defaults) with ``section.key=value`` overrides; returns a Run."""
+    from .config import RunConfig, load
+    from .runner import execute
+
+    cfg = config if isinstance(config, RunConfig) else load(config, list(overrides))
+    return execute(cfg, **kwargs)
+
+
+def profile(dataset=None, model="auto", batch_size=None, num_workers=None, precision=None, *,
+            mode="train", trials=None, measure=None, out_dir="out", name="profile", log=print, **sections):
+    """Profile ``dataset`` (any map-style Dataset of ``(CHW tensor, label)``; None: the synthetic one)
+    feeding ``model`` (an ``nn.Module``, a model name, or "auto") over worker counts.
+
+    Returns a :class:`pipeprof.results.Run`; ``.trials`` is a DataFrame whose
+    metric columns carry their units (``samples_per_s``, ``data_wait_frac``...).
+    ``measure`` takes MeasureConfig fields (e.g. ``{"window_s": 1}``).
+    """
+    from .config import build
+    from .runner import execute
+
+    models = {}
+    if model is not None and not isinstance(model, str):
+        import copy
+
+        template, model = model, f"user:{type(model).__name__}"
+        models[model] = lambda: copy.deepcopy(template)
+    raw = {"name": name, "out_dir": out_dir, **sections,
+           "model": {"name": None if model == "auto" else model, "precision": precision, "mode": mode},
+           "loader": {"num_workers": num_workers, "batch_size": batch_size}, "measure": measure or {}}
+    if trials is not None:
+        raw["trials"] = trials
+    cfg = build(raw, origin="profile() arguments")
+    return execute(cfg, user_dataset=dataset, models=models, log=log)
+
+
+def load_run(path):
+    """Read a run folder back (see ``pipeprof.results``)."""
+    from .results import load_run as _load
+
+    return _load(path)

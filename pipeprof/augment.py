@@ -1,0 +1,76 @@
+"""Augmentation presets: albumentations pipelines stored in its own YAML serialisation.
+
+Presets live in the repository's ``augmentations/`` folder (override with the
+``PIPEPROF_PRESETS`` environment variable); a user can also point at any YAML
+written by ``albumentations.save``. To add a preset, build the ``A.Compose`` and
+``A.save(compose, "augmentations/NAME.yaml", data_format="yaml")``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .confounders import quiet_albumentations
+
+quiet_albumentations()
+import albumentations as A  # noqa: E402  (after the update check is switched off)
+
+PRESET_DIR = Path(os.environ.get("PIPEPROF_PRESETS", Path(__file__).resolve().parents[1] / "augmentations"))
+# keys albumentations uses for output size: rewritten when a model wants another input side
+_SIZE_KEYS = ("height", "width")
+
+
+def available() -> list[str]:
+    """Names of the presets shipped in the preset folder."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    """Resolve a preset name or a YAML path; ValueError names the available presets."""
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        return candidate
+    shipped = PRESET_DIR / f"{name}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ValueError(f"unknown augmentation preset {name!r}; available: {', '.join(available())} "
+                     "or a path to an albumentations YAML file")
+
+
+def load_preset(name: str, size: int | None = None) -> A.Compose:
+    """Load a preset; with ``size``, crops/resizes produce ``size``×``size`` images."""
+    compose = A.load(str(preset_path(name)), data_format="yaml")
+    if size is None:
+        return compose
+    spec = A.to_dict(compose)
+    _resize_spec(spec["transform"], size)
+    return A.from_dict(spec)
+
+
+def _resize_spec(node: dict, size: int) -> None:
+    # Inception wants 299 px: the same preset must then crop to 299, not 224
+    if "size" in node and isinstance(node["size"], (list, tuple)) and len(node["size"]) == 2:
+        node["size"] = [size, size]
+    if all(k in node for k in _SIZE_KEYS) and node.get("__class_fullname__") != "Compose":
+        node["height"] = node["width"] = size
+    for child in node.get("transforms", []) or []:
+        _resize_spec(child, size)
+
+
+def stage_names(compose: A.Compose) -> list[str]:
+    """Top-level transform class names, made unique (``Affine``, ``Affine#2``)."""
+    names, seen = [], {}
+    for t in compose.transforms:
+        base = type(t).__name__
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+    return names
+
+
+def output_dtype(compose: A.Compose) -> str:
+    """'uint8' when the preset leaves normalisation to the GPU, else the float dtype it emits."""
+    import numpy as np
+    import torch
+
+    out = compose(image=np.zeros((375, 500, 3), np.uint8))["image"]
+    return str(torch.as_tensor(out).dtype).removeprefix("torch.")

@@ -1,0 +1,136 @@
+"""Steady-state measurement: warm-up excluded, timed windows, median with spread.
+
+Why windows: a DataLoader's workers prefetch ``num_workers × prefetch_factor``
+batches before the first ``next()``; a short run that starts the clock early
+drains that queue and reports rates above the physical limit. So the loop first
+runs a warm-up (a batch count that exceeds the prefetch depth *and* a minimum
+time), synchronises the device, then times consecutive windows of a minimum
+duration and batch count, each closed by a synchronisation. The figure is the
+median window rate; the spread across windows (CV) says how much to trust it.
+
+The clock and the synchronisation are parameters, so tests drive this with
+workloads of known cost and a fake clock.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+# two-sided 95% Student t quantiles, df = 1..10 (beyond: normal approximation)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+@dataclass
+class Window:
+    t_start: float
+    t_end: float
+    samples: int
+    batches: int
+
+    @property
+    def rate(self) -> float:
+        return self.samples / (self.t_end - self.t_start)
+
+
+@dataclass
+class Measurement:
+    windows: list[Window] = field(default_factory=list)
+    warmup_batches: int = 0
+    warmup_s: float = 0.0
+    t_measure_start: float = 0.0
+    t_measure_end: float = 0.0
+    unstable: bool = False
+    reason: Optional[str] = None
+
+    def rates(self) -> list[float]:
+        return [w.rate for w in self.windows]
+
+    def stats(self) -> dict:
+        """Per-trial figures (samples/s median, mean, CV, 95% CI of the mean, min, max)."""
+        return summarize_rates(self.rates()) | {
+            "windows": len(self.windows), "batches_measured": sum(w.batches for w in self.windows),
+            "samples_measured": sum(w.samples for w in self.windows),
+            "measured_s": self.t_measure_end - self.t_measure_start,
+            "t_measure_start_s": self.t_measure_start, "t_measure_end_s": self.t_measure_end,
+            "warmup_batches": self.warmup_batches, "warmup_s": self.warmup_s,
+            "unstable": self.unstable, "unstable_reason": self.reason}
+
+
+def summarize_rates(rates: list[float]) -> dict:
+    """Median, mean, CV (sample std / mean), 95% CI of the mean, min and max of window rates."""
+    if not rates:
+        return {k: None for k in ("samples_per_s", "samples_per_s_mean", "samples_per_s_cv",
+                                  "samples_per_s_ci95_low", "samples_per_s_ci95_high",
+                                  "samples_per_s_min", "samples_per_s_max")}
+    mean = statistics.fmean(rates)
+    sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
+    t = _T95[len(rates) - 2] if 1 < len(rates) <= 11 else 1.96
+    half = t * sd / len(rates) ** 0.5
+    return {"samples_per_s": statistics.median(rates), "samples_per_s_mean": mean,
+            "samples_per_s_cv": sd / mean if mean else None,
+            "samples_per_s_ci95_low": mean - half, "samples_per_s_ci95_high": mean + half,
+            "samples_per_s_min": min(rates), "samples_per_s_max": max(rates)}
+
+
+def instability(rates: list[float], wanted: int, cv_limit: float) -> Optional[str]:
+    """Why these window rates should not be trusted, or None."""
+    if len(rates) < wanted:
+        return f"only {len(rates)} of {wanted} windows fitted in the time limit"
+    cv = summarize_rates(rates)["samples_per_s_cv"] or 0.0
+    if cv > cv_limit:
+        return f"window rates vary: CV {cv:.1%} > {cv_limit:.0%}"
+    half = len(rates) // 2
+    first, last = statistics.fmean(rates[:half]), statistics.fmean(rates[-half:])
+    if abs(last - first) / statistics.fmean(rates) > 2 * cv_limit:
+        return f"rate drifts: {first:.4g} → {last:.4g} samples/s from first to last windows"
+    return None
+
+
+def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0,
+                 clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = lambda: None,
+                 on_phase: Callable[[str], None] = lambda phase: None) -> Measurement:
+    """Run ``step`` (returns the samples it processed) through warm-up and timed windows.
+
+    ``policy`` has warmup_batches, warmup_s, window_s, window_batches, windows,
+    max_trial_s and cv_unstable (see ``config.MeasureConfig``). The timed region
+    of a window is from the sync that closed the previous window to the sync that
+    closes this one: every step inside it, including data waits, counts.
+    """
+    m = Measurement()
+    on_phase("warmup")
+    t0 = clock()
+    warm = max(policy.warmup_batches, min_warmup_batches)
+    while m.warmup_batches < warm or clock() - t0 < policy.warmup_s:
+        step()
+        m.warmup_batches += 1
+        if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget
+            break
+    sync()
+    m.t_measure_start = start = clock()
+    m.warmup_s = start - t0
+    on_phase("measure")
+    while len(m.windows) < policy.windows and clock() - t0 < policy.max_trial_s:
+        m.windows.append(_window(step, policy, clock, sync, start))
+        start = m.windows[-1].t_end
+    m.t_measure_end = start
+    on_phase("done")
+    m.reason = instability(m.rates(), policy.windows, policy.cv_unstable)
+    if m.warmup_batches < warm:
+        m.reason = f"warm-up cut short at {m.warmup_batches} of {warm} batches" + (f"; {m.reason}" if m.reason else "")
+    m.unstable = m.reason is not None
+    return m
+
+
+def _window(step, policy, clock, sync, start: float) -> Window:
+    samples = batches = 0
+    while batches < policy.window_batches or clock() - start < policy.window_s:
+        samples += step()
+        batches += 1
+    sync()
+    return Window(start, clock(), samples, batches)
+
+
+def as_dict(m: Measurement) -> dict:
+    return asdict(m)

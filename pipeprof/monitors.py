@@ -1,0 +1,362 @@
+"""Background sampler: a timeline of CPU, process, disk and GPU load.
+
+A ``Monitor`` runs one daemon thread that takes a row every ``1/hz`` seconds.
+Rows carry ``t_s`` from ``time.perf_counter()`` (the clock the rest of
+pipeprof stamps batches with) plus the current ``trial_id``/``phase``, so a
+trial's measured windows can be cut out of the timeline afterwards
+(:func:`summarize`).
+
+Design choices, and why:
+
+* **No process-list scans in the loop.**  ``psutil.process_iter`` walks all
+  of ``/proc`` and NVML process queries take the driver lock that the training
+  process also needs; both distort what is being measured.  Worker PIDs are
+  handed in explicitly with :meth:`Monitor.track_workers`.
+* **Only cheap NVML calls** (utilisation, memory, temperature, power, SM
+  clock, clock-event reasons); each is a few microseconds.  No NVML → GPU
+  columns are simply absent and :attr:`Monitor.gpu_error` says why.
+* **Absolute deadlines** (``next += period``) so the rate does not drift by
+  the cost of sampling; missed slots are skipped rather than burst.
+  ``threading.Event.wait`` makes :meth:`Monitor.stop` prompt.
+* **The sampler measures itself**: ``sample_cost_ms`` per row is the time
+  spent collecting it, so the monitor's overhead is in the data.
+
+Units: ``*_pct`` percent (process CPU may exceed 100: one core = 100),
+``*_mb`` MiB (2**20 bytes), ``*_mb_s`` MiB/s, ``*_w`` watts, ``*_mhz`` MHz,
+``*_c`` degrees Celsius, ``*_ms`` milliseconds, ``t_s`` seconds.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pandas as pd
+import psutil
+
+_MIB = 2**20
+BASE_COLUMNS = [
+    "t_s", "trial_id", "phase", "sample_cost_ms", "cpu_util_pct",
+    "main_cpu_pct", "main_rss_mb", "workers_cpu_pct", "workers_rss_mb",
+    "n_workers_alive", "disk_read_mb_s",
+]
+GPU_FIELDS = ["util_pct", "mem_used_mb", "temp_c", "power_w", "sm_clock_mhz", "throttle_reasons"]
+
+# NVML clock-event ("throttle") reason bits counted as throttling by summarize():
+#   0x04 SW power cap, 0x08 HW slowdown, 0x10 sync boost, 0x20 SW thermal,
+#   0x40 HW thermal, 0x80 HW power brake.
+# Ignored: 0x01 GPU idle, 0x02 applications/user-defined clocks setting,
+#   0x100 display clock setting -- these are not a performance limit on load.
+THROTTLE_MASK = 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80
+
+
+# --------------------------------------------------------------------------- #
+# GPU sampling (NVML)
+# --------------------------------------------------------------------------- #
+class _Nvml:
+    """NVML handles plus a cheap per-device sample; init errors are kept, not raised."""
+
+    def __init__(self):
+        self.nv = None
+        self.handles: list = []
+        self.error: str | None = None
+        try:
+            import pynvml as nv
+
+            nv.nvmlInit()
+        except Exception as exc:  # ImportError or pynvml.NVMLError (no driver)
+            self.error = f"{type(exc).__name__}: {exc}"
+            return
+        self.nv = nv
+        try:
+            self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        except nv.NVMLError as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+        self._reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - NotSupported etc. on some boards
+            return None
+
+    def sample(self, row: dict) -> None:
+        nv = self.nv
+        for i, h in enumerate(self.handles):
+            util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
+            power = self._call(nv.nvmlDeviceGetPowerUsage, h)
+            row[f"gpu{i}_util_pct"] = None if util is None else util.gpu
+            row[f"gpu{i}_mem_used_mb"] = None if mem is None else mem.used / _MIB
+            row[f"gpu{i}_temp_c"] = self._call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+            row[f"gpu{i}_power_w"] = None if power is None else power / 1000.0
+            row[f"gpu{i}_sm_clock_mhz"] = self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+            row[f"gpu{i}_throttle_reasons"] = self._call(self._reasons, h) if self._reasons else None
+
+    def shutdown(self) -> None:
+        if self.nv is not None:
+            self._call(self.nv.nvmlShutdown)
+            self.nv, self.handles = None, []
+
+
+# --------------------------------------------------------------------------- #
+# process sampling
+# --------------------------------------------------------------------------- #
+def _proc_sample(proc: psutil.Process) -> tuple[float, float] | None:
+    """(cpu %, RSS MiB) of one process, or None if it is gone or a zombie."""
+    try:
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc.cpu_percent(), proc.memory_info().rss / _MIB
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _new_proc(pid: int) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(int(pid))
+        proc.cpu_percent()  # prime: the next call reports usage since now
+        return proc
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+class Monitor:
+    """Background sampler; see the module docstring.
+
+    ``workers_rss_mb`` is the plain sum of the workers' RSS: forked DataLoader
+    workers share copy-on-write pages with the main process, so this
+    double-counts shared memory (an upper bound).  USS would be exact but
+    needs ``/proc/PID/smaps``, far too expensive at 10+ Hz.
+    """
+
+    def __init__(self, hz: float = 10.0, gpu: bool = True, clock=time.perf_counter):
+        if not hz > 0:
+            raise ValueError(f"hz must be > 0, got {hz}")
+        self.hz = float(hz)
+        self._period = 1.0 / self.hz
+        self._want_gpu = gpu
+        self._clock = clock
+        self._rows: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._trial: tuple[str | None, str | None] = (None, None)
+        self._workers: dict[int, psutil.Process] = {}
+        self._main = psutil.Process()
+        self._nvml: _Nvml | None = None
+        self._gpu_error: str | None = None if gpu else "disabled"
+        self._disk_prev: tuple[float, int] | None = None
+
+    # -- public API --------------------------------------------------------- #
+    @property
+    def gpu_error(self) -> str | None:
+        return self._gpu_error
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self._nvml.handles) if self._nvml else 0
+
+    def start(self) -> "Monitor":
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        if self._want_gpu:
+            self._nvml = _Nvml()
+            self._gpu_error = self._nvml.error
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="pipeprof-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._nvml is not None:
+            self._nvml.shutdown()
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def set_trial(self, trial_id: str | None, phase: str | None = None) -> None:
+        self._trial = (trial_id, phase)  # one tuple: the sampler never sees a torn pair
+
+    def track_workers(self, pids) -> None:
+        """Replace the tracked worker set (``[]`` clears); unknown PIDs are ignored."""
+        with self._lock:
+            old = self._workers
+            new = {}
+            for pid in pids:
+                proc = old.get(int(pid)) or _new_proc(pid)
+                if proc is not None:
+                    new[int(pid)] = proc
+            self._workers = new
+
+    def timeline(self) -> pd.DataFrame:
+        with self._lock:
+            rows = list(self._rows)
+        if not rows:
+            return pd.DataFrame(columns=BASE_COLUMNS)
+        return pd.DataFrame(rows)
+
+    # -- sampling ----------------------------------------------------------- #
+    def _prime(self) -> None:
+        """First readings; psutil's CPU percentages are 'since the previous call'."""
+        psutil.cpu_percent(interval=None)
+        psutil.cpu_percent(interval=None, percpu=True)
+        self._main.cpu_percent()
+        self._disk_prev = self._disk_read_bytes()
+
+    def _run(self) -> None:
+        self._prime()
+        deadline = self._clock()
+        while True:
+            deadline += self._period
+            delay = deadline - self._clock()
+            if delay < 0:  # fell behind: skip the missed slots, keep the grid
+                deadline += self._period * math.ceil(-delay / self._period)
+                delay = deadline - self._clock()
+            if self._stop.wait(max(0.0, delay)):
+                return
+            self._append(self._sample())
+
+    def _append(self, row: dict) -> None:
+        with self._lock:
+            self._rows.append(row)
+
+    def _sample(self) -> dict:
+        t0 = time.perf_counter()
+        # Read the caller-set state *before* stamping t_s: a row stamped before a
+        # set_trial()/track_workers() call then never reflects that call.
+        trial_id, phase = self._trial
+        with self._lock:
+            workers = dict(self._workers)
+        row = {"t_s": self._clock(), "trial_id": trial_id, "phase": phase, "sample_cost_ms": None}
+        self._sample_cpu(row)
+        self._sample_processes(row, workers)
+        row["disk_read_mb_s"] = self._disk_rate()
+        if self._nvml is not None and self._nvml.handles:
+            self._nvml.sample(row)
+        row["sample_cost_ms"] = (time.perf_counter() - t0) * 1000.0
+        return row
+
+    def _sample_cpu(self, row: dict) -> None:
+        row["cpu_util_pct"] = psutil.cpu_percent(interval=None)
+        for i, pct in enumerate(psutil.cpu_percent(interval=None, percpu=True)):
+            row[f"cpu{i}_util_pct"] = pct
+
+    def _sample_processes(self, row: dict, workers: dict[int, psutil.Process]) -> None:
+        main = _proc_sample(self._main)
+        row["main_cpu_pct"], row["main_rss_mb"] = main if main else (None, None)
+        alive = {pid: s for pid, p in workers.items() if (s := _proc_sample(p)) is not None}
+        if len(alive) != len(workers):
+            self._drop_dead(set(workers) - set(alive))
+        row["workers_cpu_pct"] = sum(s[0] for s in alive.values())
+        row["workers_rss_mb"] = sum(s[1] for s in alive.values())
+        row["n_workers_alive"] = len(alive)
+
+    def _drop_dead(self, pids: set[int]) -> None:
+        with self._lock:
+            self._workers = {pid: p for pid, p in self._workers.items() if pid not in pids}
+
+    @staticmethod
+    def _disk_read_bytes() -> tuple[float, int] | None:
+        try:
+            io = psutil.disk_io_counters()
+        except Exception:  # noqa: BLE001 - no /proc/diskstats in some containers
+            return None
+        return None if io is None else (time.perf_counter(), io.read_bytes)
+
+    def _disk_rate(self) -> float | None:
+        prev, cur = self._disk_prev, self._disk_read_bytes()
+        self._disk_prev = cur
+        if prev is None or cur is None or cur[0] <= prev[0]:
+            return None
+        return (cur[1] - prev[1]) / _MIB / (cur[0] - prev[0])
+
+
+# --------------------------------------------------------------------------- #
+# summary
+# --------------------------------------------------------------------------- #
+def _gpu_cols(df: pd.DataFrame, field: str) -> list[str]:
+    return [c for c in df.columns if c.startswith("gpu") and c.endswith("_" + field)
+            and c[3:-len(field) - 1].isdigit()]
+
+
+def _values(df: pd.DataFrame, cols: list[str]) -> pd.Series:
+    """All non-missing numeric values of ``cols`` as one flat Series."""
+    if not cols or df.empty:
+        return pd.Series(dtype=float)
+    flat = pd.concat([pd.to_numeric(df[c], errors="coerce") for c in cols], ignore_index=True)
+    return flat.dropna()
+
+
+def _stat(values: pd.Series, how: str) -> float | None:
+    if values.empty:
+        return None
+    out = float(values.mean() if how == "mean" else values.max())
+    return out if math.isfinite(out) else None
+
+
+def _throttled_frac(df: pd.DataFrame) -> float | None:
+    cols = _gpu_cols(df, "throttle_reasons")
+    if not cols or df.empty:
+        return None
+    bits = df[cols].apply(pd.to_numeric, errors="coerce")
+    known = bits.notna().any(axis=1)
+    if not known.any():
+        return None
+    throttled = bits.fillna(0).astype("int64").apply(lambda s: (s & THROTTLE_MASK) != 0).any(axis=1)
+    return float(throttled[known].mean())
+
+
+def _select(timeline: pd.DataFrame, trial_id, t_start, t_end) -> pd.DataFrame:
+    if timeline.empty or "trial_id" not in timeline.columns:
+        return timeline.iloc[0:0]
+    df = timeline[timeline["trial_id"] == trial_id]
+    if t_start is not None:
+        df = df[df["t_s"] >= t_start]
+    if t_end is not None:
+        df = df[df["t_s"] <= t_end]
+    return df
+
+
+def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = None,
+              t_end: float | None = None) -> dict:
+    """Aggregate one trial's rows (optionally within ``[t_start, t_end]``).
+
+    GPU means/maxima pool all devices and rows (``gpu_mem_used_mb_max`` is the
+    peak of any single device).  ``gpu_throttled_frac`` is the fraction of
+    rows (with known reasons) where any device has a :data:`THROTTLE_MASK`
+    bit set.  Missing data gives ``None``, never NaN, so the dict is JSON-safe.
+    """
+    df = _select(timeline, trial_id, t_start, t_end)
+
+    def col(name, how):
+        return _stat(_values(df, [name] if name in df.columns else []), how)
+
+    def gpu(field, how):
+        return _stat(_values(df, _gpu_cols(df, field)), how)
+
+    return {
+        "gpu_util_pct_mean": gpu("util_pct", "mean"),
+        "gpu_mem_used_mb_max": gpu("mem_used_mb", "max"),
+        "gpu_power_w_mean": gpu("power_w", "mean"),
+        "gpu_sm_clock_mhz_mean": gpu("sm_clock_mhz", "mean"),
+        "gpu_throttled_frac": _throttled_frac(df),
+        "cpu_util_pct_mean": col("cpu_util_pct", "mean"),
+        "workers_cpu_pct_mean": col("workers_cpu_pct", "mean"),
+        "main_cpu_pct_mean": col("main_cpu_pct", "mean"),
+        "main_rss_mb_max": col("main_rss_mb", "max"),
+        "workers_rss_mb_max": col("workers_rss_mb", "max"),
+        "disk_read_mb_s_mean": col("disk_read_mb_s", "mean"),
+        "sample_cost_ms_mean": col("sample_cost_ms", "mean"),
+        "monitor_samples": int(len(df)),
+    }

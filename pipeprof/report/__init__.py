@@ -1,0 +1,1 @@
+"""Renderers: they format a Run (console, markdown); they never measure or analyse."""

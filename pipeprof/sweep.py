@@ -1,0 +1,99 @@
+"""The sweep: expand the config's axes into trials, run each in turn, keep every row.
+
+Trials are interleaved per worker count (storage_fetch, cpu_pipeline, end_to_end at
+w workers, then the next w) so slow drift of the machine (heat, page cache) spreads
+over the curve instead of biasing one kind. An isolation trial whose settings
+repeat (e.g. a cpu_pipeline shared by two precisions) is run once. A failing
+trial becomes a row with ``status='error'``; Ctrl-C stops the sweep and keeps
+what was measured.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from itertools import product
+from typing import Callable, Optional
+
+import torch
+
+from .augment import load_preset, output_dtype
+from .models import input_size
+from .trials import Bench, TrialSpec, run_trial
+
+
+def preset_probe(preset: str, size: int) -> tuple[str, int]:
+    """(dtype, side) of what a preset hands the step when cropping for a model of input ``size``."""
+    return output_dtype(load_preset(preset, size)), size
+
+
+def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
+           user_dataset: bool = False) -> list[TrialSpec]:
+    """All trials of a resolved config, deduplicated, in run order.
+
+    ``probe(preset, model_input_size) -> (dtype, side)`` says what the loader will
+    produce; with ``user_dataset`` the presets do not apply and the probe answers
+    from the user's own samples.
+    """
+    probe = probe or preset_probe
+    specs: list[TrialSpec] = []
+    kinds = set(cfg.trials)
+    presets = [None] if user_dataset else cfg.augment.preset
+    for model, precision, preset, bs in product(cfg.model.name, cfg.model.precision, presets,
+                                                cfg.loader.batch_size):
+        dtype, size = probe(preset, input_size(model))
+        source = None if user_dataset else "files"
+        pipe = dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder, source=source,
+                    pin_memory=cfg.loader.pin_memory, image_size=size)
+        step = dict(model=model, precision=precision, mode=cfg.model.mode)
+        if "gpu_ceiling" in kinds:
+            specs.append(TrialSpec("gpu_ceiling", batch_size=bs, image_size=size,
+                                   input_dtype=dtype, **step))
+        for w in cfg.loader.num_workers:
+            if "storage_fetch" in kinds and not user_dataset:
+                specs.append(TrialSpec("storage_fetch", num_workers=w, batch_size=bs, source=source))
+            if "cpu_pipeline" in kinds:
+                specs.append(TrialSpec("cpu_pipeline", num_workers=w, **pipe))
+            if "end_to_end" in kinds:
+                specs.append(TrialSpec("end_to_end", num_workers=w, **pipe, **step))
+    return list(dict.fromkeys(specs))
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
+    """One row: the trial's settings, status, error, metrics and monitor summary."""
+    t0 = time.perf_counter()
+    row = spec.columns() | {"status": "ok", "error": None}
+    try:
+        metrics = run_trial(bench, spec)
+        row |= metrics
+        row |= summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # any failure, CUDA OOM included, is a row, not a crashed sweep
+        row |= {"status": "error", "error": f"{type(exc).__name__}: {exc}".strip()[:2000]}
+    finally:
+        bench.monitor.set_trial(None)
+        _release(bench.device)
+    row["trial_s"] = time.perf_counter() - t0
+    return row
+
+
+def run_sweep(bench: Bench, specs: list[TrialSpec], summarize_monitor: Callable,
+              on_row: Callable[[list[dict]], None] = lambda rows: None,
+              progress: Callable[[TrialSpec, int, int], None] = lambda spec, i, n: None) -> tuple[list[dict], bool]:
+    """Run every trial; ``on_row`` gets all rows so far after each. Returns (rows, interrupted)."""
+    rows: list[dict] = []
+    for i, spec in enumerate(specs):
+        progress(spec, i, len(specs))
+        try:
+            rows.append(run_one(bench, spec, summarize_monitor))
+        except KeyboardInterrupt:
+            return rows, True
+        on_row(rows)
+    progress(None, len(specs), len(specs))
+    return rows, False
