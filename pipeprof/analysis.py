@@ -1,7 +1,9 @@
 """Pure analysis of a sweep's trials: no I/O, no printing, no plotting.
 
 Input is the trials DataFrame of a run (one row per trial, see ``results``);
-outputs are plain dicts/DataFrames that renderers format and run.json stores.
+outputs are DataFrames and plain dicts that renderers format and run.json stores.
+The central table is :func:`curves`: each end-to-end trial beside the isolated
+bounds measured at the same settings.
 """
 from __future__ import annotations
 
@@ -12,13 +14,52 @@ import pandas as pd
 GROUP_KEYS = ["model", "precision", "preset", "batch_size", "source"]
 NEAR_BEST = 0.95  # "reaches the best rate" means within 5% of it: window CVs are a few %
 
+# which settings each isolated bound shares with an end-to-end trial
+BOUND_KEYS = {
+    "gpu_ceiling": ["model", "precision", "mode", "batch_size", "image_size"],
+    "cpu_pipeline": ["preset", "decoder", "source", "batch_size", "num_workers", "pin_memory", "image_size"],
+    "storage_fetch": ["source", "batch_size", "num_workers"],
+}
+BOUND_COLUMN = {"gpu_ceiling": "gpu_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",
+                "storage_fetch": "io_bound_samples_per_s"}
+
 
 def ok(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Successful trials of one kind."""
     if df.empty or "kind" not in df:
         return df.iloc[0:0]
-    sel = (df["kind"] == kind) & (df["status"] == "ok") & df.get("samples_per_s", pd.Series(dtype=float)).notna()
-    return df[sel]
+    sel = (df["kind"] == kind) & (df["status"] == "ok")
+    return df[sel & df["samples_per_s"].notna()] if "samples_per_s" in df else df[sel]
+
+
+def curves(trials: pd.DataFrame) -> pd.DataFrame:
+    """End-to-end trials with ``gpu_bound_/cpu_bound_/io_bound_samples_per_s`` joined on.
+
+    A bound missing (trial kind switched off or failed) is NaN.
+    """
+    e2e = ok(trials, "end_to_end").copy()
+    for kind, keys in BOUND_KEYS.items():
+        bound = ok(trials, kind)
+        col = BOUND_COLUMN[kind]
+        if bound.empty:
+            e2e[col] = float("nan")
+            continue
+        on = [k for k in keys if k in e2e and k in bound]
+        right = bound[on + ["samples_per_s"]].drop_duplicates(on).rename(columns={"samples_per_s": col})
+        e2e = e2e.merge(right, on=on, how="left")
+    return e2e.sort_values(present_group_keys(e2e) + ["num_workers"]).reset_index(drop=True)
+
+
+def present_group_keys(df: pd.DataFrame) -> list[str]:
+    return [k for k in GROUP_KEYS if k in df]
+
+
+def groups(df: pd.DataFrame):
+    """(key dict, sub-frame) per model/precision/preset/batch/source group, NaN-safe."""
+    keys = present_group_keys(df)
+    if df.empty:
+        return []
+    return [({k: _clean(v) for k, v in zip(keys, key)}, sub) for key, sub in df.groupby(keys, dropna=False)]
 
 
 def recommend_workers(curve: pd.DataFrame, near: float = NEAR_BEST) -> dict:
@@ -43,13 +84,10 @@ def _clean(value):
 
 def analyse(trials: pd.DataFrame) -> dict:
     """Per model/precision/preset/batch group: the worker recommendation and its curve."""
-    e2e = ok(trials, "end_to_end")
-    groups = []
-    keys = [k for k in GROUP_KEYS if k in e2e]
-    for key, curve in (e2e.groupby(keys, dropna=False) if len(e2e) else []):
-        entry = {k: _clean(v) for k, v in zip(keys, key)}
-        entry |= recommend_workers(curve)
-        groups.append(entry)
+    out = []
+    for key, curve in groups(ok(trials, "end_to_end")):
+        out.append(key | recommend_workers(curve))
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]
-    return {"groups": groups, "trials": int(len(trials)), "failed_trials": int(len(failed)),
-            "unstable_trials": int(trials.get("unstable", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())}
+    unstable = trials["unstable"].astype("boolean").fillna(False) if "unstable" in trials else []
+    return {"groups": out, "trials": int(len(trials)), "failed_trials": int(len(failed)),
+            "unstable_trials": int(sum(unstable))}

@@ -96,8 +96,8 @@ class MeasureConfig(_Strict):
     """Steady-state policy: what is excluded before the clock starts and how long windows are."""
 
     warmup_batches: NonNegativeInt = 10  # the trial adds the loader's prefetch depth to this
-    warmup_s: float = Field(2.0, ge=0)
-    window_s: float = Field(2.0, gt=0)
+    warmup_s: float = Field(1.0, ge=0)
+    window_s: float = Field(1.0, gt=0)
     window_batches: PositiveInt = 5
     windows: int = Field(5, ge=2)
     max_trial_s: float = Field(120.0, gt=0)

@@ -149,6 +149,7 @@ class Monitor:
         self._main = psutil.Process()
         self._nvml: _Nvml | None = None
         self._gpu_error: str | None = None if gpu else "disabled"
+        self._gpu_count = 0
         self._disk_prev: tuple[float, int] | None = None
 
     # -- public API --------------------------------------------------------- #
@@ -158,7 +159,8 @@ class Monitor:
 
     @property
     def gpu_count(self) -> int:
-        return len(self._nvml.handles) if self._nvml else 0
+        """GPUs sampled by the last start() (kept after stop())."""
+        return self._gpu_count
 
     def start(self) -> "Monitor":
         if self._thread is not None and self._thread.is_alive():
@@ -166,6 +168,7 @@ class Monitor:
         if self._want_gpu:
             self._nvml = _Nvml()
             self._gpu_error = self._nvml.error
+            self._gpu_count = len(self._nvml.handles)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="pipeprof-monitor", daemon=True)
         self._thread.start()
@@ -328,6 +331,14 @@ def _select(timeline: pd.DataFrame, trial_id, t_start, t_end) -> pd.DataFrame:
     return df
 
 
+def _total_rss_max(df: pd.DataFrame) -> float | None:
+    """Peak of main + workers RSS at the same instant (an upper bound: shared pages count twice)."""
+    if df.empty or "main_rss_mb" not in df:
+        return None
+    total = df["main_rss_mb"].astype(float) + df.get("workers_rss_mb", 0).fillna(0).astype(float)
+    return _stat(total.dropna(), "max")
+
+
 def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = None,
               t_end: float | None = None) -> dict:
     """Aggregate one trial's rows (optionally within ``[t_start, t_end]``).
@@ -336,8 +347,10 @@ def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = Non
     peak of any single device).  ``gpu_throttled_frac`` is the fraction of
     rows (with known reasons) where any device has a :data:`THROTTLE_MASK`
     bit set.  Missing data gives ``None``, never NaN, so the dict is JSON-safe.
+    Memory peaks cover the whole trial, warm-up included: RAM must fit those too.
     """
     df = _select(timeline, trial_id, t_start, t_end)
+    whole = _select(timeline, trial_id, None, None)
 
     def col(name, how):
         return _stat(_values(df, [name] if name in df.columns else []), how)
@@ -354,8 +367,9 @@ def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = Non
         "cpu_util_pct_mean": col("cpu_util_pct", "mean"),
         "workers_cpu_pct_mean": col("workers_cpu_pct", "mean"),
         "main_cpu_pct_mean": col("main_cpu_pct", "mean"),
-        "main_rss_mb_max": col("main_rss_mb", "max"),
-        "workers_rss_mb_max": col("workers_rss_mb", "max"),
+        "main_rss_mb_max": _stat(_values(whole, [c for c in ["main_rss_mb"] if c in whole]), "max"),
+        "workers_rss_mb_max": _stat(_values(whole, [c for c in ["workers_rss_mb"] if c in whole]), "max"),
+        "rss_mb_max": _total_rss_max(whole),
         "disk_read_mb_s_mean": col("disk_read_mb_s", "mean"),
         "sample_cost_ms_mean": col("sample_cost_ms", "mean"),
         "monitor_samples": int(len(df)),

@@ -62,11 +62,12 @@ def test_columns_and_sample_cost():
     assert df["sample_cost_ms"].median() < 20
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_tracked_worker_cpu_and_drop():
     ctx = mp.get_context("fork")
     child = ctx.Process(target=_burn, args=(1.0,), daemon=True)
+    child.start()  # before the monitor thread exists: forking a threaded process is unsafe
     with Monitor(hz=50, gpu=False) as mon:
-        child.start()
         mon.track_workers([child.pid])
         time.sleep(0.15)  # let psutil's per-process CPU delta settle
         t_run0 = time.perf_counter()

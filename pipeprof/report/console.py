@@ -1,57 +1,103 @@
-"""Console and markdown renderings of a run: one table model, two formatters."""
+"""Console and markdown renderings of a run: one table model, two formatters.
+
+The main table is one per group (model, precision, preset, batch): a row per
+worker count with the end-to-end figures beside the bounds measured in isolation
+at the same settings (``analysis.curves``).
+"""
 from __future__ import annotations
 
 import math
 
 import pandas as pd
 
-# (header, column, format) — what each end-to-end row shows; units are in the headers
-E2E_COLUMNS = [
-    ("model", "model", "{}"), ("prec", "precision", "{}"), ("preset", "preset", "{}"),
-    ("bs", "batch_size", "{:d}"), ("workers", "num_workers", "{:d}"),
-    ("samples/s", "samples_per_s", "{:,.1f}"), ("CV %", "samples_per_s_cv", "{:.1%}"),
-    ("data wait %", "data_wait_frac", "{:.0%}"), ("GPU util %", "gpu_util_pct_mean", "{:.0f}"),
-    ("CPU util %", "cpu_util_pct_mean", "{:.0f}"), ("workers RSS MB", "workers_rss_mb_max", "{:,.0f}"),
+from ..analysis import curves, groups
+
+TEXT_HEADERS = {"kind", "setting", "!"}
+# (header, column, format): units are in the headers, fractions print as %
+CURVE_COLUMNS = [
+    ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
+    ("CV", "samples_per_s_cv", "{:.1%}"), ("wait", "data_wait_frac", "{:.0%}"),
+    ("GPU%", "gpu_util_pct_mean", "{:.0f}"), ("CPU%", "cpu_util_pct_mean", "{:.0f}"),
+    ("RSS MB", "rss_mb_max", "{:,.0f}"), ("CPU/s", "cpu_bound_samples_per_s", "si"),
+    ("I/O/s", "io_bound_samples_per_s", "si"),
 ]
 ISOLATION_COLUMNS = [
-    ("kind", "kind", "{}"), ("model", "model", "{}"), ("prec", "precision", "{}"), ("preset", "preset", "{}"),
-    ("bs", "batch_size", "{:d}"), ("workers", "num_workers", "{:d}"),
-    ("samples/s", "samples_per_s", "{:,.1f}"), ("CV %", "samples_per_s_cv", "{:.1%}"),
-    ("MB/s", "read_mb_s", "{:,.1f}"),
+    ("kind", "kind", "{}"), ("setting", "setting", "{}"), ("bs", "batch_size", "{:d}"),
+    ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
+    ("CV", "samples_per_s_cv", "{:.1%}"), ("MB/s", "read_mb_s", "si"),
 ]
+LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
+          "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
+          "RSS MB: peak of main + workers · CPU/s, I/O/s: the loader alone and the raw reads alone, "
+          "at the same settings")
+
+
+def si(value: float) -> str:
+    """3 significant figures with a k/M suffix: 47454 → 47.5k."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= 10 * scale:
+            return f"{value / scale:.3g}{suffix}" if value / scale < 1000 else f"{value / scale:.0f}{suffix}"
+    return f"{value:.4g}" if abs(value) >= 1000 else f"{value:.3g}" if abs(value) >= 1 else f"{value:.2g}"
 
 
 def _cell(value, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     try:
+        if fmt == "si":
+            return si(float(value))
         return fmt.format(int(value) if fmt == "{:d}" else value)
     except (TypeError, ValueError):
         return str(value)
 
 
-def table(df: pd.DataFrame, columns) -> tuple[list[str], list[list[str]]]:
-    """(headers, rows of strings) for the given column spec; failed/unstable trials flagged."""
-    headers = [c[0] for c in columns] + ["note"]
+def note_of(r) -> str:
+    """Why a row's figure is missing or not to be trusted ('' when it is fine)."""
+    if r.get("status") != "ok":
+        return f"error: {r.get('error')}"
+    return f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else ""
+
+
+def table(df: pd.DataFrame, columns, notes: list[str]) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows of strings); a flagged row gets a [n] mark and its note appended to ``notes``."""
+    headers = [c[0] for c in columns] + ["!"]
     rows = []
     for _, r in df.iterrows():
         cells = [_cell(r.get(col), fmt) for _, col, fmt in columns]
-        note = f"ERROR {r['error']}" if r.get("status") != "ok" else (
-            f"unstable: {r['unstable_reason']}" if r.get("unstable") else "")
-        rows.append(cells + [note])
+        note = note_of(r)
+        if note:
+            notes.append(f"[{len(notes) + 1}] {r['trial_id']}: {note}")
+        rows.append(cells + [f"[{len(notes)}]" if note else ""])
     return headers, rows
 
 
-def sections(run) -> list[tuple[str, list[str], list[list[str]]]]:
-    """The report's tables as (title, headers, rows)."""
-    df = run.trials
-    out = []
-    if not df.empty:
-        out.append(("End-to-end", *table(df[df["kind"] == "end_to_end"], E2E_COLUMNS)))
-        iso = df[df["kind"] != "end_to_end"]
-        if len(iso):
-            out.append(("Isolated bounds", *table(iso, ISOLATION_COLUMNS)))
-    return out
+def _setting(r) -> str:
+    parts = {"gpu_ceiling": [r.get("model"), r.get("precision")], "cpu_pipeline": [r.get("preset"), r.get("decoder")],
+             "storage_fetch": [r.get("source")]}.get(r["kind"], [])
+    return " ".join(str(p) for p in parts if p is not None and p == p)
+
+
+def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
+    ceiling = curve["gpu_bound_samples_per_s"].dropna()
+    what = "GPU" if device == "cuda" else "step (on CPU)"
+    tail = f" — {what} ceiling {ceiling.iloc[0]:,.1f} samples/s" if len(ceiling) else ""
+    return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{tail}"
+
+
+def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[str]]:
+    """The report's tables as (title, headers, rows), and the footnotes they refer to."""
+    df, out, notes = run.trials, [], []
+    if df.empty:
+        return out, notes
+    for key, curve in groups(curves(df)):
+        device = run.meta.get("config", {}).get("device", "cuda")
+        out.append((_group_title(key, curve, device), *table(curve, CURVE_COLUMNS, notes)))
+    failed_e2e = df[(df["kind"] == "end_to_end") & (df["status"] != "ok")]
+    iso = pd.concat([df[df["kind"] != "end_to_end"], failed_e2e])
+    if len(iso):
+        iso = iso.assign(setting=iso.apply(_setting, axis=1))
+        out.append(("Isolated bounds (and failed trials)", *table(iso, ISOLATION_COLUMNS, notes)))
+    return out, notes
 
 
 def recommendation_lines(run) -> list[str]:
@@ -65,10 +111,11 @@ def recommendation_lines(run) -> list[str]:
 
 def render_markdown(run) -> str:
     parts = [f"# pipeprof run `{run.path.name}`", ""]
-    for title, headers, rows in sections(run):
+    tables, notes = sections(run)
+    for title, headers, rows in tables:
         parts += [f"## {title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        parts += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
-        parts.append("")
+        parts += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows] + [""]
+    parts += [f"{n}  " for n in notes] + ["", f"_{LEGEND}_", ""]
     recs = recommendation_lines(run)
     if recs:
         parts += ["## Recommendations", ""] + [f"- {line}" for line in recs] + [""]
@@ -76,17 +123,22 @@ def render_markdown(run) -> str:
 
 
 def render_console(run, console=None) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
-    for title, headers, rows in sections(run):
-        t = Table(title=title, show_lines=False)
-        for i, h in enumerate(headers):
-            t.add_column(h, justify="right" if 0 < i < len(headers) - 1 and h not in ("model", "prec", "preset", "kind") else "left")
+    tables, notes = sections(run)
+    for title, headers, rows in tables:
+        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+        for h in headers:
+            t.add_column(h, justify="left" if h in TEXT_HEADERS else "right")
         for row in rows:
             t.add_row(*row)
         console.print(t)
+    for n in notes:
+        console.print(f"  {n}", style="yellow", highlight=False)
+    console.print(LEGEND, style="dim", highlight=False)
     for line in recommendation_lines(run):
-        console.print(f"[bold]→[/bold] {line}")
-    console.print(f"run folder: {run.path}")
+        console.print(f"[bold]→[/bold] {line}", highlight=False)
+    console.print(f"run folder: {run.path}", highlight=False)

@@ -1,0 +1,83 @@
+"""Workloads whose answer is known in advance: pipeprof's ground truth.
+
+* :class:`BurnDataset` — each sample burns a set CPU time (a busy loop, not a
+  sleep: it occupies a core the way decoding does). With ``w`` workers and ``c``
+  seconds per sample the CPU bound is ``w / c`` samples/s (``1 / c`` at 0 workers).
+* :class:`FixedStepModel` — each forward takes a set wall time *without* using the
+  CPU (a sleep), the way a GPU step leaves the host free. With batch ``b`` and
+  ``s`` seconds per step the accelerator bound is ``b / s`` samples/s.
+
+So ``min(w / c, b / s)`` is the expected end-to-end rate and the binding side is
+the expected verdict; tests and ``pipeprof validate`` assert both.
+
+Run them inside :func:`single_threaded`: after each sleep torch's idle intra-op
+threads take 4–8 ms to wake for the loss and backward, which would add a cost
+nobody asked for (a GPU step leaves those threads alone).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+def burn(seconds: float) -> None:
+    """Keep this thread busy for ``seconds`` of wall time."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class BurnDataset(Dataset):
+    """``n`` tiny uint8 images, each costing ``cost_s`` seconds of busy CPU to produce."""
+
+    def __init__(self, n: int = 256, cost_s: float = 0.01, side: int = 8):
+        self.n, self.cost_s, self.side = n, cost_s, side
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        burn(self.cost_s)
+        return torch.full((3, self.side, self.side), index % 256, dtype=torch.uint8), index % 10
+
+
+class FixedStepModel(nn.Module):
+    """A model whose forward takes ``step_s`` seconds of wall time and no CPU."""
+
+    def __init__(self, step_s: float = 0.005, num_classes: int = 1000):
+        super().__init__()
+        self.step_s = step_s
+        # logits straight from a bias: a real layer would wake the intra-op thread pool
+        # after each sleep, adding milliseconds the test did not ask for
+        self.bias = nn.Parameter(torch.zeros(num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.step_s)
+        return self.bias.expand(x.shape[0], -1)
+
+
+@contextmanager
+def single_threaded():
+    """Run the main process's torch ops on one thread for the duration."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def expected_rate(cost_s: float, workers: int, batch: int, step_s: float) -> tuple[float, str]:
+    """(samples/s, binding side) for a BurnDataset feeding a FixedStepModel.
+
+    At 0 workers the main process alternates loading and stepping, so the two
+    costs add; with workers they overlap and the slower side binds.
+    """
+    if workers == 0:
+        return batch / (batch * cost_s + step_s), "cpu"
+    cpu, gpu = workers / cost_s, batch / step_s
+    return (cpu, "cpu") if cpu < gpu else (gpu, "gpu")

@@ -1,0 +1,46 @@
+"""Shared fixtures. Every test must leave no monitor thread or worker process behind."""
+from __future__ import annotations
+
+import os
+import threading
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+from pipeprof.config import MeasureConfig  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """Fail a test that leaks a monitor thread or a DataLoader worker."""
+    yield
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("pipeprof")]
+    children = [p for p in psutil.Process().children(recursive=True) if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+    for p in children:  # give workers being torn down a moment before calling it a leak
+        try:
+            p.wait(timeout=5)
+        except psutil.TimeoutExpired:
+            pass
+    alive = [p.pid for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not threads, f"monitor threads left running: {threads}"
+    assert not alive, f"worker processes left running: {alive}"
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    """A 12-image synthetic ImageNet-like folder, shared by the tests that read JPEGs."""
+    from pipeprof.data.synthetic import make_dataset
+
+    root = tmp_path_factory.mktemp("ds")
+    make_dataset(root, images=12, classes=3, seed=1, workers=1)
+    return root
+
+
+@pytest.fixture
+def quick_measure() -> dict:
+    """A short steady-state policy for tests: enough windows to compute a spread."""
+    return MeasureConfig(warmup_batches=3, warmup_s=0.2, window_s=0.3, window_batches=3, windows=3,
+                         max_trial_s=30, cv_unstable=0.25).model_dump()

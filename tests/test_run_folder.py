@@ -1,0 +1,73 @@
+"""A real (tiny) `pipeprof run` on synthetic JPEGs: the run folder's schema and contents."""
+import json
+
+import pandas as pd
+import pytest
+
+from pipeprof.cli import main
+from pipeprof.results import load_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    sets = ["data.images=16", "data.classes=2", f"data.cache_dir={out}/datasets", f"out_dir={out}",
+            "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
+            "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3"]
+    assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
+    (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
+    return path
+
+
+def test_run_folder_holds_the_four_files(run_dir):
+    assert {p.name for p in run_dir.iterdir()} >= {"trials.parquet", "timeline.parquet", "run.json", "summary.md"}
+
+
+def test_trials_have_every_kind_with_numeric_units(run_dir):
+    df = pd.read_parquet(run_dir / "trials.parquet")
+    assert (df["status"] == "ok").all(), df["error"].dropna().tolist()
+    assert sorted(df["kind"].unique()) == ["cpu_pipeline", "end_to_end", "gpu_ceiling", "storage_fetch"]
+    e2e = df[df["kind"] == "end_to_end"].set_index("num_workers")
+    assert list(e2e.index) == [0, 1]
+    for col in ("samples_per_s", "samples_per_s_cv", "data_wait_frac", "compute_ms_p50", "main_rss_mb_max"):
+        assert pd.api.types.is_float_dtype(df[col]), col
+    assert (e2e["samples_per_s"] > 0).all() and e2e["data_wait_frac"].between(0, 1).all()
+    assert (df["windows"] == 3).all()
+    # per-stage costs arrive from inside the workers
+    assert (e2e["stage_us_per_sample.decode"] > 0).all() and (e2e["stage_us_per_sample.RandomCrop"] > 0).all()
+    fetch = df[df["kind"] == "storage_fetch"]
+    assert (fetch["read_mb_s"] > 0).all() and (fetch["mean_sample_kb"] > 50).all()
+
+
+def test_timeline_samples_belong_to_trials(run_dir):
+    tl = pd.read_parquet(run_dir / "timeline.parquet")
+    trials = pd.read_parquet(run_dir / "trials.parquet")
+    tagged = set(tl["trial_id"].dropna())
+    assert tagged <= set(trials["trial_id"]) and len(tagged) >= len(trials) - 1
+    assert set(tl["phase"].dropna()) == {"warmup", "measure"}
+    one_worker = trials[(trials["kind"] == "end_to_end") & (trials["num_workers"] == 1)].iloc[0]
+    assert one_worker["workers_rss_mb_max"] > 10  # the worker process was tracked
+
+
+def test_run_json_records_config_machine_and_timers(run_dir):
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "complete"
+    assert meta["config"]["device"] == "cpu" and meta["config"]["loader"]["num_workers"] == [0, 1]
+    assert meta["machine"]["cores"]["usable"] >= 1
+    assert set(meta["timed_regions"]) >= {"end_to_end", "gpu_ceiling", "cpu_pipeline", "storage_fetch"}
+    assert meta["dataset"]["images"] == 16 and 50 < meta["dataset"]["mean_kb"] < 200
+    group = meta["analysis"]["groups"][0]
+    assert group["recommended_workers"] in (0, 1)
+
+
+def test_summary_and_report_show_the_table(run_dir, capsys):
+    assert "| samples/s |" in (run_dir / "summary.md").read_text()
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "mobilenet_v3_small fp32 · light · batch 4" in out and "num_workers=" in out
+    assert len(load_run(run_dir).trials) == 7
+
+
+def test_report_on_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a pipeprof run folder" in capsys.readouterr().err
