@@ -75,7 +75,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     run.save_trials(rows)
     run.save_timeline(monitor.timeline())
     run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
-                 "wall_s": time.time() - started, "analysis": analyse(run.trials)}
+                 "wall_s": time.time() - started, "analysis": analyse(run.trials, cores=env["cores"]["usable"])}
     run.save_meta()
     return run
 

@@ -55,6 +55,9 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
                 specs.append(TrialSpec("cpu_pipeline", num_workers=w, **pipe))
             if "end_to_end" in kinds:
                 specs.append(TrialSpec("end_to_end", num_workers=w, **pipe, **step))
+        if "cpu_pipeline" in kinds and cfg.stage_timing and not user_dataset:
+            # the same pipeline with the stage clocks off, at the most workers: their cost, measured
+            specs.append(TrialSpec("cpu_pipeline", num_workers=max(cfg.loader.num_workers), stage_timing=False, **pipe))
     return list(dict.fromkeys(specs))
 
 

@@ -53,11 +53,14 @@ class TrialSpec:
     pin_memory: Optional[bool] = None
     image_size: Optional[int] = None
     input_dtype: Optional[str] = None  # what the loader hands the step: 'uint8' or 'float32'
+    stage_timing: Optional[bool] = None  # None: the run's setting; False: the overhead-check twin
 
     @property
     def trial_id(self) -> str:
         parts = [self.kind, self.model, self.precision, self.preset, self.source,
                  f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}"]
+        if self.stage_timing is False:
+            parts.append("untimed")
         return "/".join(str(p) for p in parts if p is not None)
 
     def columns(self) -> dict:
@@ -94,7 +97,8 @@ def pipeline_dataset(bench: Bench, spec: TrialSpec):
     if bench.user_dataset is not None:
         return bench.user_dataset
     transform = load_preset(spec.preset, spec.image_size)
-    return PipelineDataset(bench.source, spec.decoder, transform, bench.stage_timing)
+    timing = bench.stage_timing if spec.stage_timing is None else spec.stage_timing
+    return PipelineDataset(bench.source, spec.decoder, transform, timing)
 
 
 def _collate_for(dataset):

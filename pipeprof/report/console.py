@@ -12,14 +12,16 @@ import pandas as pd
 
 from ..analysis import curves, groups
 
-TEXT_HEADERS = {"kind", "setting", "!"}
+TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
 CURVE_COLUMNS = [
     ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
     ("CV", "samples_per_s_cv", "{:.1%}"), ("wait", "data_wait_frac", "{:.0%}"),
     ("GPU%", "gpu_util_pct_mean", "{:.0f}"), ("CPU%", "cpu_util_pct_mean", "{:.0f}"),
     ("RSS MB", "rss_mb_max", "{:,.0f}"), ("CPU/s", "cpu_bound_samples_per_s", "si"),
-    ("I/O/s", "io_bound_samples_per_s", "si"),
+    ("I/O/s", "io_bound_samples_per_s", "si"), ("GPU/s", "gpu_bound_samples_per_s", "si"),
+    ("pred/s", "predicted_samples_per_s", "si"), ("err", "prediction_error_frac", "{:+.0%}"),
+    ("verdict", "verdict", "{}"),
 ]
 ISOLATION_COLUMNS = [
     ("kind", "kind", "{}"), ("setting", "setting", "{}"), ("bs", "batch_size", "{:d}"),
@@ -28,8 +30,9 @@ ISOLATION_COLUMNS = [
 ]
 LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
           "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
-          "RSS MB: peak of main + workers · CPU/s, I/O/s: the loader alone and the raw reads alone, "
-          "at the same settings")
+          "RSS MB: peak of main + workers · CPU/s, I/O/s, GPU/s: the loader alone, the raw reads alone "
+          "and the step alone, at the same settings · pred/s: predicted from those bounds "
+          "(err: prediction − measured, relative) · verdict: the bound the trial sits on")
 
 
 def si(value: float) -> str:
@@ -89,7 +92,12 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
     df, out, notes = run.trials, [], []
     if df.empty:
         return out, notes
-    for key, curve in groups(curves(df)):
+    verdicts = pd.DataFrame(run.meta.get("analysis", {}).get("verdicts", []))
+    cv = curves(df)
+    if len(verdicts) and len(cv):
+        cv = cv.merge(verdicts[["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac"]],
+                      on="trial_id", how="left")
+    for key, curve in groups(cv):
         device = run.meta.get("config", {}).get("device", "cuda")
         out.append((_group_title(key, curve, device), *table(curve, CURVE_COLUMNS, notes)))
     failed_e2e = df[(df["kind"] == "end_to_end") & (df["status"] != "ok")]
@@ -101,11 +109,30 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
 
 
 def recommendation_lines(run) -> list[str]:
+    """The answers, one line each, every one with its number and where it came from."""
+    analysis = run.meta.get("analysis", {})
     lines = []
-    for g in run.meta.get("analysis", {}).get("groups", []):
-        lines.append(f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}: num_workers="
-                     f"{g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} samples/s "
-                     f"(best {g['best_samples_per_s']:,.1f} at {g['best_workers']}; {g['criterion']})")
+    for g in analysis.get("groups", []):
+        head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}"
+        lines.append(f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "
+                     f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
+                     f"{g['best_workers']}; {g['criterion']})")
+        need = g.get("cores_needed")
+        if need:
+            extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
+            lines.append(f"{head}: {need['cores_needed']} cores per GPU to reach the step ceiling ({need['basis']}{extra})")
+        for a in g.get("actions", [])[:3]:
+            if a["gain_frac"] is not None:
+                lines.append(f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
+                             f"({a['gain_frac']:+.0%}; {a['basis']})")
+    err = analysis.get("prediction_error_abs_median")
+    if err is not None:
+        lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
+                     f"{len(analysis.get('verdicts', []))} end-to-end trials")
+    for o in analysis.get("stage_timing_overhead", []):
+        lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} of the {o['preset']} pipeline rate at "
+                     f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} timed vs "
+                     f"{o['untimed_samples_per_s']:,.1f} untimed samples/s)")
     return lines
 
 
@@ -127,7 +154,7 @@ def render_console(run, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(width=None if Console().is_terminal else 140)
     tables, notes = sections(run)
     for title, headers, rows in tables:
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
