@@ -89,7 +89,7 @@ def instability(rates: list[float], wanted: int, cv_limit: float) -> Optional[st
     return None
 
 
-def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0,
+def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0, batch_multiple: int = 1,
                  clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = lambda: None,
                  on_phase: Callable[[str], None] = lambda phase: None) -> Measurement:
     """Run ``step`` (returns the samples it processed) through warm-up and timed windows.
@@ -98,6 +98,11 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     max_trial_s and cv_unstable (see ``config.MeasureConfig``). The timed region
     of a window is from the sync that closed the previous window to the sync that
     closes this one: every step inside it, including data waits, counts.
+
+    ``batch_multiple``: windows hold a whole number of this many batches. A
+    DataLoader hands out batches round-robin over its ``w`` workers and returns
+    them in order, so they arrive in bursts of up to ``w``; a window of k·w
+    batches spans whole rounds and its rate does not depend on where a burst fell.
     """
     m = Measurement()
     on_phase("warmup")
@@ -113,7 +118,7 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     m.warmup_s = start - t0
     on_phase("measure")
     while len(m.windows) < policy.windows and clock() - t0 < policy.max_trial_s:
-        m.windows.append(_window(step, policy, clock, sync, start))
+        m.windows.append(_window(step, policy, clock, sync, start, batch_multiple))
         start = m.windows[-1].t_end
     m.t_measure_end = start
     on_phase("done")
@@ -124,9 +129,9 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     return m
 
 
-def _window(step, policy, clock, sync, start: float) -> Window:
+def _window(step, policy, clock, sync, start: float, multiple: int = 1) -> Window:
     samples = batches = 0
-    while batches < policy.window_batches or clock() - start < policy.window_s:
+    while batches < policy.window_batches or clock() - start < policy.window_s or batches % multiple:
         samples += step()
         batches += 1
     sync()

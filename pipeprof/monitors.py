@@ -115,6 +115,29 @@ def _proc_sample(proc: psutil.Process) -> tuple[float, float] | None:
         return None
 
 
+def pss_mb(pid: int) -> float | None:
+    """Proportional set size of one process (shared pages split among their users), MiB.
+
+    Summed over the main process and its workers this is the RAM they really
+    take together, unlike an RSS sum. ``smaps_rollup`` walks the page tables
+    (milliseconds for a big process), so it is sampled at a lower rate.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def total_pss_mb(pids) -> float | None:
+    """Sum of PSS over ``pids`` (None if the first, the main process, cannot be read)."""
+    parts = [pss_mb(p) for p in pids]
+    return None if not parts or parts[0] is None else sum(x for x in parts if x is not None)
+
+
 def _new_proc(pid: int) -> psutil.Process | None:
     try:
         proc = psutil.Process(int(pid))
@@ -129,8 +152,9 @@ class Monitor:
 
     ``workers_rss_mb`` is the plain sum of the workers' RSS: forked DataLoader
     workers share copy-on-write pages with the main process, so this
-    double-counts shared memory (an upper bound).  USS would be exact but
-    needs ``/proc/PID/smaps``, far too expensive at 10+ Hz.
+    double-counts shared memory (an upper bound).  The honest total, PSS, costs
+    tens of milliseconds per process to read, so trials take it once, after their
+    timed windows (:func:`total_pss_mb`), rather than this thread at 10 Hz.
     """
 
     def __init__(self, hz: float = 10.0, gpu: bool = True, clock=time.perf_counter):

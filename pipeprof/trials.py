@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -22,6 +23,7 @@ from .augment import load_preset
 from .data.dataset import PipelineDataset, RawBytesDataset, collate_bytes, collate_pipeline
 from .loader import build_loader, prefetch_depth, shutdown, worker_pids
 from .measure import steady_state
+from .monitors import total_pss_mb
 from .models import build as build_model
 from .step import Step
 
@@ -131,6 +133,11 @@ def _close_loader(bench: Bench, it) -> None:
     shutdown(it)
 
 
+def memory_columns(it) -> dict:
+    """RAM the main process and its workers take together at steady state (PSS, after the windows)."""
+    return {"pss_mb_steady": total_pss_mb([os.getpid(), *worker_pids(it)])}
+
+
 def stage_columns(names: list[str], stage_sum_s: np.ndarray, samples: int) -> dict:
     """Mean µs per sample and share of worker time for each stage (+ collate)."""
     names = list(names) + ["collate"]
@@ -162,9 +169,10 @@ def end_to_end(bench: Bench, spec: TrialSpec) -> dict:
 
     try:
         m, phase = _loop_with(bench, spec, one, phase, step.clock.sync, prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2)
+        memory = memory_columns(it)
     finally:
         _close_loader(bench, it)
-    return m.stats() | _step_columns(step, records, m) | _stages(dataset, records, m)
+    return m.stats() | _step_columns(step, records, m) | _stages(dataset, records, m) | memory
 
 
 def _loop_with(bench, spec, one, phase, sync, min_warmup):
@@ -172,7 +180,10 @@ def _loop_with(bench, spec, one, phase, sync, min_warmup):
         phase["now"] = p
         bench.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
-    return steady_state(one, bench.measure, min_warmup_batches=min_warmup, sync=sync, on_phase=on_phase), phase
+    rounds = max(spec.num_workers or 1, 1)  # whole rounds of worker output per window (see steady_state)
+    m = steady_state(one, bench.measure, min_warmup_batches=min_warmup, batch_multiple=rounds, sync=sync,
+                     on_phase=on_phase)
+    return m, phase
 
 
 def _step_columns(step: Step, records: list, m) -> dict:
@@ -231,9 +242,10 @@ def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
 
     try:
         m, _ = _loop_with(bench, spec, one, phase, lambda: None, prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2)
+        memory = memory_columns(it)
     finally:
         _close_loader(bench, it)
-    return m.stats() | _stages(dataset, records, m)
+    return m.stats() | _stages(dataset, records, m) | memory
 
 
 def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:

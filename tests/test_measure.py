@@ -93,3 +93,25 @@ def test_drift_is_reported_even_with_small_cv():
     rates = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111]
     assert "drifts" in instability(rates, 12, cv_limit=0.04)
     assert instability([100, 101, 100, 101], 4, cv_limit=0.05) is None
+
+
+def test_windows_of_whole_worker_rounds_are_stable_under_bursts():
+    # 4 workers finish their batches together: one slow gap, then 3 batches at once
+    def bursty(clock):
+        n = {"i": 0}
+
+        def step():
+            n["i"] += 1
+            clock.t += 0.04 if n["i"] % 4 == 0 else 0.001
+            return 8
+        return step
+
+    loose = policy(window_s=1e-9, window_batches=3, windows=6)
+    c1 = FakeClock()
+    ragged = steady_state(bursty(c1), loose, clock=c1)
+    c2 = FakeClock()
+    rounds = steady_state(bursty(c2), loose, clock=c2, batch_multiple=4)
+    assert ragged.stats()["samples_per_s_cv"] > 0.2
+    assert rounds.stats()["samples_per_s_cv"] == pytest.approx(0.0, abs=1e-9)
+    assert rounds.stats()["samples_per_s"] == pytest.approx(32 / 0.043)
+    assert all(w.batches % 4 == 0 for w in rounds.windows)

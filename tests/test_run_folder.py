@@ -47,6 +47,7 @@ def test_timeline_samples_belong_to_trials(run_dir):
     assert set(tl["phase"].dropna()) == {"warmup", "measure"}
     one_worker = trials[(trials["kind"] == "end_to_end") & (trials["num_workers"] == 1)].iloc[0]
     assert one_worker["workers_rss_mb_max"] > 10  # the worker process was tracked
+    assert one_worker["pss_mb_steady"] > 50  # main + worker RAM, shared pages once
 
 
 def test_run_json_records_config_machine_and_timers(run_dir):

@@ -18,7 +18,7 @@ CURVE_COLUMNS = [
     ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
     ("CV", "samples_per_s_cv", "{:.1%}"), ("wait", "data_wait_frac", "{:.0%}"),
     ("GPU%", "gpu_util_pct_mean", "{:.0f}"), ("CPU%", "cpu_util_pct_mean", "{:.0f}"),
-    ("RSS MB", "rss_mb_max", "{:,.0f}"), ("CPU/s", "cpu_bound_samples_per_s", "si"),
+    ("RAM MB", "pss_mb_steady", "{:,.0f}"), ("CPU/s", "cpu_bound_samples_per_s", "si"),
     ("I/O/s", "io_bound_samples_per_s", "si"), ("GPU/s", "gpu_bound_samples_per_s", "si"),
     ("pred/s", "predicted_samples_per_s", "si"), ("err", "prediction_error_frac", "{:+.0%}"),
     ("verdict", "verdict", "{}"),
@@ -30,7 +30,7 @@ ISOLATION_COLUMNS = [
 ]
 LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
           "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
-          "RSS MB: peak of main + workers · CPU/s, I/O/s, GPU/s: the loader alone, the raw reads alone "
+          "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s: the loader alone, the raw reads alone "
           "and the step alone, at the same settings · pred/s: predicted from those bounds "
           "(err: prediction − measured, relative) · verdict: the bound the trial sits on")
 

@@ -14,6 +14,9 @@ from .base import Source, SourceError
 REGISTRY: dict[str, str] = {
     "files": "files:FileSource",
     "memory": "memory:MemorySource",
+    "shards": "shards:ShardSource",
+    "url": "url:UrlSource",
+    "throttled": "throttled:ThrottledSource",
 }
 
 

@@ -183,6 +183,10 @@ class ShardSource(Source):
     def total_bytes(self) -> int:
         return sum(self._sizes)
 
+    def shard_of(self, index: int) -> int:
+        """Position in :attr:`shards` of the shard holding sample ``index``."""
+        return self._shard[index]
+
     def shard_order(self, seed: int, epoch: int) -> list[int]:
         """Every index once: shards in an order shuffled by ``seed + epoch``, members in file order."""
         order = list(range(len(self.shards)))

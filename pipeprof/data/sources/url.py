@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+import weakref
 from pathlib import Path
 from urllib.parse import quote
 
@@ -24,6 +25,24 @@ from .files import scan_image_folder
 
 INDEX_NAME = "index.txt"
 RETRY_BACKOFF_S = 0.1  # first pause between attempts; doubles each retry
+
+# Filesystems this module created. A forked worker inherits them (and any not yet
+# garbage-collected), but their client sessions belong to the parent's event-loop
+# thread, which does not exist in the child: finalizing one there blocks ~1 s in
+# fsspec's close_session (it waits on the dead loop), and closing its sockets would
+# unregister them from the epoll instance the parent shares. So a child keeps them
+# alive, untouched, until it exits (DataLoader workers leave via os._exit).
+# Keyed by id: filesystems compare equal when made with equal arguments, so a set would keep one.
+_CREATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_INHERITED: list = []
+
+
+def _keep_inherited() -> None:
+    _INHERITED.extend(_CREATED.values())
+    _CREATED.clear()
+
+
+os.register_at_fork(after_in_child=_keep_inherited)
 
 
 def _protocol(url: str) -> str:
@@ -97,7 +116,8 @@ def parse_index(text: str, where: str) -> list[tuple[str, int, int | None]]:
             else:
                 raise ValueError("expected 2 or 3 columns")
         except ValueError as exc:
-            raise SourceError(f"{where} line {n}: expected 'path label [size]', got {line!r} ({exc})") from exc
+            raise SourceError(f"{where} line {n}: expected 'path label [size]', "
+                              f"got {line!r} ({exc})") from exc
     if not entries:
         raise SourceError(f"{where} lists no objects")
     return entries
@@ -133,10 +153,12 @@ class UrlSource(Source):
             import fsspec
 
             try:
-                self._fs_cache[protocol] = fsspec.filesystem(
-                    protocol, skip_instance_cache=True, **_fs_kwargs(protocol, self.timeout_s))
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True,
+                                       **_fs_kwargs(protocol, self.timeout_s))
             except ImportError as exc:
                 raise SourceError(f"{protocol}:// needs an extra package ({url}): {exc}") from exc
+            _CREATED[id(fs)] = fs
+            self._fs_cache[protocol] = fs
         return self._fs_cache[protocol]
 
     def _call(self, what: str, url: str):
