@@ -263,15 +263,15 @@ def what_if(gpu_rate: float, sc: dict, main_cores: float, io_mb_s: float | None,
     return rows
 
 
-def _cheaper_cpu(row: pd.Series, rates: np.ndarray, share: float) -> tuple[pd.Series, np.ndarray]:
-    """The row and CPU curve as they would be with ``share`` of worker time removed."""
+def _cheaper_cpu(row: pd.Series, ws: np.ndarray, rates: np.ndarray, share: float, cores: float) -> float:
+    """Predicted rate with ``share`` of worker time removed (row, CPU curve and stage clocks scaled)."""
     f = 1 / (1 - share)
     r = row.copy()
     r["cpu_bound_samples_per_s"] = row.get("cpu_bound_samples_per_s", float("nan")) * f
     for k in r.index:
         if k.startswith("stage_us_per_sample."):
             r[k] = r[k] / f
-    return r, rates * f
+    return predict(r, ws, rates * f, cores)[0]
 
 
 def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> list[dict]:
@@ -291,15 +291,15 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
         name, share = costly
         if name == "decode":  # decoding cannot be dropped; a 2x faster path is the realistic change
             add(f"halve decode time (OpenCV/SIMD decoder, smaller stored JPEGs, GPU decode): decode is "
-                f"{share:.0%} of worker time", predict(*_cheaper_cpu(row, rates, share / 2), ws, cores)[0],
+                f"{share:.0%} of worker time", _cheaper_cpu(row, ws, rates, share / 2, cores),
                 "worker time less half of decode's measured share (the 2x is an assumption)")
         else:
             add(f"drop or cheapen {name}: {share:.0%} of worker time",
-                predict(*_cheaper_cpu(row, rates, share), ws, cores)[0], "worker time less that stage's measured share")
+                _cheaper_cpu(row, ws, rates, share, cores), "worker time less that stage's measured share")
     uint8_share = shares.get("Normalize", 0) + 0.75 * shares.get("collate", 0)
     if shares.get("Normalize", 0) and uint8_share < 1:
         add("normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
-            predict(*_cheaper_cpu(row, rates, uint8_share), ws, cores)[0],
+            _cheaper_cpu(row, ws, rates, uint8_share, cores),
             "Normalize's share and 3/4 of collate's share removed from worker time")
     if _known(bounds.get("io")) and bounds["io"] <= 1.1 * base:
         r = row.copy()
@@ -339,9 +339,12 @@ def stage_overhead(trials: pd.DataFrame) -> list[dict]:
             match = match[match[k].eq(r[k]) | (match[k].isna() & pd.isna(r[k]))]
         if len(match):
             timed = float(match["samples_per_s"].iloc[0])
+            noise = math.hypot(float(match["samples_per_s_cv"].iloc[0]), float(r["samples_per_s_cv"]))
+            overhead = 1 - timed / float(r["samples_per_s"])
             out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
                         "timed_samples_per_s": timed, "untimed_samples_per_s": float(r["samples_per_s"]),
-                        "overhead_frac": 1 - timed / float(r["samples_per_s"])})
+                        "overhead_frac": overhead, "noise_frac": noise,
+                        "resolved": abs(overhead) > 2 * noise})
     return out
 
 

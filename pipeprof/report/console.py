@@ -130,9 +130,10 @@ def recommendation_lines(run) -> list[str]:
         lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
                      f"{len(analysis.get('verdicts', []))} end-to-end trials")
     for o in analysis.get("stage_timing_overhead", []):
+        verdict = "" if o.get("resolved") else f", within the run-to-run noise of ±{2 * o['noise_frac']:.0%}"
         lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} of the {o['preset']} pipeline rate at "
                      f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} timed vs "
-                     f"{o['untimed_samples_per_s']:,.1f} untimed samples/s)")
+                     f"{o['untimed_samples_per_s']:,.1f} untimed samples/s{verdict})")
     return lines
 
 
