@@ -77,7 +77,7 @@ def expected_rate(cost_s: float, workers: int, batch: int, step_s: float) -> tup
     At 0 workers the main process alternates loading and stepping, so the two
     costs add; with workers they overlap and the slower side binds.
     """
-    if workers == 0:
-        return batch / (batch * cost_s + step_s), "cpu"
+    if workers == 0:  # serial: the side that takes more of each batch's time binds
+        return batch / (batch * cost_s + step_s), "cpu" if batch * cost_s >= step_s else "gpu"
     cpu, gpu = workers / cost_s, batch / step_s
     return (cpu, "cpu") if cpu < gpu else (gpu, "gpu")

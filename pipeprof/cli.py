@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     make.add_argument("--seed", type=int, default=0)
     report = sub.add_parser("report", help="print a saved run's tables again")
     report.add_argument("run_dir")
+    validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
+    validate.add_argument("--out-dir", default="out")
     return p
 
 
@@ -84,7 +86,30 @@ def cmd_report(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report}
+def cmd_validate(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .validate import run_validation
+
+    console = Console(width=None if Console().is_terminal else 140)
+    df = run_validation(args.out_dir, progress=lambda c: console.print(f"running {c.name}", style="dim"))
+    t = Table(title="pipeprof validate: known answers", title_justify="left")
+    for h in ("case", "expected/s", "measured/s", "err", "expected verdict", "reported", "predicted/s", "pred err"):
+        t.add_column(h, justify="left" if h in ("case", "expected verdict", "reported") else "right")
+    for _, r in df.iterrows():
+        t.add_row(r["case"], f"{r['expected_samples_per_s']:.1f}", f"{r['measured_samples_per_s']:.1f}",
+                  f"{r['rate_error_frac']:+.1%}", r["expected_verdict"], str(r["reported_verdict"]),
+                  f"{r['predicted_samples_per_s']:.1f}", f"{r['prediction_error_frac']:+.1%}")
+    console.print(t)
+    agree = (df["expected_verdict"] == df["reported_verdict"]).sum()
+    console.print(f"verdicts agree in {agree} of {len(df)} cases; median |rate error| "
+                  f"{df['rate_error_frac'].abs().median():.1%}; median |prediction error| "
+                  f"{df['prediction_error_frac'].abs().median():.1%}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report}
 
 
 def main(argv=None) -> int:

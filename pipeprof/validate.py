@@ -1,0 +1,70 @@
+"""``pipeprof validate``: run workloads whose answer is known and compare.
+
+A benchmark, not a test: it prints, for each calibrated workload (see
+``calibrate``), the expected and measured samples/s, the expected and reported
+verdict, and the prediction error, so anyone can check pipeprof's accuracy on
+their own machine. Cases use at most 2 workers so a 2-core machine can run them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .calibrate import BurnDataset, FixedStepModel, expected_rate, single_threaded
+
+MEASURE = {"warmup_batches": 3, "warmup_s": 0.5, "window_s": 0.75, "window_batches": 3, "windows": 4,
+           "cv_unstable": 0.1}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A BurnDataset (``cost_ms`` of CPU per sample) feeding a FixedStepModel (``step_ms`` per batch)."""
+
+    name: str
+    cost_ms: float
+    workers: int
+    batch: int
+    step_ms: float
+
+    def expected(self) -> tuple[float, str]:
+        rate, side = expected_rate(self.cost_ms / 1e3, self.workers, self.batch, self.step_ms / 1e3)
+        if self.workers:
+            cpu, gpu = self.workers / (self.cost_ms / 1e3), self.batch / (self.step_ms / 1e3)
+            if abs(cpu - gpu) / min(cpu, gpu) <= 0.05:
+                return rate, "balanced"
+        return rate, f"{side}-bound"
+
+
+CASES = [
+    Case("cpu: 10 ms/sample, 2 workers, 5 ms step", 10, 2, 8, 5),
+    Case("gpu: same, 80 ms step", 10, 2, 8, 80),
+    Case("cpu: 1 worker", 10, 1, 8, 5),
+    Case("balanced: 400 vs 400 samples/s", 5, 2, 16, 40),
+    Case("no workers: load and step add up", 2, 0, 8, 20),
+]
+
+
+def run_case(case: Case, out_dir: str) -> dict:
+    """Profile one case (all trial kinds a user dataset allows) and compare with its known answer."""
+    import pipeprof
+
+    with single_threaded():
+        run = pipeprof.profile(BurnDataset(512, case.cost_ms / 1e3), model=FixedStepModel(case.step_ms / 1e3),
+                               batch_size=case.batch, num_workers=[case.workers], measure=MEASURE,
+                               out_dir=out_dir, name="validate", device="cpu", log=lambda *a: None)
+    verdict = (run.meta["analysis"]["verdicts"] or [{}])[0]
+    rate, side = case.expected()
+    measured = verdict.get("samples_per_s", float("nan"))
+    return {"case": case.name, "expected_samples_per_s": rate, "measured_samples_per_s": measured,
+            "rate_error_frac": measured / rate - 1, "expected_verdict": side,
+            "reported_verdict": verdict.get("verdict"), "predicted_samples_per_s": verdict.get("predicted_samples_per_s"),
+            "prediction_error_frac": verdict.get("prediction_error_frac"), "run": str(run.path)}
+
+
+def run_validation(out_dir: str = "out", cases=CASES, progress=lambda case: None) -> pd.DataFrame:
+    rows = []
+    for case in cases:
+        progress(case)
+        rows.append(run_case(case, out_dir))
+    return pd.DataFrame(rows)
