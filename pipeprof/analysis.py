@@ -100,11 +100,18 @@ def worker_capacity(row: pd.Series) -> float | None:
     return max(row["num_workers"], 1) / (stage_us * 1e-6)
 
 
-def cpu_curve(group: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(workers, cpu_pipeline samples/s) measured for a group, sorted, NaNs dropped."""
-    c = group[["num_workers", "cpu_bound_samples_per_s"]].dropna().drop_duplicates("num_workers")
-    c = c.sort_values("num_workers")
-    return c["num_workers"].to_numpy(float), c["cpu_bound_samples_per_s"].to_numpy(float)
+def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(workers, samples/s) of every cpu_pipeline trial at ``like``'s settings, sorted by workers.
+
+    Taken from the cpu_pipeline trials themselves, not the end-to-end rows, so
+    worker counts measured only in isolation still shape the curve.
+    """
+    c = ok(trials, "cpu_pipeline")
+    for k in BOUND_KEYS["cpu_pipeline"]:
+        if k != "num_workers" and k in c and k in like:
+            c = c[c[k].eq(like[k]) | (c[k].isna() & pd.isna(like[k]))]
+    c = c[["num_workers", "samples_per_s"]].dropna().drop_duplicates("num_workers").sort_values("num_workers")
+    return c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float)
 
 
 def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:
@@ -161,7 +168,7 @@ def classify(row: pd.Series, bounds: dict) -> str:
     known = sorted((v, "cpu" if k == "cores" else k) for k, v in bounds.items() if _known(v))
     if not known:
         return "unknown"
-    (low, side), rest = known[0], [r for r in known[1:] if r[1] != known[0][1]]
+    low, side = known[0]
     cpu, io = bounds.get("cpu"), bounds.get("io")
     if side == "cpu" and _known(io) and _known(cpu) and cpu >= (1 - 2 * BALANCED) * io:
         side = "io"  # the pipeline runs at the speed its bytes arrive: storage, not CPU, binds
@@ -169,7 +176,10 @@ def classify(row: pd.Series, bounds: dict) -> str:
         cap = worker_capacity(row)
         if cap and row["num_workers"] > 0 and cpu < LOADER_GAP * cap:
             return "loader-bound"
-    if rest and rest[0][0] <= (1 + BALANCED) * low and {side, rest[0][1]} != {"cpu", "io"}:
+    # the loader chain (cpu, io) against the step (gpu): balanced when the two ends are close
+    chain = {"cpu", "io"}
+    other = [v for v, k in known if (k in chain) != (side in chain)]
+    if other and other[0] <= (1 + BALANCED) * low:
         return "balanced"
     return f"{side}-bound"
 
@@ -178,7 +188,7 @@ def verdicts(trials: pd.DataFrame, cores: float) -> pd.DataFrame:
     """One row per end-to-end trial: verdict, evidence, predicted rate and its error."""
     out = []
     for _, group in groups(curves(trials)):
-        ws, rates = cpu_curve(group)
+        ws, rates = cpu_curve(trials, group.iloc[0])
         for _, row in group.iterrows():
             predicted, bounds = predict(row, ws, rates, cores)
             verdict = classify(row, bounds)
@@ -357,7 +367,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0) -> dict:
     out = []
     for key, curve in groups(cv):
         entry = key | recommend_workers(curve)
-        out.append(entry | _group_advice(key, curve, v, cores))
+        out.append(entry | _group_advice(curve, cpu_curve(trials, curve.iloc[0]), v, cores))
     errors = v["prediction_error_frac"].dropna().abs() if len(v) else pd.Series(dtype=float)
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]
     unstable = trials["unstable"].astype("boolean").fillna(False) if "unstable" in trials else []
@@ -367,8 +377,8 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0) -> dict:
             "trials": int(len(trials)), "failed_trials": int(len(failed)), "unstable_trials": int(sum(unstable))}
 
 
-def _group_advice(key: dict, curve: pd.DataFrame, v: pd.DataFrame, cores: float) -> dict:
-    ws, rates = cpu_curve(curve)
+def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float) -> dict:
+    ws, rates = cpu
     sc = scaling(ws, rates)
     gpu = curve["gpu_bound_samples_per_s"].dropna()
     main = curve["main_cores_step"].dropna() if "main_cores_step" in curve else pd.Series(dtype=float)
