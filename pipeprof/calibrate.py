@@ -81,3 +81,9 @@ def expected_rate(cost_s: float, workers: int, batch: int, step_s: float) -> tup
         return batch / (batch * cost_s + step_s), "cpu" if batch * cost_s >= step_s else "gpu"
     cpu, gpu = workers / cost_s, batch / step_s
     return (cpu, "cpu") if cpu < gpu else (gpu, "gpu")
+
+
+def fixed_step_model_5ms() -> FixedStepModel:
+    """A 5 ms step for configs (``model.name: "pipeprof.calibrate:fixed_step_model_5ms"``): a fast,
+    CPU-free stand-in for an accelerator, so the data side of a run is what binds."""
+    return FixedStepModel(0.005)

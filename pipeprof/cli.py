@@ -29,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir")
     validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
     validate.add_argument("--out-dir", default="out")
+    pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
+    pack.add_argument("src", help="dataset folder (class folders of images)")
+    pack.add_argument("dst", help="folder for shard-000000.tar, ...")
+    pack.add_argument("--shard-size", type=float, default=100.0, metavar="MB", help="target shard size in MB (1e6 B)")
+    pack.add_argument("--seed", type=int, default=0, help="shuffle seed: every shard mixes classes")
+    pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
     return p
 
 
@@ -41,7 +47,7 @@ def cmd_run(args) -> int:
     from .runner import execute
 
     cfg = cfgmod.load(args.config, args.overrides)
-    console = Console()
+    console = Console(width=None if Console().is_terminal else 140)  # a log file gets the wide tables
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("preparing", total=None)
@@ -109,7 +115,21 @@ def cmd_validate(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report}
+def cmd_pack(args) -> int:
+    from .data.sources.shards import pack_folder
+
+    try:
+        info = pack_folder(args.src, args.dst, shard_size_mb=args.shard_size, seed=args.seed, overwrite=args.overwrite)
+    except OSError as exc:  # SourceError (missing/empty folder), FileExistsError (shards already there)
+        hint = " (--overwrite replaces them)" if isinstance(exc, FileExistsError) else ""
+        print(f"pipeprof pack: {exc}{hint}", file=sys.stderr)
+        return 2
+    print(f"packed {info['samples']} samples into {info['shards']} shards, {info['total_mb']:.1f} MB in all, "
+          f"in {args.dst}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "pack": cmd_pack, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report}
 
 
 def main(argv=None) -> int:

@@ -8,11 +8,13 @@ was actually used.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                      ValidationError, field_validator, model_validator)
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 TrialKind = Literal["end_to_end", "gpu_ceiling", "cpu_pipeline", "storage_fetch"]
@@ -31,6 +33,182 @@ def _listify(v: Any) -> Any:
     return v if v is None or isinstance(v, list) else [v]
 
 
+# ---- storage sources and cache states ---------------------------------------------
+#
+# ``data.source`` is a sweep axis of source specs: a name (``files``, ``memory``,
+# ``shards``, ``url``) or a mapping for parametrised ones, e.g.
+# ``{kind: throttled, inner: files, mb_s: 20, latency_ms: 5}``. Each spec has a short
+# stable ``label`` (``files``, ``throttled-files-20MBps-5ms``) that names it in
+# ``TrialSpec.source`` and the trial ids. ``data.cache`` is the page-cache axis; it
+# applies to file-backed sources only (files, shards, a throttle over either).
+
+SOURCE_KINDS: tuple[str, ...] = ("files", "memory", "shards", "url", "throttled")
+CACHE_STATES: tuple[str, ...] = ("warm", "cold", "cold-system")
+CacheState = Literal["warm", "cold", "cold-system"]
+_LABEL_OK = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _as_spec(v: Any) -> Any:
+    """A bare name is a spec of that kind with its defaults; a mapping must say its kind."""
+    if isinstance(v, str):
+        return {"kind": v}
+    if isinstance(v, dict) and "kind" not in v:
+        raise ValueError(f"a source mapping needs 'kind': one of {', '.join(SOURCE_KINDS)}")
+    return v
+
+
+class _SourceSpec(_Strict):
+    # None: filled at validation with the automatic label, so run.json records the one used
+    label: Optional[str] = None
+
+    @field_validator("label")
+    @classmethod
+    def _label_chars(cls, v):
+        if v is not None and not _LABEL_OK.match(v):
+            raise ValueError(f"label {v!r}: use letters, digits, '.', '_' or '-' (it becomes part of trial ids)")
+        return v
+
+    @model_validator(mode="after")
+    def _fill_label(self):
+        if self.label is None:
+            self.__dict__["label"] = self._auto_label()  # not setattr: that would re-run validation
+        return self
+
+    def _auto_label(self) -> str:
+        return self.kind
+
+    @property
+    def file_backed(self) -> bool:
+        """Reads local files whose page-cache state can be set (the cache axis applies)."""
+        return False
+
+    @property
+    def base_kind(self) -> str:
+        """The storage layout under any throttle: files, memory, shards or url."""
+        return self.kind
+
+    @property
+    def throttle(self) -> Optional[str]:
+        """The emulated caps as text (``20MBps-5ms``), or None for native storage."""
+        return None
+
+
+def _path_label(kind: str, path: Optional[str]) -> str:
+    if path is None:
+        return kind
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(path).name or "root")
+    return f"{kind}-{name}"
+
+
+class FilesSpec(_SourceSpec):
+    kind: Literal["files"]
+    path: Optional[str] = None  # folder (ImageFolder) or file list; None: the data section's dataset
+
+    def _auto_label(self) -> str:
+        return _path_label("files", self.path)
+
+    @property
+    def file_backed(self) -> bool:
+        return True
+
+
+class MemorySpec(_SourceSpec):
+    kind: Literal["memory"]
+    path: Optional[str] = None  # what to load into RAM (folder or file list); None: the dataset
+
+    def _auto_label(self) -> str:
+        return _path_label("memory", self.path)
+
+
+class ShardsSpec(_SourceSpec):
+    kind: Literal["shards"]
+    path: Optional[str] = None  # folder, glob or brace range of .tar shards; None: pack the dataset
+    shard_size_mb: Optional[PositiveFloat] = None  # automatic packing; None: ~8 shards, at most 100 MB each
+
+    @model_validator(mode="after")
+    def _size_only_when_packing(self):
+        if self.path is not None and self.shard_size_mb is not None:
+            raise ValueError("shard_size_mb applies when pipeprof packs the dataset itself (no path); "
+                             "existing shards keep their size")
+        return self
+
+    def _auto_label(self) -> str:
+        if self.shard_size_mb is not None:
+            return f"shards-{_num(self.shard_size_mb)}MB"
+        return _path_label("shards", self.path)
+
+    @property
+    def file_backed(self) -> bool:
+        return True
+
+
+class UrlSpec(_SourceSpec):
+    kind: Literal["url"]
+    base_url: str  # http://, https://, s3:// ... (fsspec); the server holds index.txt unless ``index`` says
+    index: Optional[str] = None
+    timeout_s: PositiveFloat = 10.0
+    retries: NonNegativeInt = 2
+
+    @field_validator("base_url")
+    @classmethod
+    def _scheme(cls, v):
+        if "://" not in v:
+            raise ValueError(f"expected a URL such as http://host:port/path or s3://bucket/prefix, got {v!r}")
+        return v
+
+
+_PlainSpec = Annotated[Union[FilesSpec, MemorySpec, ShardsSpec, UrlSpec], Field(discriminator="kind")]
+
+
+class ThrottledSpec(_SourceSpec):
+    """Any plain source behind emulated caps: bandwidth (MB/s), per-read latency (ms), reads/s."""
+
+    kind: Literal["throttled"]
+    inner: _PlainSpec = FilesSpec(kind="files")
+    mb_s: Optional[PositiveFloat] = None
+    latency_ms: NonNegativeFloat = 0.0
+    reads_s: Optional[PositiveFloat] = None
+
+    @field_validator("inner", mode="before")
+    @classmethod
+    def _inner_spec(cls, v):
+        v = _as_spec(v)
+        if isinstance(v, dict) and v.get("kind") == "throttled":
+            raise ValueError("a throttle wraps a plain source (files, memory, shards, url), not another throttle")
+        return v
+
+    @model_validator(mode="after")
+    def _some_cap(self):
+        if self.mb_s is None and self.reads_s is None and not self.latency_ms:
+            raise ValueError("throttled needs at least one of mb_s, latency_ms, reads_s")
+        return self
+
+    @property
+    def throttle(self) -> str:
+        parts = [f"{_num(self.mb_s)}MBps" if self.mb_s is not None else None,
+                 f"{_num(self.latency_ms)}ms" if self.latency_ms else None,
+                 f"{_num(self.reads_s)}rps" if self.reads_s is not None else None]
+        return "-".join(p for p in parts if p)
+
+    def _auto_label(self) -> str:
+        return f"throttled-{self.inner.label}-{self.throttle}"
+
+    @property
+    def file_backed(self) -> bool:
+        return self.inner.file_backed
+
+    @property
+    def base_kind(self) -> str:
+        return self.inner.kind
+
+
+SourceSpec = Annotated[Union[FilesSpec, MemorySpec, ShardsSpec, UrlSpec, ThrottledSpec], Field(discriminator="kind")]
+
+
 class DataConfig(_Strict):
     kind: Literal["synthetic", "folder", "factory"] = "synthetic"
     path: Optional[str] = None  # folder (ImageFolder layout) for kind=folder
@@ -40,6 +218,46 @@ class DataConfig(_Strict):
     seed: int = 0
     cache_dir: str = "out/datasets"
     decoder: Literal["pil", "cv2"] = "pil"
+    source: list[SourceSpec] = [FilesSpec(kind="files")]  # sweep axis: where the samples' bytes come from
+    cache: list[CacheState] = ["warm"]  # sweep axis: page-cache state before each trial (file-backed sources)
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source_specs(cls, v):
+        v = _listify(v)
+        return [_as_spec(x) for x in v] if isinstance(v, list) else v
+
+    _cache_list = field_validator("cache", mode="before")(classmethod(lambda cls, v: _listify(v)))
+
+    @field_validator("source")
+    @classmethod
+    def _unique_labels(cls, v):
+        if not v:
+            raise ValueError(f"at least one source; allowed kinds: {', '.join(SOURCE_KINDS)}")
+        labels = [s.label for s in v]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"two sources share the label {dup[0]!r}: give one a 'label'")
+        return v
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_states(cls, v):
+        if not v:
+            raise ValueError(f"at least one cache state; allowed: {', '.join(CACHE_STATES)}")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _storage_needs_pipeline(self):
+        if self.kind == "factory" and self.storage_swept:
+            raise ValueError("source/cache: storage axes need pipeprof's own pipeline (data.kind synthetic or "
+                             "folder); a factory Dataset hides its storage")
+        return self
+
+    @property
+    def storage_swept(self) -> bool:
+        """True when the config asks for more than the default (files, warm)."""
+        return [s.label for s in self.source] != ["files"] or list(self.cache) != ["warm"]
 
     @field_validator("factory")
     @classmethod

@@ -11,7 +11,7 @@ from functools import partial
 from torch.utils.data import DataLoader, get_worker_info
 
 from .confounders import cap_worker_threads, seed_worker
-from .data.dataset import CyclingSampler
+from .data.dataset import CyclingSampler, ShardSampler
 
 
 def worker_init(worker_id: int, base_seed: int) -> None:
@@ -23,11 +23,29 @@ def worker_init(worker_id: int, base_seed: int) -> None:
         transform.set_random_seed(seed)
 
 
+def sampler_for(dataset, batch_size: int, num_workers: int, seed: int = 0):
+    """Shuffled endless passes, or shard-by-shard per worker when the dataset's source is sequential."""
+    source = getattr(dataset, "source", None)
+    if getattr(source, "sequential", False):
+        return ShardSampler(source, batch_size, num_workers, seed)
+    return CyclingSampler(len(dataset), seed)
+
+
+def access_order(dataset) -> str:
+    """How the loader walks the dataset, as recorded with each trial."""
+    return ("sequential: each worker reads its own shards front to back"
+            if getattr(getattr(dataset, "source", None), "sequential", False) else "shuffled")
+
+
 def build_loader(dataset, batch_size: int, num_workers: int, collate_fn, pin_memory: bool = False,
-                 prefetch_factor: int = 2, seed: int = 0) -> DataLoader:
-    """An endless DataLoader over ``dataset`` with pipeprof's worker policy."""
-    extra = {"prefetch_factor": prefetch_factor} if num_workers > 0 else {}
-    return DataLoader(dataset, batch_size=batch_size, sampler=CyclingSampler(len(dataset), seed),
+                 prefetch_factor: int = 2, seed: int = 0, timeout_s: float = 0) -> DataLoader:
+    """An endless DataLoader over ``dataset`` with pipeprof's worker policy.
+
+    ``timeout_s`` (> 0, with workers) bounds the wait for one batch, so storage that stops
+    answering ends a trial with an error instead of hanging it.
+    """
+    extra = {"prefetch_factor": prefetch_factor, "timeout": timeout_s} if num_workers > 0 else {}
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler_for(dataset, batch_size, num_workers, seed),
                       num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
                       worker_init_fn=partial(worker_init, base_seed=seed), drop_last=True, **extra)
 

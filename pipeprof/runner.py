@@ -6,6 +6,8 @@ API (``pipeprof.profile`` / ``pipeprof.run``) both come through :func:`execute`.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -13,9 +15,10 @@ from typing import Callable, Optional
 import torch
 
 from . import __version__
-from .analysis import analyse
-from .config import RunConfig, resolve
+from .analysis import analyse, epoch_estimates
+from .config import ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
+from .data import cache
 from .data.sources import source_class
 from .env import snapshot
 from .monitors import Monitor, summarize
@@ -24,20 +27,123 @@ from .sweep import expand, run_sweep
 from .trials import TIMED_REGIONS, Bench, TrialSpec
 
 
-def prepare_source(cfg: RunConfig, log: Callable[[str], None]):
-    """(source, dataset facts) for a config's data section; None source for a factory dataset."""
+def dataset_folder(cfg: RunConfig, log: Callable[[str], None]) -> tuple[Optional[str], dict]:
+    """(folder or file list, dataset facts) of the data section; None for a factory dataset."""
     data = cfg.data
     if data.kind == "factory":
         return None, {"kind": "factory", "factory": data.factory}
     if data.kind == "folder":
         if not data.path:
-            raise ValueError("data.path: required when data.kind is 'folder'")
-        return source_class("files")(data.path), {"kind": "folder", "path": data.path}
+            raise ConfigError("data.path: required when data.kind is 'folder'")
+        return data.path, {"kind": "folder", "path": data.path}
     from .data.synthetic import cached_dataset
 
     log(f"synthetic dataset: {data.images} images, {data.classes} classes (cached under {data.cache_dir})")
     path, stats = cached_dataset(data.cache_dir, data.images, data.classes, data.seed)
-    return source_class("files")(path), {"kind": "synthetic", **stats.to_dict()}
+    return str(path), {"kind": "synthetic", **stats.to_dict()}
+
+
+def prepare_source(cfg: RunConfig, log: Callable[[str], None]):
+    """(files source, dataset facts) for a config's data section; None source for a factory dataset."""
+    folder, facts = dataset_folder(cfg, log)
+    return (source_class("files")(folder) if folder is not None else None), facts
+
+
+PACK_MARKER = ".pipeprof-pack.json"
+
+
+def auto_shard_size_mb(total_bytes: int) -> float:
+    """~8 shards for a small dataset, 100 MB shards (a common WebDataset size) for a large one."""
+    return min(100.0, max(float(f"{total_bytes / 8 / 1e6:.2g}"), 0.1))
+
+
+def packed_shards(folder: str, cache_dir: str, shard_size_mb: Optional[float], seed: int,
+                  log: Callable[[str], None]) -> Path:
+    """Tar shards of ``folder`` under ``cache_dir/shards/``, packed once and reused while the folder is unchanged."""
+    from .data.sources.shards import pack_folder
+
+    files = source_class("files")(folder)
+    total = files.total_bytes()
+    size = shard_size_mb or auto_shard_size_mb(total)
+    src = str(Path(folder).resolve())
+    key = hashlib.sha1(src.encode()).hexdigest()[:8]
+    dst = Path(cache_dir) / "shards" / f"{Path(src).name}-{key}-{size:g}MB"
+    want = {"src": src, "samples": len(files), "bytes": total, "shard_size_mb": size, "seed": seed}
+    marker = dst / PACK_MARKER
+    try:
+        if json.loads(marker.read_text()) == want:
+            return dst
+    except (OSError, ValueError):
+        pass
+    log(f"packing {len(files)} samples of {folder} into {size:g} MB tar shards under {dst}")
+    pack_folder(folder, dst, shard_size_mb=size, seed=seed, overwrite=True)
+    marker.write_text(json.dumps(want))  # last: its presence means "complete"
+    return dst
+
+
+def build_sources(cfg: RunConfig, folder: Optional[str], log: Callable[[str], None]) -> dict:
+    """label -> Source for every spec of ``data.source``, built once per sweep.
+
+    A source that cannot be opened (missing folder, no shards, a URL that refuses or
+    answers 404) is bad input: ConfigError naming it, before any trial runs.
+    """
+    built: dict = {}
+    made: dict = {}  # every source made, inner ones too: a throttle over a swept source shares its object
+
+    def build(spec):
+        key = json.dumps(spec.model_dump(), sort_keys=True)
+        if key not in made:
+            made[key] = make(spec)
+        return made[key]
+
+    def make(spec):
+        path = getattr(spec, "path", None) or folder
+        if spec.kind in ("files", "memory") or (spec.kind == "shards" and spec.path is None):
+            if path is None:
+                raise ConfigError(f"data.source: {spec.label} needs a path (data.kind is {cfg.data.kind})")
+        if spec.kind == "files":
+            source = source_class("files")(path)
+        elif spec.kind == "memory":  # refuses a dataset larger than half the available RAM
+            source = source_class("memory")(source_class("files")(path))
+        elif spec.kind == "shards":
+            where = spec.path or packed_shards(folder, cfg.data.cache_dir, spec.shard_size_mb, cfg.data.seed, log)
+            source = source_class("shards")(where)
+        elif spec.kind == "url":
+            source = source_class("url")(spec.base_url, spec.index, spec.timeout_s, spec.retries)
+        else:
+            source = source_class("throttled")(build(spec.inner), spec.mb_s, spec.latency_ms, spec.reads_s)
+        return source
+
+    for spec in cfg.data.source:
+        try:
+            built[spec.label] = build(spec)
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as exc:  # SourceError is an OSError
+            raise ConfigError(f"data.source: {spec.label}: {exc}") from None
+    if "cold-system" in cfg.data.cache and any(s.file_backed for s in cfg.data.source):
+        ok, why = cache.can_drop_all_caches()
+        if not ok:
+            raise ConfigError(f"data.cache: 'cold-system' drops the whole machine's page cache and cannot here: "
+                              f"{why}; 'cold' evicts just the dataset's files, without root")
+    return built
+
+
+def source_info(cfg: RunConfig, sources: dict) -> dict:
+    """label -> the columns every trial on that source carries."""
+    return {spec.label: {"emulated": bool(sources[spec.label].emulated), "source_kind": spec.base_kind,
+                         "throttle": spec.throttle} for spec in cfg.data.source}
+
+
+def storage_facts(cfg: RunConfig, sources: dict) -> dict:
+    """Dataset size against RAM, and each source as it describes itself (incl. ``emulated``)."""
+    if not sources:
+        return {}
+    ref = next((s for s in sources.values() if s.kind == "files"), None) or next(iter(sources.values()))
+    total = ref.total_bytes()
+    return {"sources": {label: s.describe() for label, s in sources.items()},
+            "dataset_samples": len(ref), "dataset_total_mb": total / 1e6,
+            "fits_in_page_cache": cache.fits_in_page_cache(total), "cache_states": list(cfg.data.cache)}
 
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
@@ -52,13 +158,19 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
         from .models import load_callable
 
         user_dataset = load_callable(cfg.data.factory)()
-    source, data_facts = (None, {"kind": "user"}) if user_dataset is not None else prepare_source(cfg, log)
     user = user_dataset is not None
+    if user and cfg.data.storage_swept:
+        raise ConfigError("data.source/data.cache: storage axes need pipeprof's own pipeline; "
+                          "a user Dataset hides its storage")
+    folder, data_facts = (None, {"kind": "user"}) if user else dataset_folder(cfg, log)
+    sources = {} if user else build_sources(cfg, folder, log)
+    source = next(iter(sources.values()), None)
     specs = expand(cfg, _user_probe(user_dataset) if user else None, user_dataset=user)
+    storage = storage_facts(cfg, sources)
     run = Run(new_run_dir(cfg.out_dir, cfg.name))
     run.meta = {"pipeprof_version": __version__, "status": "running", "started": started,
                 "config": cfg.model_dump(), "machine": env, "dataset": data_facts,
-                "source": source.describe() if source is not None else None,
+                "source": source.describe() if source is not None else None, "storage": storage,
                 "timed_regions": TIMED_REGIONS, "worker_policy": WORKER_POLICY,
                 "trials_planned": len(specs)}
     run.save_meta()
@@ -67,13 +179,17 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
         bench = Bench(torch.device(cfg.device), source, cfg.measure, monitor, user_dataset=user_dataset,
                       stage_timing=cfg.stage_timing, prefetch_factor=cfg.loader.prefetch_factor,
                       num_classes=cfg.model.num_classes, channels_last=cfg.model.channels_last,
-                      seed=cfg.data.seed, models=models or {})
+                      seed=cfg.data.seed, models=models or {}, sources=sources,
+                      source_info=source_info(cfg, sources) if sources else {})
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
         rows, interrupted = run_sweep(bench, specs, timeline_of, on_row=run.save_trials,
                                       progress=progress or (lambda spec, i, n: None))
         run.meta["monitor_gpu_error"] = monitor.gpu_error
     run.save_trials(rows)
     run.save_timeline(monitor.timeline())
+    if storage:
+        storage["epochs"] = epoch_estimates(run.trials, storage["dataset_samples"],
+                                            storage["fits_in_page_cache"]["fits"])
     run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
                  "wall_s": time.time() - started, "analysis": analyse(run.trials, cores=env["cores"]["usable"])}
     run.save_meta()

@@ -2,10 +2,12 @@
 
 Trials are interleaved per worker count (storage_fetch, cpu_pipeline, end_to_end at
 w workers, then the next w) so slow drift of the machine (heat, page cache) spreads
-over the curve instead of biasing one kind. An isolation trial whose settings
-repeat (e.g. a cpu_pipeline shared by two precisions) is run once. A failing
-trial becomes a row with ``status='error'``; Ctrl-C stops the sweep and keeps
-what was measured.
+over the curve instead of biasing one kind. The storage axes (``data.source`` ×
+``data.cache``) multiply those three kinds, not gpu_ceiling; the cache axis applies to
+sources that read local files, the others get one point with cache_state 'n/a'. An
+isolation trial whose settings repeat (e.g. a cpu_pipeline shared by two precisions)
+is run once. A failing trial becomes a row with ``status='error'``; Ctrl-C stops the
+sweep and keeps what was measured.
 """
 from __future__ import annotations
 
@@ -26,6 +28,12 @@ def preset_probe(preset: str, size: int) -> tuple[str, int]:
     return output_dtype(load_preset(preset, size)), size
 
 
+def storage_points(cfg) -> list[tuple[str, str]]:
+    """(source label, cache state) pairs of a config, in config order."""
+    return [(spec.label, state) for spec in cfg.data.source
+            for state in (cfg.data.cache if spec.file_backed else ["n/a"])]
+
+
 def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
            user_dataset: bool = False) -> list[TrialSpec]:
     """All trials of a resolved config, deduplicated, in run order.
@@ -38,26 +46,32 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
     specs: list[TrialSpec] = []
     kinds = set(cfg.trials)
     presets = [None] if user_dataset else cfg.augment.preset
+    storage = [(None, None)] if user_dataset else storage_points(cfg)
     for model, precision, preset, bs in product(cfg.model.name, cfg.model.precision, presets,
                                                 cfg.loader.batch_size):
         dtype, size = probe(preset, input_size(model))
-        source = None if user_dataset else "files"
-        pipe = dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder, source=source,
-                    pin_memory=cfg.loader.pin_memory, image_size=size)
         step = dict(model=model, precision=precision, mode=cfg.model.mode)
         if "gpu_ceiling" in kinds:
             specs.append(TrialSpec("gpu_ceiling", batch_size=bs, image_size=size,
                                    input_dtype=dtype, **step))
-        for w in cfg.loader.num_workers:
-            if "storage_fetch" in kinds and not user_dataset:
-                specs.append(TrialSpec("storage_fetch", num_workers=w, batch_size=bs, source=source))
-            if "cpu_pipeline" in kinds:
-                specs.append(TrialSpec("cpu_pipeline", num_workers=w, **pipe))
-            if "end_to_end" in kinds:
-                specs.append(TrialSpec("end_to_end", num_workers=w, **pipe, **step))
+        for source, cache_state in storage:
+            where = dict(source=source, cache_state=cache_state)
+            pipe = dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
+                        pin_memory=cfg.loader.pin_memory, image_size=size, **where)
+            for w in cfg.loader.num_workers:
+                if "storage_fetch" in kinds and not user_dataset:
+                    specs.append(TrialSpec("storage_fetch", num_workers=w, batch_size=bs, **where))
+                if "cpu_pipeline" in kinds:
+                    specs.append(TrialSpec("cpu_pipeline", num_workers=w, **pipe))
+                if "end_to_end" in kinds:
+                    specs.append(TrialSpec("end_to_end", num_workers=w, **pipe, **step))
         if "cpu_pipeline" in kinds and cfg.stage_timing and not user_dataset:
-            # the same pipeline with the stage clocks off, at the most workers: their cost, measured
-            specs.append(TrialSpec("cpu_pipeline", num_workers=max(cfg.loader.num_workers), stage_timing=False, **pipe))
+            # the same pipeline with the stage clocks off, at the most workers and the first storage
+            # point: their cost, measured (once per preset; it does not depend on the storage)
+            source, cache_state = storage[0]
+            specs.append(TrialSpec("cpu_pipeline", num_workers=max(cfg.loader.num_workers), stage_timing=False,
+                                   batch_size=bs, preset=preset, decoder=cfg.data.decoder, source=source,
+                                   cache_state=cache_state, pin_memory=cfg.loader.pin_memory, image_size=size))
     return list(dict.fromkeys(specs))
 
 
@@ -67,10 +81,21 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def error_text(exc: BaseException, limit: int = 2000) -> str:
+    """One readable line first. A DataLoader worker's exception arrives as "Caught X in DataLoader
+    worker process k" + the worker's traceback, whose last line is the actual message: lead with it."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if "Original Traceback" in text:
+        lines = [line for line in text.splitlines() if line.strip()]
+        head = lines[0].split(": ", 1)[-1].rstrip(".")
+        text = f"{lines[-1].strip()} ({head[0].lower() + head[1:]})\n" + text
+    return text[:limit]
+
+
 def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     """One row: the trial's settings, status, error, metrics and monitor summary."""
     t0 = time.perf_counter()
-    row = spec.columns() | {"status": "ok", "error": None}
+    row = spec.columns() | bench.source_info.get(spec.source, {}) | {"status": "ok", "error": None}
     try:
         metrics = run_trial(bench, spec)
         row |= metrics
@@ -78,7 +103,7 @@ def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # any failure, CUDA OOM included, is a row, not a crashed sweep
-        row |= {"status": "error", "error": f"{type(exc).__name__}: {exc}".strip()[:2000]}
+        row |= {"status": "error", "error": error_text(exc)}
     finally:
         bench.monitor.set_trial(None)
         _release(bench.device)

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,8 +21,9 @@ import numpy as np
 import torch
 
 from .augment import load_preset
+from .data import cache
 from .data.dataset import PipelineDataset, RawBytesDataset, collate_bytes, collate_pipeline
-from .loader import build_loader, prefetch_depth, shutdown, worker_pids
+from .loader import access_order, build_loader, prefetch_depth, shutdown, worker_pids
 from .measure import steady_state
 from .monitors import total_pss_mb
 from .models import build as build_model
@@ -33,9 +35,21 @@ TIMED_REGIONS = {
                    "windows closed by device sync",
     "cpu_pipeline": "next(loader) only: read, decode, augment, collate in workers (or main when 0 workers), "
                     "plus pinning when pin_memory is on; no model",
-    "storage_fetch": "next(loader) over a dataset that reads each sample's bytes and nothing else; same worker count",
+    "storage_fetch": "next(loader) over a dataset that reads each sample's bytes and nothing else; same worker count. "
+                     "With cache_state cold/cold-system the page cache only stays cold for the first pass over the "
+                     "dataset, so warm-up (prefetch depth + one round of workers) and windows are counted in batches "
+                     "such that warm-up + windows + the batches in flight stay within one pass (samples_read vs "
+                     "dataset_samples, in_first_pass); windows then aim at window_s from the warm-up's rate",
+    "read_latency_ms": "storage_fetch: wall time of each sample's read inside the worker (waits included); "
+                       "p50/p95/p99 over the measured windows; reads_s and read_mb_s: reads and bytes / measured time",
     "stage_us_per_sample": "per-sample clocks inside the worker around read, decode, each top-level transform; "
-                           "collate per batch; divided by samples",
+                           "collate per batch; divided by samples. read counts the worker thread's CPU time "
+                           "(time.thread_time), not its wait for storage: the stage sums are worker CPU cost",
+    "cache_state": "set right before the trial, outside the timed region: warm = every file read once; cold = "
+                   "posix_fadvise(DONTNEED) per file (after fdatasync); cold-system = the kernel's drop_caches; "
+                   "n/a = the source does not read local files (memory, url). resident_frac_before: mincore after "
+                   "setting it. disk_read_frac: delta read_bytes / delta read_chars (/proc/PID/io) of the processes "
+                   "that read the files (the workers, or the main process at 0 workers) over the measured windows",
 }
 
 
@@ -51,7 +65,8 @@ class TrialSpec:
     mode: Optional[str] = None
     preset: Optional[str] = None
     decoder: Optional[str] = None
-    source: Optional[str] = None
+    source: Optional[str] = None  # the source spec's label (config.DataConfig.source)
+    cache_state: Optional[str] = None  # warm, cold, cold-system; 'n/a' for sources without local files
     pin_memory: Optional[bool] = None
     image_size: Optional[int] = None
     input_dtype: Optional[str] = None  # what the loader hands the step: 'uint8' or 'float32'
@@ -59,7 +74,8 @@ class TrialSpec:
 
     @property
     def trial_id(self) -> str:
-        parts = [self.kind, self.model, self.precision, self.preset, self.source,
+        cache_state = None if self.cache_state == "n/a" else self.cache_state  # no '/' inside a part
+        parts = [self.kind, self.model, self.precision, self.preset, self.source, cache_state,
                  f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}"]
         if self.stage_timing is False:
             parts.append("untimed")
@@ -84,6 +100,12 @@ class Bench:
     channels_last: bool = False
     seed: int = 0
     models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
+    sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep
+    source_info: dict = field(default_factory=dict)  # source label -> columns every trial on it carries
+
+    def source_for(self, spec: "TrialSpec"):
+        """The Source a trial reads: the one its label names, else the sweep's only source."""
+        return self.sources.get(spec.source, self.source) if spec.source is not None else self.source
 
 
 def run_trial(bench: Bench, spec: TrialSpec) -> dict:
@@ -100,7 +122,7 @@ def pipeline_dataset(bench: Bench, spec: TrialSpec):
         return bench.user_dataset
     transform = load_preset(spec.preset, spec.image_size)
     timing = bench.stage_timing if spec.stage_timing is None else spec.stage_timing
-    return PipelineDataset(bench.source, spec.decoder, transform, timing)
+    return PipelineDataset(bench.source_for(spec), spec.decoder, transform, timing)
 
 
 def _collate_for(dataset):
@@ -121,8 +143,9 @@ def make_step(bench: Bench, spec: TrialSpec) -> Step:
 
 
 def _open_loader(bench: Bench, spec: TrialSpec, dataset, collate):
+    # a batch that takes longer than a whole trial may take means the storage stopped answering
     loader = build_loader(dataset, spec.batch_size, spec.num_workers, collate, bool(spec.pin_memory),
-                          bench.prefetch_factor, bench.seed)
+                          bench.prefetch_factor, bench.seed, timeout_s=bench.measure.max_trial_s)
     it = iter(loader)
     bench.monitor.track_workers(worker_pids(it))
     return it
@@ -131,6 +154,88 @@ def _open_loader(bench: Bench, spec: TrialSpec, dataset, collate):
 def _close_loader(bench: Bench, it) -> None:
     bench.monitor.track_workers([])
     shutdown(it)
+
+
+class CacheCheck:
+    """Set a trial's page-cache state, then see across the measured windows whether it held.
+
+    Only for sources that read local files (``Source.files()``); for the others every
+    method is a no-op and the trial's ``cache_state`` is 'n/a'.
+    """
+
+    COLD = ("cold", "cold-system")
+    COLD_MIN_DISK_FRAC = 0.10  # a cold trial reading less than this from the disk did not measure cold reads
+
+    def __init__(self, source, state: Optional[str]):
+        self.state = state
+        files = source.files() if source is not None and state in ("warm", *self.COLD) else None
+        self.files = files or None
+        self.probe: Optional[cache.IoProbe] = None
+        self.result: Optional[dict] = None
+        self.resident_before: Optional[float] = None
+
+    @property
+    def cold(self) -> bool:
+        return self.files is not None and self.state in self.COLD
+
+    def prepare(self) -> dict:
+        """Put the files in the requested state (outside any timed region); columns about it."""
+        if self.files is None:
+            return {}
+        t0 = time.perf_counter()
+        if self.state == "warm":
+            cache.warm(self.files)
+        elif self.state == "cold":
+            cache.evict(self.files, flush=True)  # flush: a dataset written moments ago has dirty pages
+        else:  # cold-system: the user asked for the whole machine's cache to go (needs the rights)
+            cache.drop_all_caches()
+        prepare_s = time.perf_counter() - t0
+        self.resident_before = cache.resident_fraction(self.files)
+        return {"cache_prepare_s": prepare_s, "resident_frac_before": self.resident_before}
+
+    def start(self, it) -> None:
+        """Start counting at the first measured window. With workers only they read the files;
+        the main process's counters would add its pipe reads (batches) and /proc reads (monitor)."""
+        if self.files is not None:
+            self.probe = cache.IoProbe(worker_pids(it) or [os.getpid()]).start()
+
+    def stop(self) -> None:
+        """Stop counting (before the workers shut down: their counters leave with them)."""
+        if self.probe is not None and self.result is None:
+            self.result = self.probe.stop()
+
+    def columns(self, kind: str, samples_read: int, dataset_samples: int, warmup_samples: int = 0) -> dict:
+        cols: dict[str, Any] = {"dataset_samples": dataset_samples, "samples_read": samples_read,
+                                "passes_read": samples_read / dataset_samples if dataset_samples else None}
+        if self.result is None:
+            return cols
+        frac = self.result["disk_fraction"]
+        cols |= {"disk_read_frac": frac, "disk_read_mb": self.result["read_bytes"] / 1e6,
+                 "read_chars_mb": self.result["read_chars"] / 1e6}
+        notes = []
+        if self.cold and dataset_samples and warmup_samples >= dataset_samples:
+            notes.append(f"cold holds for the first pass only, and the warm-up alone read {warmup_samples} samples "
+                         f"of {dataset_samples}: the measured windows read from the page cache "
+                         f"({_pct(frac)} from the disk); a larger dataset or a smaller batch measures cold reads")
+        elif self.cold and frac is not None and frac < self.COLD_MIN_DISK_FRAC:
+            notes.append(f"cold requested but data came from cache: {frac:.0%} of the bytes read in the measured "
+                         f"windows came from the disk (page cache held {_pct(self.resident_before)} of the files "
+                         "before); the filesystem may keep pages in memory (tmpfs, some network/FUSE mounts) or not "
+                         "count read_bytes")
+        elif self.cold and kind != "storage_fetch" and cols["passes_read"] and cols["passes_read"] > 1:
+            notes.append(f"cold holds for the first pass only: this trial read {samples_read} samples, "
+                         f"{cols['passes_read']:.1f} passes over {dataset_samples}, so part of its windows read "
+                         f"from the page cache ({_pct(frac)} from the disk)")
+        if self.state == "warm" and frac is not None and frac > 0.5:
+            notes.append(f"warm requested but {frac:.0%} of the bytes came from the disk: the dataset does not "
+                         "stay in the page cache")
+        if notes:
+            cols["cache_note"] = "; ".join(notes)
+        return cols
+
+
+def _pct(x) -> str:
+    return "?" if x is None else f"{x:.0%}"
 
 
 def memory_columns(it) -> dict:
@@ -154,6 +259,8 @@ def stage_columns(names: list[str], stage_sum_s: np.ndarray, samples: int) -> di
 def end_to_end(bench: Bench, spec: TrialSpec) -> dict:
     dataset = pipeline_dataset(bench, spec)
     step = make_step(bench, spec)
+    check = CacheCheck(_source_of(dataset), spec.cache_state)
+    prepared = check.prepare()
     it = _open_loader(bench, spec, dataset, _collate_for(dataset))
     records: list = []
     phase = {"now": "warmup"}
@@ -168,20 +275,45 @@ def end_to_end(bench: Bench, spec: TrialSpec) -> dict:
         return batch["image"].shape[0]
 
     try:
-        m, phase = _loop_with(bench, spec, one, phase, step.clock.sync, prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2)
+        m, phase = _loop_with(bench, spec, one, phase, step.clock.sync,
+                              prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2, check=check, it=it)
         memory = memory_columns(it)
     finally:
+        check.stop()
         _close_loader(bench, it)
-    return m.stats() | _step_columns(step, records, m) | _stages(dataset, records, m) | memory
+    return (m.stats() | _step_columns(step, records, m) | _stages(dataset, records, m) | memory
+            | _storage_columns(dataset, check, spec, m, prepared))
 
 
-def _loop_with(bench, spec, one, phase, sync, min_warmup):
+def _source_of(dataset):
+    """The pipeprof Source behind a dataset of ours; None for a user's Dataset (whatever its attributes)."""
+    return dataset.source if isinstance(dataset, (PipelineDataset, RawBytesDataset)) else None
+
+
+def _storage_columns(dataset, check: CacheCheck, spec: TrialSpec, m, prepared: dict) -> dict:
+    """Cache state as set and as seen, and how much of the dataset the trial read (pipeprof sources only)."""
+    source = _source_of(dataset)
+    if source is None:
+        return {}
+    stats = m.stats()
+    warmup = stats["warmup_batches"] * spec.batch_size
+    read = warmup + stats["batches_measured"] * spec.batch_size
+    return prepared | check.columns(spec.kind, read, len(source), warmup) | {"access_order": access_order(dataset)}
+
+
+def _loop_with(bench, spec, one, phase, sync, min_warmup, policy=None, check: Optional[CacheCheck] = None, it=None):
+    """steady_state with the monitor told each phase; ``check`` counts disk reads over the measured windows."""
     def on_phase(p: str) -> None:
         phase["now"] = p
         bench.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
+        if check is not None:
+            if p == "measure":
+                check.start(it)
+            elif p == "done":
+                check.stop()
 
     rounds = max(spec.num_workers or 1, 1)  # whole rounds of worker output per window (see steady_state)
-    m = steady_state(one, bench.measure, min_warmup_batches=min_warmup, batch_multiple=rounds, sync=sync,
+    m = steady_state(one, policy or bench.measure, min_warmup_batches=min_warmup, batch_multiple=rounds, sync=sync,
                      on_phase=on_phase)
     return m, phase
 
@@ -230,6 +362,8 @@ def gpu_ceiling(bench: Bench, spec: TrialSpec) -> dict:
 
 def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
     dataset = pipeline_dataset(bench, spec)
+    check = CacheCheck(_source_of(dataset), spec.cache_state)
+    prepared = check.prepare()
     it = _open_loader(bench, spec, dataset, _collate_for(dataset))
     records: list = []
     phase = {"now": "warmup"}
@@ -241,18 +375,49 @@ def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
         return batch["image"].shape[0]
 
     try:
-        m, _ = _loop_with(bench, spec, one, phase, lambda: None, prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2)
+        m, _ = _loop_with(bench, spec, one, phase, lambda: None,
+                          prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2, check=check, it=it)
         memory = memory_columns(it)
     finally:
+        check.stop()
         _close_loader(bench, it)
-    return m.stats() | _stages(dataset, records, m) | memory
+    return m.stats() | _stages(dataset, records, m) | memory | _storage_columns(dataset, check, spec, m, prepared)
+
+
+def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,
+                  window_batches: int, warm_rate: Optional[float], window_s: float) -> dict:
+    """Window sizes (in batches) that keep a cold measurement inside the first pass over the dataset.
+
+    Batches consumed in warm-up and windows, plus the ``depth`` batches the workers have
+    in flight when the last window closes, must not exceed one pass. Windows aim at
+    ``window_s`` at the warm-up's rate (at least ``window_batches``), are shrunk (and
+    reduced to no fewer than 2) to fit, and hold whole rounds of ``workers`` batches.
+    """
+    rounds = max(workers, 1)
+    warmup = depth + rounds
+    budget = samples // batch_size - warmup - depth
+    want = max(window_batches, math.ceil((warm_rate or 0) * window_s / batch_size))
+    per_window = -(-want // rounds) * rounds
+    fit = (budget // windows) // rounds * rounds if budget > 0 else 0
+    if fit >= rounds:
+        per_window = min(per_window, fit)
+    else:
+        windows = max(2, min(windows, budget // rounds if budget > 0 else 0))
+        per_window = rounds
+    in_pass = (warmup + windows * per_window + depth) * batch_size <= samples
+    return {"warmup_batches": warmup, "window_batches": per_window, "windows": windows, "in_first_pass": in_pass}
 
 
 def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
-    if bench.source is None:
+    source = bench.source_for(spec)
+    if source is None:
         raise ValueError("storage_fetch needs a pipeprof source; a user Dataset hides its storage")
-    it = _open_loader(bench, spec, RawBytesDataset(bench.source), collate_bytes)
+    dataset = RawBytesDataset(source)
+    check = CacheCheck(source, spec.cache_state)
+    prepared = check.prepare()
+    it = _open_loader(bench, spec, dataset, collate_bytes)
     totals = {"bytes": 0, "read_s": 0.0, "n": 0}
+    times: list[float] = []
     phase = {"now": "warmup"}
 
     def one() -> int:
@@ -260,13 +425,46 @@ def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
         if phase["now"] == "measure":
             for k in totals:
                 totals[k] += batch[k]
+            times.extend(batch["read_times"])
         return batch["n"]
 
+    depth = prefetch_depth(spec.num_workers, bench.prefetch_factor)
+    plan: dict = {}
     try:
-        m, _ = _loop_with(bench, spec, one, phase, lambda: None, prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2)
+        if check.cold:
+            # the cache is cold only until each file has been read once: warm up by hand, size the
+            # windows from the warm-up's rate and the batches left in this pass, then measure
+            bench.monitor.set_trial(spec.trial_id, "warmup")
+            rounds = max(spec.num_workers or 1, 1)
+            t0, n = time.perf_counter(), 0
+            for _ in range(depth + rounds):
+                n += one()
+            warm_s = time.perf_counter() - t0
+            plan = one_pass_plan(len(dataset), spec.batch_size, spec.num_workers, depth, bench.measure.windows,
+                                 bench.measure.window_batches, n / warm_s if warm_s > 0 else None,
+                                 bench.measure.window_s)
+            policy = bench.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
+                                                      "window_batches": plan["window_batches"],
+                                                      "windows": plan["windows"]})
+            m, _ = _loop_with(bench, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
+            m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
+        else:
+            m, _ = _loop_with(bench, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
     finally:
+        check.stop()
         _close_loader(bench, it)
     measured = m.t_measure_end - m.t_measure_start
-    return m.stats() | {"read_mb_s": totals["bytes"] / 1e6 / measured,
-                        "read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
-                        "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
+    lat = np.asarray(times) * 1e3
+    cols = {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured,
+            "read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
+            "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
+    if len(lat):
+        cols |= {f"read_latency_ms_p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)}
+    if plan:
+        cols["in_first_pass"] = plan["in_first_pass"]
+    out = m.stats() | cols | _storage_columns(dataset, check, spec, m, prepared)
+    if plan and not plan["in_first_pass"]:
+        note = (f"dataset too small for a cold measurement within one pass ({len(dataset)} samples, batch "
+                f"{spec.batch_size}, {depth} batches in flight): part of the windows re-read cached files")
+        out["cache_note"] = "; ".join(filter(None, [out.get("cache_note"), note]))
+    return out

@@ -77,6 +77,18 @@ def drop_all_caches() -> None:
             "needs root outside a container; evict() drops just the dataset's files without it") from exc
 
 
+def can_drop_all_caches() -> tuple[bool, str]:
+    """Whether :func:`drop_all_caches` can work here, checked without dropping anything: (ok, why not)."""
+    path = "/proc/sys/vm/drop_caches"
+    if not os.path.exists(path):
+        return False, f"{path} does not exist (not Linux?)"
+    if not os.access(path, os.W_OK):
+        return False, f"no write access to {path} (needs root)"
+    if os.statvfs(os.path.dirname(path)).f_flag & os.ST_RDONLY:
+        return False, f"{path} is on a read-only mount (as in most containers)"
+    return True, "ok"
+
+
 def warm(paths) -> dict:
     """Read every byte of the files once so they are in the page cache (if they fit)."""
     files, total, t0 = _files(paths), 0, time.perf_counter()

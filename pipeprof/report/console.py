@@ -27,12 +27,16 @@ ISOLATION_COLUMNS = [
     ("kind", "kind", "{}"), ("setting", "setting", "{}"), ("bs", "batch_size", "{:d}"),
     ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
     ("CV", "samples_per_s_cv", "{:.1%}"), ("MB/s", "read_mb_s", "si"),
+    ("p50 ms", "read_latency_ms_p50", "si"), ("p99 ms", "read_latency_ms_p99", "si"),
+    ("disk", "disk_read_frac", "{:.0%}"),
 ]
 LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
           "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
           "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s: the loader alone, the raw reads alone "
           "and the step alone, at the same settings · pred/s: predicted from those bounds "
-          "(err: prediction − measured, relative) · verdict: the bound the trial sits on")
+          "(err: prediction − measured, relative) · verdict: the bound the trial sits on · "
+          "p50/p99 ms: per-read latency of the raw reads · disk: share of the bytes read that came from the "
+          "disk, not the page cache · (emulated): a throttled source's speed is imposed, not measured")
 
 
 def si(value: float) -> str:
@@ -58,7 +62,9 @@ def note_of(r) -> str:
     """Why a row's figure is missing or not to be trusted ('' when it is fine)."""
     if r.get("status") != "ok":
         return f"error: {r.get('error')}"
-    return f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else ""
+    notes = [f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else None,
+             r.get("cache_note") if isinstance(r.get("cache_note"), str) else None]
+    return "; ".join(n for n in notes if n)
 
 
 def table(df: pd.DataFrame, columns, notes: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -74,9 +80,16 @@ def table(df: pd.DataFrame, columns, notes: list[str]) -> tuple[list[str], list[
     return headers, rows
 
 
+def _storage(r) -> list:
+    """Source label, cache state (when it applies) and an emulated mark."""
+    state = r.get("cache_state")
+    return [r.get("source"), None if state == "n/a" else state, "(emulated)" if r.get("emulated") is True else None]
+
+
 def _setting(r) -> str:
-    parts = {"gpu_ceiling": [r.get("model"), r.get("precision")], "cpu_pipeline": [r.get("preset"), r.get("decoder")],
-             "storage_fetch": [r.get("source")]}.get(r["kind"], [])
+    parts = {"gpu_ceiling": [r.get("model"), r.get("precision")],
+             "cpu_pipeline": [r.get("preset"), r.get("decoder"), *_storage(r)],
+             "storage_fetch": _storage(r)}.get(r["kind"], [])
     return " ".join(str(p) for p in parts if p is not None and p == p)
 
 
@@ -84,7 +97,10 @@ def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
     ceiling = curve["gpu_bound_samples_per_s"].dropna()
     what = "GPU" if device == "cuda" else "step (on CPU)"
     tail = f" — {what} ceiling {ceiling.iloc[0]:,.1f} samples/s" if len(ceiling) else ""
-    return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{tail}"
+    where = " ".join(str(p) for p in _storage(key | {"emulated": bool(curve.get("emulated", pd.Series([False])).any())})
+                     if p is not None and p == p)
+    where = f" · {where}" if where else ""
+    return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{where}{tail}"
 
 
 def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[str]]:
@@ -113,7 +129,8 @@ def recommendation_lines(run) -> list[str]:
     analysis = run.meta.get("analysis", {})
     lines = []
     for g in analysis.get("groups", []):
-        head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}"
+        where = " ".join(str(p) for p in _storage(g) if p is not None and p == p)
+        head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "")
         lines.append(f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "
                      f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
                      f"{g['best_workers']}; {g['criterion']})")
@@ -125,6 +142,12 @@ def recommendation_lines(run) -> list[str]:
             if a["gain_frac"] is not None:
                 lines.append(f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
                              f"({a['gain_frac']:+.0%}; {a['basis']})")
+    storage = run.meta.get("storage") or {}
+    if storage.get("fits_in_page_cache") and (len(storage.get("sources", {})) > 1 or storage.get("epochs")
+                                               or set(storage.get("cache_states", ["warm"])) != {"warm"}):
+        lines.append(f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
+                     f"{storage['fits_in_page_cache']['reason']}")
+    lines += [e["text"] for e in storage.get("epochs", [])]
     err = analysis.get("prediction_error_abs_median")
     if err is not None:
         lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
@@ -160,7 +183,8 @@ def render_console(run, console=None) -> None:
     for title, headers, rows in tables:
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
         for h in headers:
-            t.add_column(h, justify="left" if h in TEXT_HEADERS else "right")
+            t.add_column(h, justify="left" if h in TEXT_HEADERS else "right",
+                         overflow="fold" if h in TEXT_HEADERS else "ellipsis")
         for row in rows:
             t.add_row(*row)
         console.print(t)

@@ -1,10 +1,14 @@
-"""Files on any mounted filesystem (local disk, NFS, FUSE), in ImageFolder layout."""
+"""Files on any mounted filesystem (local disk, NFS, FUSE): an ImageFolder tree or a file list.
+
+A file list is a text file of ``path label`` lines (``#`` comments allowed; paths
+relative to the list's folder or absolute), the same format as a ``url`` index.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .base import Source, SourceError
+from .base import Source, SourceError, parse_index
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -25,12 +29,32 @@ def scan_image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], li
     return paths, labels, classes
 
 
+def read_file_list(list_path: str | os.PathLike) -> tuple[list[str], list[int]]:
+    """(paths, labels) of a ``path label`` list; SourceError names the list and a missing file."""
+    list_path = Path(list_path)
+    try:
+        text = list_path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceError(f"cannot read file list {list_path}: {exc}") from exc
+    entries = parse_index(text, str(list_path))
+    paths = [str(p if os.path.isabs(p) else list_path.parent / p) for p, _, _ in entries]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise SourceError(f"{list_path}: {len(missing)} listed file(s) not found, first {missing[0]}")
+    return paths, [label for _, label, _ in entries]
+
+
 class FileSource(Source):
     kind = "files"
 
     def __init__(self, root: str | os.PathLike):
+        """``root``: an ImageFolder tree, or a file list (see the module docstring)."""
         self.root = str(root)
-        self.paths, self.labels, self.classes = scan_image_folder(root)
+        if os.path.isfile(root):
+            self.paths, self.labels = read_file_list(root)
+            self.classes = sorted(set(self.labels))
+        else:
+            self.paths, self.labels, self.classes = scan_image_folder(root)
         self._sizes = [os.stat(p).st_size for p in self.paths]
 
     def __len__(self) -> int:
@@ -51,6 +75,9 @@ class FileSource(Source):
 
     def total_bytes(self) -> int:
         return sum(self._sizes)
+
+    def files(self) -> list[str]:
+        return list(self.paths)
 
     def describe(self) -> dict:
         return {**super().describe(), "location": self.root}

@@ -183,6 +183,9 @@ class ShardSource(Source):
     def total_bytes(self) -> int:
         return sum(self._sizes)
 
+    def files(self) -> list[str]:
+        return list(self.shards)
+
     def shard_of(self, index: int) -> int:
         """Position in :attr:`shards` of the shard holding sample ``index``."""
         return self._shard[index]

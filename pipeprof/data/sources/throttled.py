@@ -87,6 +87,20 @@ class ThrottledSource(Source):
     def total_bytes(self) -> int:
         return self.inner.total_bytes()
 
+    def files(self) -> list[str] | None:
+        return self.inner.files()
+
+    # the access pattern is the inner source's: a throttled shard set is still read shard by shard
+    @property
+    def sequential(self) -> bool:
+        return bool(getattr(self.inner, "sequential", False))
+
+    def shard_order(self, seed: int, epoch: int) -> list[int]:
+        return self.inner.shard_order(seed, epoch)
+
+    def shard_of(self, index: int) -> int:
+        return self.inner.shard_of(index)
+
     def describe(self) -> dict:
         return {**super().describe(), "emulated": True, "mb_s": self.mb_s, "latency_ms": self.latency_ms,
                 "reads_s": self.reads_s, "inner": self.inner.describe()}

@@ -20,7 +20,7 @@ import weakref
 from pathlib import Path
 from urllib.parse import quote
 
-from .base import Source, SourceError
+from .base import Source, SourceError, parse_index  # noqa: F401 - parse_index re-exported
 from .files import scan_image_folder
 
 INDEX_NAME = "index.txt"
@@ -98,29 +98,6 @@ def _explain(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
         return f"timed out after {timeout_s:g} s"
     return f"{type(exc).__name__}: {exc}"
-
-
-def parse_index(text: str, where: str) -> list[tuple[str, int, int | None]]:
-    """(path, label, size or None) per ``path label [size]`` line; ``#`` starts a comment line."""
-    entries = []
-    for n, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
-        try:
-            if len(parts) == 2:
-                entries.append((parts[0], int(parts[1]), None))
-            elif len(parts) == 3:
-                entries.append((parts[0], int(parts[1]), int(parts[2])))
-            else:
-                raise ValueError("expected 2 or 3 columns")
-        except ValueError as exc:
-            raise SourceError(f"{where} line {n}: expected 'path label [size]', "
-                              f"got {line!r} ({exc})") from exc
-    if not entries:
-        raise SourceError(f"{where} lists no objects")
-    return entries
 
 
 class UrlSource(Source):
