@@ -24,7 +24,7 @@ from .env import snapshot
 from .monitors import Monitor, summarize
 from .results import Run, new_run_dir
 from .sweep import expand, run_sweep
-from .trials import TIMED_REGIONS, Bench, TrialSpec
+from .trials import TIMED_REGIONS, Bench
 
 
 def dataset_folder(cfg: RunConfig, log: Callable[[str], None]) -> tuple[Optional[str], dict]:

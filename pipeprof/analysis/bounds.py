@@ -1,0 +1,203 @@
+"""Bounds and verdicts: each end-to-end trial beside the bounds measured alone, the
+predicted rate and the verdict.
+
+The prediction model (why not just ``min`` of the bounds):
+
+* with workers, loading overlaps the step, so the slower side binds:
+  ``min(gpu, cpu(w_eff), io(w))``; ``w_eff`` caps the workers at the cores left
+  after the training process's own CPU use (measured in the gpu_ceiling trial),
+  because the isolated cpu_pipeline trial had those cores to itself;
+* with 0 workers the main process alternates loading and stepping, so per-sample
+  times add: ``1 / (1/cpu(0) + 1/gpu)``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+GROUP_KEYS = ["model", "precision", "preset", "batch_size", "source", "cache_state"]
+NEAR_BEST = 0.95  # "reaches the best rate" means within 5% of it: window CVs are a few %
+BALANCED = 0.05  # two bounds within 5% of each other: neither change alone helps much
+LOADER_GAP = 0.75  # pipeline below 75% of what its workers' CPU time allows: the hand-off binds
+
+# which settings each isolated bound shares with an end-to-end trial
+BOUND_KEYS = {
+    "gpu_ceiling": ["model", "precision", "mode", "batch_size", "image_size"],
+    "cpu_pipeline": ["preset", "decoder", "source", "cache_state", "batch_size", "num_workers", "pin_memory",
+                     "image_size"],
+    "storage_fetch": ["source", "cache_state", "batch_size", "num_workers"],
+}
+BOUND_COLUMN = {"gpu_ceiling": "gpu_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",
+                "storage_fetch": "io_bound_samples_per_s"}
+
+
+def ok(df: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Successful trials of one kind (the stage-timing-off twins excluded)."""
+    if df.empty or "kind" not in df:
+        return df.iloc[0:0]
+    sel = (df["kind"] == kind) & (df["status"] == "ok")
+    if "stage_timing" in df:
+        sel &= df["stage_timing"].astype("boolean").fillna(True)
+    return df[sel & df["samples_per_s"].notna()] if "samples_per_s" in df else df[sel]
+
+
+def present_group_keys(df: pd.DataFrame) -> list[str]:
+    return [k for k in GROUP_KEYS if k in df]
+
+
+def groups(df: pd.DataFrame):
+    """(key dict, sub-frame) per model/precision/preset/batch/source group, NaN-safe."""
+    keys = present_group_keys(df)
+    if df.empty:
+        return []
+    return [({k: _clean(v) for k, v in zip(keys, key)}, sub) for key, sub in df.groupby(keys, dropna=False)]
+
+
+def _clean(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def curves(trials: pd.DataFrame) -> pd.DataFrame:
+    """End-to-end trials with ``gpu_bound_/cpu_bound_/io_bound_samples_per_s`` joined on,
+    plus ``main_cores_step``: CPU the training process used in the gpu_ceiling trial.
+
+    A bound missing (trial kind switched off or failed) is NaN.
+    """
+    e2e = ok(trials, "end_to_end").copy()
+    for kind, keys in BOUND_KEYS.items():
+        bound, col = ok(trials, kind), BOUND_COLUMN[kind]
+        extra = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step"},
+                 "storage_fetch": {"mean_sample_kb": "mean_sample_kb"}}.get(kind, {})
+        if bound.empty:
+            e2e[col] = float("nan")
+            continue
+        on = [k for k in keys if k in e2e and k in bound]
+        cols = ["samples_per_s"] + [c for c in extra if c in bound]
+        right = bound[on + cols].drop_duplicates(on).rename(columns={"samples_per_s": col, **extra})
+        e2e = e2e.merge(right, on=on, how="left")
+    if "main_cores_step" in e2e:
+        e2e["main_cores_step"] = e2e["main_cores_step"] / 100
+    return e2e.sort_values(present_group_keys(e2e) + ["num_workers"]).reset_index(drop=True)
+
+
+# ---- per-trial verdicts ------------------------------------------------------------
+
+def worker_capacity(row: pd.Series) -> float | None:
+    """Samples/s the workers' own CPU time allows: workers / (stage seconds per sample)."""
+    stage_us = sum(v for k, v in row.items() if k.startswith("stage_us_per_sample.") and v == v)
+    if not stage_us:
+        return None
+    return max(row["num_workers"], 1) / (stage_us * 1e-6)
+
+
+def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(workers, samples/s) of every cpu_pipeline trial at ``like``'s settings, sorted by workers.
+
+    Taken from the cpu_pipeline trials themselves, not the end-to-end rows, so
+    worker counts measured only in isolation still shape the curve.
+    """
+    c = ok(trials, "cpu_pipeline")
+    for k in BOUND_KEYS["cpu_pipeline"]:
+        if k != "num_workers" and k in c and k in like:
+            c = c[c[k].eq(like[k]) | (c[k].isna() & pd.isna(like[k]))]
+    c = c[["num_workers", "samples_per_s"]].dropna().drop_duplicates("num_workers").sort_values("num_workers")
+    return c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float)
+
+
+def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:
+    """CPU bound at a (possibly fractional) worker count, interpolated on the measured curve."""
+    if not len(ws):
+        return float("nan")
+    return float(np.interp(workers, ws, rates))
+
+
+def load_cost_s(row: pd.Series, ws: np.ndarray, rates: np.ndarray) -> float | None:
+    """Worker CPU seconds per sample: the stage clocks' sum, else 1 / (rate of one worker)."""
+    stage_us = sum(v for k, v in row.items() if k.startswith("stage_us_per_sample.") and v == v)
+    if stage_us:
+        return stage_us * 1e-6
+    pos = ws > 0
+    return float(ws[pos][0] / rates[pos][0]) if pos.any() else None
+
+
+def _known(x) -> bool:
+    return x is not None and x == x and x > 0
+
+
+def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> tuple[float, dict]:
+    """Predicted end-to-end samples/s and the bounds it used (see the module docstring).
+
+    Bounds: ``gpu`` (step alone), ``cpu`` (loader alone at these workers, capped at the
+    cores the step leaves free), ``io`` (raw reads alone), and ``cores``: the CPU budget
+    when the step and the workers share the machine, cores / (step CPU s + worker CPU s
+    per sample). The last one matters where the step itself burns CPU (CPU training,
+    or a small machine); on a GPU box it is rarely the lowest.
+    """
+    gpu, io, w = row.get("gpu_bound_samples_per_s"), row.get("io_bound_samples_per_s"), row["num_workers"]
+    main = row.get("main_cores_step")
+    main = 1.0 if main is None or main != main else main
+    if w == 0:
+        cpu = row.get("cpu_bound_samples_per_s")
+        bounds = {"gpu": gpu, "cpu": cpu, "io": io, "cores": None}
+        serial = [b for b in (gpu, cpu) if _known(b)]
+        return (1 / sum(1 / b for b in serial) if serial else float("nan")), bounds
+    w_eff = min(w, max(cores - main, 1.0))
+    cpu = cpu_at(w_eff, ws, rates) if w_eff < w else row.get("cpu_bound_samples_per_s")
+    load = load_cost_s(row, ws, rates)
+    budget = cores / (main / gpu + load) if _known(gpu) and load else None
+    bounds = {"gpu": gpu, "cpu": cpu, "io": io, "cores": budget}
+    known = [b for b in bounds.values() if _known(b)]
+    return (min(known) if known else float("nan")), bounds
+
+
+def classify(row: pd.Series, bounds: dict) -> str:
+    """The verdict: gpu-bound, cpu-bound, io-bound, loader-bound or balanced.
+
+    ``cores`` binding counts as cpu-bound (the machine's cores are the limit).
+    """
+    known = sorted((v, "cpu" if k == "cores" else k) for k, v in bounds.items() if _known(v))
+    if not known:
+        return "unknown"
+    low, side = known[0]
+    cpu, io = bounds.get("cpu"), bounds.get("io")
+    if side == "cpu" and _known(io) and _known(cpu) and cpu >= (1 - 2 * BALANCED) * io:
+        side = "io"  # the pipeline runs at the speed its bytes arrive: storage, not CPU, binds
+    if side == "cpu" and _known(cpu) and cpu <= low * (1 + BALANCED):
+        cap = worker_capacity(row)
+        if cap and row["num_workers"] > 0 and cpu < LOADER_GAP * cap:
+            return "loader-bound"
+    # the loader chain (cpu, io) against the step (gpu): balanced when the two ends are close
+    chain = {"cpu", "io"}
+    other = [v for v, k in known if (k in chain) != (side in chain)]
+    if other and other[0] <= (1 + BALANCED) * low:
+        return "balanced"
+    return f"{side}-bound"
+
+
+def verdicts(trials: pd.DataFrame, cores: float) -> pd.DataFrame:
+    """One row per end-to-end trial: verdict, evidence, predicted rate and its error."""
+    out = []
+    for _, group in groups(curves(trials)):
+        ws, rates = cpu_curve(trials, group.iloc[0])
+        for _, row in group.iterrows():
+            predicted, bounds = predict(row, ws, rates, cores)
+            verdict = classify(row, bounds)
+            bound = predicted if verdict != "io-bound" else bounds["io"]
+            w = row["num_workers"]
+            out.append({
+                "trial_id": row["trial_id"], **{k: _clean(row.get(k)) for k in present_group_keys(group)},
+                "num_workers": int(w), "verdict": verdict, "samples_per_s": row["samples_per_s"],
+                "predicted_samples_per_s": predicted,
+                "prediction_error_frac": (predicted - row["samples_per_s"]) / row["samples_per_s"],
+                "of_binding_bound_frac": row["samples_per_s"] / bound if bound else None,
+                "gpu_bound_samples_per_s": bounds["gpu"], "cpu_bound_samples_per_s": bounds["cpu"],
+                "io_bound_samples_per_s": bounds["io"], "cores_bound_samples_per_s": bounds["cores"],
+                "data_wait_frac": row.get("data_wait_frac"),
+                "gpu_util_pct_mean": row.get("gpu_util_pct_mean"),
+                "worker_cpu_util_frac": (row.get("workers_cpu_pct_mean") or 0) / (100 * w) if w else None,
+                "worker_capacity_samples_per_s": worker_capacity(row)})
+    return pd.DataFrame(out)
