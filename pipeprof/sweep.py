@@ -11,6 +11,7 @@ sweep and keeps what was measured.
 """
 from __future__ import annotations
 
+import faulthandler
 import gc
 import time
 from itertools import product
@@ -96,6 +97,9 @@ def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     """One row: the trial's settings, status, error, metrics and monitor summary."""
     t0 = time.perf_counter()
     row = spec.columns() | bench.source_info.get(spec.source, {}) | {"status": "ok", "error": None}
+    # a trial that outlives its whole time budget is stuck somewhere (a step, cuDNN autotuning,
+    # a worker): print every thread's stack to stderr then, so a log tells where, and carry on
+    faulthandler.dump_traceback_later(bench.measure.max_trial_s + 30, repeat=False)
     try:
         metrics = run_trial(bench, spec)
         row |= metrics
@@ -105,6 +109,7 @@ def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     except Exception as exc:  # any failure, CUDA OOM included, is a row, not a crashed sweep
         row |= {"status": "error", "error": error_text(exc)}
     finally:
+        faulthandler.cancel_dump_traceback_later()
         bench.monitor.set_trial(None)
         _release(bench.device)
     row["trial_s"] = time.perf_counter() - t0
