@@ -256,33 +256,42 @@ def stage_columns(names: list[str], stage_sum_s: np.ndarray, samples: int) -> di
 
 # ---- the four kinds ---------------------------------------------------------------
 
-def end_to_end(bench: Bench, spec: TrialSpec) -> dict:
-    dataset = pipeline_dataset(bench, spec)
-    step = make_step(bench, spec)
+def _loader_trial(bench: Bench, spec: TrialSpec, dataset, one_batch, sync=lambda: None):
+    """The shape every loader-driven trial shares: set the cache state, open the loader, run
+    the steady-state windows over ``one_batch(it, measuring) -> samples``, take memory, close.
+
+    Returns (measurement, memory and storage columns).
+    """
     check = CacheCheck(_source_of(dataset), spec.cache_state)
     prepared = check.prepare()
     it = _open_loader(bench, spec, dataset, _collate_for(dataset))
-    records: list = []
     phase = {"now": "warmup"}
-
-    def one() -> int:
-        t0 = time.perf_counter()
-        batch = next(it)
-        wait = time.perf_counter() - t0
-        marks = step.run(batch["image"], batch["label"])
-        if phase["now"] == "measure":
-            records.append((wait, marks, batch.get("stage_s")))
-        return batch["image"].shape[0]
-
     try:
-        m, phase = _loop_with(bench, spec, one, phase, step.clock.sync,
-                              prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2, check=check, it=it)
+        m, _ = _loop_with(bench, spec, lambda: one_batch(it, phase["now"] == "measure"), phase, sync,
+                          prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2, check=check, it=it)
         memory = memory_columns(it)
     finally:
         check.stop()
         _close_loader(bench, it)
-    return (m.stats() | _step_columns(step, records, m) | _stages(dataset, records, m) | memory
-            | _storage_columns(dataset, check, spec, m, prepared))
+    return m, memory | _storage_columns(dataset, check, spec, m, prepared)
+
+
+def end_to_end(bench: Bench, spec: TrialSpec) -> dict:
+    dataset = pipeline_dataset(bench, spec)
+    step = make_step(bench, spec)
+    records: list = []
+
+    def one_batch(it, measuring: bool) -> int:
+        t0 = time.perf_counter()
+        batch = next(it)
+        wait = time.perf_counter() - t0
+        marks = step.run(batch["image"], batch["label"])
+        if measuring:
+            records.append((wait, marks, batch.get("stage_s")))
+        return batch["image"].shape[0]
+
+    m, extra = _loader_trial(bench, spec, dataset, one_batch, step.clock.sync)
+    return m.stats() | _step_columns(step, records, m) | _stages(dataset, records, m) | extra
 
 
 def _source_of(dataset):
@@ -362,26 +371,16 @@ def gpu_ceiling(bench: Bench, spec: TrialSpec) -> dict:
 
 def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
     dataset = pipeline_dataset(bench, spec)
-    check = CacheCheck(_source_of(dataset), spec.cache_state)
-    prepared = check.prepare()
-    it = _open_loader(bench, spec, dataset, _collate_for(dataset))
     records: list = []
-    phase = {"now": "warmup"}
 
-    def one() -> int:
+    def one_batch(it, measuring: bool) -> int:
         batch = next(it)
-        if phase["now"] == "measure":
+        if measuring:
             records.append((batch.get("stage_s"),))
         return batch["image"].shape[0]
 
-    try:
-        m, _ = _loop_with(bench, spec, one, phase, lambda: None,
-                          prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2, check=check, it=it)
-        memory = memory_columns(it)
-    finally:
-        check.stop()
-        _close_loader(bench, it)
-    return m.stats() | _stages(dataset, records, m) | memory | _storage_columns(dataset, check, spec, m, prepared)
+    m, extra = _loader_trial(bench, spec, dataset, one_batch)
+    return m.stats() | _stages(dataset, records, m) | extra
 
 
 def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,

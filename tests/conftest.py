@@ -1,7 +1,11 @@
 """Shared fixtures. Every test must leave no monitor thread or worker process behind."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
+import socket
 import threading
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -44,3 +48,32 @@ def quick_measure() -> dict:
     """A short steady-state policy for tests: enough windows to compute a spread."""
     return MeasureConfig(warmup_batches=3, warmup_s=0.2, window_s=0.3, window_batches=3, windows=3,
                          max_trial_s=30, cv_unstable=0.25).model_dump()
+
+
+LOOPBACK = "127.0.0.1"  # tests talk only to this machine
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@contextlib.contextmanager
+def serve_folder(root):
+    """A real HTTP file server for ``root`` on a free loopback port; yields its base URL."""
+    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), functools.partial(QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://{LOOPBACK}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, read, released)."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]

@@ -1,15 +1,12 @@
 """Shard, URL and throttled sources against real tar files, a real HTTP server and real workers."""
 from __future__ import annotations
 
-import functools
 import gc
 import hashlib
-import http.server
 import os
 import shutil
 import socket
 import tarfile
-import threading
 import time
 
 import pytest
@@ -23,7 +20,7 @@ from pipeprof.data.sources.throttled import ThrottledSource
 from pipeprof.data.sources.url import UrlSource, write_index
 from pipeprof.loader import build_loader, shutdown
 
-LOOPBACK = "127.0.0.1"
+from conftest import LOOPBACK, free_port, serve_folder
 
 
 def contents(source) -> list[tuple[str, int]]:
@@ -117,11 +114,6 @@ def test_pack_folder_rejects_bad_arguments(tiny_dataset, tmp_path):
 # --------------------------------------------------------------------------- url
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-
 @pytest.fixture(scope="module")
 def served_dir(tiny_dataset, tmp_path_factory):
     """A copy of the tiny dataset with an index (the shared fixture stays untouched)."""
@@ -134,20 +126,8 @@ def served_dir(tiny_dataset, tmp_path_factory):
 @pytest.fixture(scope="module")
 def http_base(served_dir):
     """A real HTTP server on loopback serving the dataset copy and its index."""
-    server = http.server.ThreadingHTTPServer(
-        (LOOPBACK, 0), functools.partial(QuietHandler, directory=str(served_dir)))
-    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
-    thread.start()
-    yield f"http://{LOOPBACK}:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    with serve_folder(served_dir) as base:
+        yield base
 
 
 def test_url_reads_the_same_bytes_as_files(tiny_dataset, http_base):

@@ -5,14 +5,10 @@ for ``url``, real page-cache eviction checked with /proc/PID/io. No mocks.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
 import shutil
-import socket
 import tarfile
-import threading
 import time
 
 import pandas as pd
@@ -32,7 +28,7 @@ from pipeprof.loader import build_loader, shutdown
 from pipeprof.sweep import expand
 from pipeprof.trials import one_pass_plan
 
-LOOPBACK = "127.0.0.1"
+from conftest import LOOPBACK, free_port, serve_folder
 QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 3, "windows": 3,
          "cv_unstable": 0.25}
 MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
@@ -143,11 +139,6 @@ def jpeg_folder(tmp_path_factory):
     return root
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def http_base(jpeg_folder, tmp_path_factory):
     """A real HTTP server on loopback serving a copy of the dataset with its index, and a folder
@@ -157,13 +148,8 @@ def http_base(jpeg_folder, tmp_path_factory):
     write_index(root / "ds")
     (root / "gone").mkdir()
     (root / "gone" / "index.txt").write_text("class_000/missing.jpg 0 1000\nclass_000/absent.jpg 0 1000\n")
-    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), functools.partial(QuietHandler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
-    thread.start()
-    yield f"http://{LOOPBACK}:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_folder(root) as base:
+        yield base
 
 
 def raw_config(tmp, folder, sources, **extra) -> dict:
@@ -489,12 +475,6 @@ def test_truncated_shard_is_a_clear_error(jpeg_folder, tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "data.source: shards" in err and "truncated shard" in err and last.name in err
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def test_url_refusing_connection_exits_2_fast(jpeg_folder, tmp_path, capsys):
