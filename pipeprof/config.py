@@ -294,6 +294,7 @@ class ModelConfig(_Strict):
     mode: Literal["train", "inference"] = "train"
     precision: Optional[list[Precision]] = None  # None: bf16 if supported, else fp16 (GPU); fp32 (CPU)
     channels_last: Optional[bool] = None  # None: on for CUDA
+    cudnn_benchmark: Optional[bool] = None  # None: on, except in true fp32 (see step.configure_precision)
     num_classes: PositiveInt = 1000
     _as_list = field_validator("name", "precision", mode="before")(classmethod(lambda cls, v: _listify(v)))
 
@@ -320,6 +321,7 @@ class MeasureConfig(_Strict):
     windows: int = Field(5, ge=2)
     max_trial_s: float = Field(120.0, gt=0)
     cv_unstable: float = Field(0.05, gt=0)
+    cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
 
 
 class RunConfig(_Strict):

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import torch
 
-from . import __version__
+from . import __version__, reference
 from .analysis import analyse, epoch_estimates
 from .config import ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
@@ -175,10 +175,17 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
                 "trials_planned": len(specs)}
     run.save_meta()
     log(f"run folder: {run.path}  ({len(specs)} trials on {cfg.device})")
+    cores = env["cores"]["usable"]
+    ref_s = cfg.measure.cpu_reference_s
+    if ref_s > 0:  # before the monitor and the trials, so nothing else competes for the cores
+        run.meta["cpu_reference"] = {"timed_region": reference.TIMED_REGION, "seconds": ref_s,
+                                     "start": reference.measure(int(cores), ref_s)}
+        run.save_meta()
     with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
         bench = Bench(torch.device(cfg.device), source, cfg.measure, monitor, user_dataset=user_dataset,
                       stage_timing=cfg.stage_timing, prefetch_factor=cfg.loader.prefetch_factor,
                       num_classes=cfg.model.num_classes, channels_last=cfg.model.channels_last,
+                      cudnn_benchmark=cfg.model.cudnn_benchmark,
                       seed=cfg.data.seed, models=models or {}, sources=sources,
                       source_info=source_info(cfg, sources) if sources else {})
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
@@ -187,11 +194,17 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
         run.meta["monitor_gpu_error"] = monitor.gpu_error
     run.save_trials(rows)
     run.save_timeline(monitor.timeline())
+    if ref_s > 0 and not interrupted:
+        ref = run.meta["cpu_reference"]
+        ref["end"] = reference.measure(int(cores), ref_s)
+        ref["drift"] = reference.drift(ref["start"], ref["end"])
+    run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
+                 "wall_s": time.time() - started}
+    run.save_meta()  # the measurements are safe before any analysis runs
     if storage:
         storage["epochs"] = epoch_estimates(run.trials, storage["dataset_samples"],
                                             storage["fits_in_page_cache"]["fits"])
-    run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
-                 "wall_s": time.time() - started, "analysis": analyse(run.trials, cores=env["cores"]["usable"])}
+    run.meta["analysis"] = analyse(run.trials, cores=cores)
     run.save_meta()
     return run
 

@@ -98,6 +98,7 @@ class Bench:
     prefetch_factor: int = 2
     num_classes: int = 1000
     channels_last: bool = False
+    cudnn_benchmark: Optional[bool] = None  # None: step.configure_precision decides per precision
     seed: int = 0
     models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
     sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep
@@ -139,7 +140,8 @@ def collate_user(samples):
 def make_step(bench: Bench, spec: TrialSpec) -> Step:
     factory = bench.models.get(spec.model)
     model = factory() if factory else build_model(spec.model, bench.num_classes)
-    return Step(model, bench.device, spec.precision, spec.mode, bench.channels_last, bench.num_classes)
+    return Step(model, bench.device, spec.precision, spec.mode, bench.channels_last, bench.num_classes,
+                bench.cudnn_benchmark)
 
 
 def _open_loader(bench: Bench, spec: TrialSpec, dataset, collate):
@@ -335,7 +337,8 @@ def _step_columns(step: Step, records: list, m) -> dict:
     wait = np.array([r[0] for r in records])
     h2d = np.array([step.clock.elapsed_ms(r[1][0], r[1][1]) for r in records])
     compute = np.array([step.clock.elapsed_ms(r[1][1], r[1][2]) for r in records])
-    return {"data_wait_frac": float(wait.sum() / measured), "data_wait_ms_p50": float(np.median(wait) * 1e3),
+    return {"tf32": step.settings["tf32"], "cudnn_benchmark": step.settings["cudnn_benchmark"],
+            "data_wait_frac": float(wait.sum() / measured), "data_wait_ms_p50": float(np.median(wait) * 1e3),
             "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3),
             "h2d_ms_mean": float(h2d.mean()), "compute_ms_p50": float(np.median(compute)),
             "compute_ms_p95": float(np.percentile(compute, 95)),

@@ -117,3 +117,10 @@ def test_failed_and_unstable_trials_are_counted_not_used():
     bad = trial("end_to_end", None, 4) | {"status": "error", "error": "OutOfMemoryError: CUDA out of memory"}
     a = analyse(pd.concat([df, pd.DataFrame([bad])], ignore_index=True), cores=8)
     assert a["failed_trials"] == 1 and len(a["verdicts"]) == 1
+
+
+def test_a_run_with_no_end_to_end_trial_still_analyses():
+    # e.g. interrupted during its first end-to-end trial: the bounds it has stay in trials.parquet
+    a = analyse(table(cpu={2: 200}), cores=8)
+    assert a["groups"] == [] and a["verdicts"] == [] and a["trials"] == 2
+    assert analyse(pd.DataFrame(), cores=8)["trials"] == 0

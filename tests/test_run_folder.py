@@ -13,7 +13,8 @@ def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     sets = ["data.images=16", "data.classes=2", f"data.cache_dir={out}/datasets", f"out_dir={out}",
             "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
-            "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3"]
+            "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
+            "measure.cpu_reference_s=0.6"]
     assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
     (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
     return path
@@ -59,6 +60,15 @@ def test_run_json_records_config_machine_and_timers(run_dir):
     assert meta["dataset"]["images"] == 16 and 50 < meta["dataset"]["mean_kb"] < 200
     group = meta["analysis"]["groups"][0]
     assert group["recommended_workers"] in (0, 1)
+    ref = meta["cpu_reference"]  # the machine's fixed-work speed before the first and after the last trial
+    for when in ("start", "end"):
+        one = ref[when]["points"][0]
+        assert one["processes"] == 1 and one["rounds"] == 3
+        assert one["decodes_per_s_min"] <= one["decodes_per_s"] <= one["decodes_per_s_max"]
+        assert 20 < one["decodes_per_s"] < 5000  # a ~100 KB JPEG takes 0.2-50 ms to decode on any core
+    assert ref["drift"]["largest_frac"] == pytest.approx(
+        max((e["decodes_per_s"] / s["decodes_per_s"] - 1 for s, e in zip(ref["start"]["points"], ref["end"]["points"])),
+            key=abs))
 
 
 def test_summary_and_report_show_the_table(run_dir, capsys):

@@ -68,6 +68,8 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
     A bound missing (trial kind switched off or failed) is NaN.
     """
     e2e = ok(trials, "end_to_end").copy()
+    if e2e.empty:  # e.g. a run interrupted before its first end-to-end trial: nothing to join onto
+        return e2e
     for kind, keys in BOUND_KEYS.items():
         bound, col = ok(trials, kind), BOUND_COLUMN[kind]
         extra = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step"},

@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from ..analysis import curves, groups
+from ..reference import summary_line
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -157,7 +158,8 @@ def recommendation_lines(run) -> list[str]:
         lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} of the {o['preset']} pipeline rate at "
                      f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} timed vs "
                      f"{o['untimed_samples_per_s']:,.1f} untimed samples/s{verdict})")
-    return lines
+    ref = summary_line(run.meta.get("cpu_reference"))
+    return lines + ([ref] if ref else [])
 
 
 def render_markdown(run) -> str:
