@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 # two-sided 95% Student t quantiles, df = 1..10 (beyond: normal approximation)
@@ -138,5 +138,3 @@ def _window(step, policy, clock, sync, start: float, multiple: int = 1) -> Windo
     return Window(start, clock(), samples, batches)
 
 
-def as_dict(m: Measurement) -> dict:
-    return asdict(m)

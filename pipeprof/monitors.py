@@ -22,7 +22,8 @@ Design choices, and why:
   spent collecting it, so the monitor's overhead is in the data.
 
 Units: ``*_pct`` percent (process CPU may exceed 100: one core = 100),
-``*_mb`` MiB (2**20 bytes), ``*_mb_s`` MiB/s, ``*_w`` watts, ``*_mhz`` MHz,
+``*_mb`` memory in MiB (2**20 bytes), ``*_mb_s`` data rates in MB/s (10**6 bytes, as the
+storage trials' ``read_mb_s``), ``*_w`` watts, ``*_mhz`` MHz,
 ``*_c`` degrees Celsius, ``*_ms`` milliseconds, ``t_s`` seconds.
 """
 from __future__ import annotations
@@ -306,7 +307,7 @@ class Monitor:
         self._disk_prev = cur
         if prev is None or cur is None or cur[0] <= prev[0]:
             return None
-        return (cur[1] - prev[1]) / _MIB / (cur[0] - prev[0])
+        return (cur[1] - prev[1]) / 1e6 / (cur[0] - prev[0])
 
 
 # --------------------------------------------------------------------------- #

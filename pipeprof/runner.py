@@ -43,12 +43,6 @@ def dataset_folder(cfg: RunConfig, log: Callable[[str], None]) -> tuple[Optional
     return str(path), {"kind": "synthetic", **stats.to_dict()}
 
 
-def prepare_source(cfg: RunConfig, log: Callable[[str], None]):
-    """(files source, dataset facts) for a config's data section; None source for a factory dataset."""
-    folder, facts = dataset_folder(cfg, log)
-    return (source_class("files")(folder) if folder is not None else None), facts
-
-
 PACK_MARKER = ".pipeprof-pack.json"
 
 

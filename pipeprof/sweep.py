@@ -12,6 +12,7 @@ sweep and keeps what was measured.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import gc
 import time
 from itertools import product
@@ -24,6 +25,7 @@ from .models import input_size
 from .trials import Bench, TrialSpec, run_trial
 
 
+@functools.cache  # it runs the preset on an image: once per (preset, size), not per model x precision x batch
 def preset_probe(preset: str, size: int) -> tuple[str, int]:
     """(dtype, side) of what a preset hands the step when cropping for a model of input ``size``."""
     return output_dtype(load_preset(preset, size)), size
@@ -55,10 +57,14 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
         if "gpu_ceiling" in kinds:
             specs.append(TrialSpec("gpu_ceiling", batch_size=bs, image_size=size,
                                    input_dtype=dtype, **step))
+
+        def pipe_at(source, cache_state) -> dict:
+            return dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
+                        pin_memory=cfg.loader.pin_memory, image_size=size, source=source, cache_state=cache_state)
+
         for source, cache_state in storage:
             where = dict(source=source, cache_state=cache_state)
-            pipe = dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
-                        pin_memory=cfg.loader.pin_memory, image_size=size, **where)
+            pipe = pipe_at(source, cache_state)
             for w in cfg.loader.num_workers:
                 if "storage_fetch" in kinds and not user_dataset:
                     specs.append(TrialSpec("storage_fetch", num_workers=w, batch_size=bs, **where))
@@ -69,10 +75,8 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
         if "cpu_pipeline" in kinds and cfg.stage_timing and not user_dataset:
             # the same pipeline with the stage clocks off, at the most workers and the first storage
             # point: their cost, measured (once per preset; it does not depend on the storage)
-            source, cache_state = storage[0]
             specs.append(TrialSpec("cpu_pipeline", num_workers=max(cfg.loader.num_workers), stage_timing=False,
-                                   batch_size=bs, preset=preset, decoder=cfg.data.decoder, source=source,
-                                   cache_state=cache_state, pin_memory=cfg.loader.pin_memory, image_size=size))
+                                   **pipe_at(*storage[0])))
     return list(dict.fromkeys(specs))
 
 

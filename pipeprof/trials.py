@@ -50,6 +50,12 @@ TIMED_REGIONS = {
                    "n/a = the source does not read local files (memory, url). resident_frac_before: mincore after "
                    "setting it. disk_read_frac: delta read_bytes / delta read_chars (/proc/PID/io) of the processes "
                    "that read the files (the workers, or the main process at 0 workers) over the measured windows",
+    "cache_prepare_s": "setting the cache state before the trial (reading every file once, or evicting them)",
+    "h2d_ms_mean / compute_ms": "CUDA events (CPU clock off the GPU) around the host->device copy and around the step, "
+                                "per measured step, read after the window's sync; device_busy_frac: their sum / "
+                                "measured time",
+    "trial_s": "the whole trial as the sweep saw it: model build, loader start-up, warm-up, windows, monitor "
+               "summary, clean-up",
 }
 
 
@@ -334,16 +340,18 @@ def _step_columns(step: Step, records: list, m) -> dict:
     if not records:
         return {}
     measured = m.t_measure_end - m.t_measure_start
-    wait = np.array([r[0] for r in records])
     h2d = np.array([step.clock.elapsed_ms(r[1][0], r[1][1]) for r in records])
     compute = np.array([step.clock.elapsed_ms(r[1][1], r[1][2]) for r in records])
-    return {"tf32": step.settings["tf32"], "cudnn_benchmark": step.settings["cudnn_benchmark"],
-            "data_wait_frac": float(wait.sum() / measured), "data_wait_ms_p50": float(np.median(wait) * 1e3),
-            "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3),
+    cols = {"tf32": step.settings["tf32"], "cudnn_benchmark": step.settings["cudnn_benchmark"],
             "h2d_ms_mean": float(h2d.mean()), "compute_ms_p50": float(np.median(compute)),
             "compute_ms_p95": float(np.percentile(compute, 95)),
             "device_busy_frac": float((h2d.sum() + compute.sum()) / 1e3 / measured),
             "batch_ms_mean": float(measured / len(records) * 1e3)}
+    if records[0][0] is not None:  # gpu_ceiling has no loader, so no wait to report
+        wait = np.array([r[0] for r in records])
+        cols |= {"data_wait_frac": float(wait.sum() / measured), "data_wait_ms_p50": float(np.median(wait) * 1e3),
+                 "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3)}
+    return cols
 
 
 def _stages(dataset, records: list, m) -> dict:
@@ -363,13 +371,11 @@ def gpu_ceiling(bench: Bench, spec: TrialSpec) -> dict:
     def one() -> int:
         marks = step.run(x, y, on_device=True)
         if phase["now"] == "measure":
-            records.append((0.0, marks, None))
+            records.append((None, marks, None))
         return spec.batch_size
 
     m, _ = _loop_with(bench, spec, one, phase, step.clock.sync, 0)
-    cols = _step_columns(step, records, m)
-    cols.pop("data_wait_frac", None)
-    return m.stats() | cols
+    return m.stats() | _step_columns(step, records, m)
 
 
 def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
@@ -457,9 +463,10 @@ def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
         _close_loader(bench, it)
     measured = m.t_measure_end - m.t_measure_start
     lat = np.asarray(times) * 1e3
-    cols = {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured,
-            "read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
+    cols = {"read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
             "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
+    if measured > 0:  # no window fits when warm-up spent the whole budget: the row says unstable, no rate
+        cols |= {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured}
     if len(lat):
         cols |= {f"read_latency_ms_p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)}
     if plan:

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from pipeprof.cli import main
+from pipeprof.report.console import si
 from pipeprof.results import load_run
 
 
@@ -34,6 +35,8 @@ def test_trials_have_every_kind_with_numeric_units(run_dir):
         assert pd.api.types.is_float_dtype(df[col]), col
     assert (e2e["samples_per_s"] > 0).all() and e2e["data_wait_frac"].between(0, 1).all()
     assert (df["windows"] == 3).all()
+    ceiling = df[df["kind"] == "gpu_ceiling"].iloc[0]  # no loader there: no data wait is reported, not a 0
+    assert ceiling["compute_ms_p50"] > 0 and pd.isna(ceiling["data_wait_ms_p50"]) and pd.isna(ceiling["data_wait_frac"])
     # per-stage costs arrive from inside the workers
     assert (e2e["stage_us_per_sample.decode"] > 0).all() and (e2e["stage_us_per_sample.RandomCrop"] > 0).all()
     fetch = df[df["kind"] == "storage_fetch"]
@@ -82,3 +85,9 @@ def test_summary_and_report_show_the_table(run_dir, capsys):
 def test_report_on_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "not a pipeprof run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, text", [(0.5, "0.5"), (99.96, "100"), (999.7, "1000"), (4669.4, "4669"),
+                                         (9999.7, "10k"), (47454, "47.5k"), (12_345_678, "12.3M")])
+def test_table_numbers_round_before_choosing_a_suffix(value, text):
+    assert si(value) == text  # never "1e+03": a value that rounds up takes the next format

@@ -533,3 +533,16 @@ def test_files_source_reads_a_file_list(jpeg_folder, tmp_path):
     listing.write_text(f"{picked[0]} 0\nmissing.jpg 1\n")
     with pytest.raises(OSError, match="not found.*missing.jpg"):
         FileSource(listing)
+
+
+def test_storage_fetch_without_a_window_is_an_unstable_row_without_a_rate(jpeg_folder, tmp_path):
+    # each read waits 0.8 s, so one warm-up batch outlives the whole 1-s trial budget: no window is timed
+    # (0 workers: the main process reads, so no DataLoader timeout ends the trial first)
+    raw = raw_config(tmp_path, jpeg_folder, [{"kind": "throttled", "inner": "files", "mb_s": 1000, "latency_ms": 800}],
+                     loader={"num_workers": [0], "batch_size": 2}, trials=["storage_fetch"],
+                     measure=QUICK | {"max_trial_s": 1.0, "cpu_reference_s": 0})
+    run = pipeprof.run(C.build(raw), log=lambda *a: None)
+    (row,) = run.trials.to_dict("records")
+    assert row["status"] == "ok", row["error"]
+    assert row["windows"] == 0 and row["unstable"] and "warm-up cut short" in row["unstable_reason"]
+    assert pd.isna(row.get("read_mb_s")) and pd.isna(row["samples_per_s"])

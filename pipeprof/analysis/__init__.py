@@ -43,9 +43,9 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0) -> dict:
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
             for k in ("cores_needed", "what_if", "scaling"):
                 advice.pop(k, None)
-            advice["cpu_figures_skipped"] = ("the pipeline ran at the storage's pace (cpu_pipeline within 10% of "
-                                             "storage_fetch at every worker count): cores needed and what-if "
-                                             "need a pipeline that is not waiting on storage")
+            advice["cpu_figures_skipped"] = (f"the pipeline ran at the storage's pace (cpu_pipeline within "
+                                             f"{2 * BALANCED:.0%} of storage_fetch at every worker count): cores "
+                                             "needed and what-if need a pipeline that is not waiting on storage")
         out.append(entry | advice)
     errors = v["prediction_error_frac"].dropna().abs() if len(v) else pd.Series(dtype=float)
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]

@@ -57,7 +57,7 @@ def what_if(gpu_rate: float, sc: dict, main_cores: float, io_mb_s: float | None,
     """Predicted samples/s for other machines: min(GPUs × ceiling, CPU(cores), storage / sample size).
 
     ``storage_mb_s`` None means "as measured". Each GPU's training process takes ``main_cores``.
-    Linear GPU scaling is an upper bound (no all-reduce cost): labelled as such.
+    Linear GPU scaling is an upper bound (no all-reduce cost); every row is labelled a prediction.
     """
     rows = []
     for n_gpu in gpus:

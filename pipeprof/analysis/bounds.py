@@ -88,12 +88,22 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
 
 # ---- per-trial verdicts ------------------------------------------------------------
 
+def stage_cost_s(row: pd.Series) -> float | None:
+    """Worker CPU seconds per sample from the stage clocks (their sum); None without them."""
+    stage_us = sum(v for k, v in row.items() if k.startswith("stage_us_per_sample.") and v == v)
+    return stage_us * 1e-6 if stage_us else None
+
+
+def waits_on_storage(cpu: float, io: float) -> bool:
+    """The loader bound sits at the storage bound (within 2 x BALANCED): its rate is the bytes' arrival
+    rate, so what the loader measured is the storage, not the CPU."""
+    return _known(cpu) and _known(io) and cpu >= (1 - 2 * BALANCED) * io
+
+
 def worker_capacity(row: pd.Series) -> float | None:
     """Samples/s the workers' own CPU time allows: workers / (stage seconds per sample)."""
-    stage_us = sum(v for k, v in row.items() if k.startswith("stage_us_per_sample.") and v == v)
-    if not stage_us:
-        return None
-    return max(row["num_workers"], 1) / (stage_us * 1e-6)
+    cost = stage_cost_s(row)
+    return max(row["num_workers"], 1) / cost if cost else None
 
 
 def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -119,9 +129,9 @@ def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:
 
 def load_cost_s(row: pd.Series, ws: np.ndarray, rates: np.ndarray) -> float | None:
     """Worker CPU seconds per sample: the stage clocks' sum, else 1 / (rate of one worker)."""
-    stage_us = sum(v for k, v in row.items() if k.startswith("stage_us_per_sample.") and v == v)
-    if stage_us:
-        return stage_us * 1e-6
+    cost = stage_cost_s(row)
+    if cost:
+        return cost
     pos = ws > 0
     return float(ws[pos][0] / rates[pos][0]) if pos.any() else None
 
@@ -166,7 +176,7 @@ def classify(row: pd.Series, bounds: dict) -> str:
         return "unknown"
     low, side = known[0]
     cpu, io = bounds.get("cpu"), bounds.get("io")
-    if side == "cpu" and _known(io) and _known(cpu) and cpu >= (1 - 2 * BALANCED) * io:
+    if side == "cpu" and waits_on_storage(cpu, io):
         side = "io"  # the pipeline runs at the speed its bytes arrive: storage, not CPU, binds
     if side == "cpu" and _known(cpu) and cpu <= low * (1 + BALANCED):
         cap = worker_capacity(row)

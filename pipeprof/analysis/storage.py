@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .bounds import BALANCED, _known, cpu_curve, ok, predict
+from .bounds import _known, cpu_curve, ok, predict, stage_cost_s, waits_on_storage
 
 # ---- storage -----------------------------------------------------------------------
 #
@@ -26,7 +26,7 @@ def _match(df: pd.DataFrame, **keys) -> pd.DataFrame:
 
 
 def _source_facts(trials: pd.DataFrame) -> dict:
-    """source label -> {kind, throttle, emulated} from the trials' own columns."""
+    """source label -> {kind, throttle} from the trials' own columns."""
     facts = {}
     if "source" not in trials:
         return facts
@@ -34,9 +34,7 @@ def _source_facts(trials: pd.DataFrame) -> dict:
         first = sub.iloc[0]
         kind = first.get("source_kind")
         facts[label] = {"kind": kind if isinstance(kind, str) else str(label).split("-")[0],
-                        "throttle": first.get("throttle") if isinstance(first.get("throttle"), str) else None,
-                        "emulated": bool(first.get("emulated")) if first.get("emulated") == first.get("emulated")
-                        and first.get("emulated") is not None else False}
+                        "throttle": first.get("throttle") if isinstance(first.get("throttle"), str) else None}
     return facts
 
 
@@ -123,19 +121,14 @@ def storage_limited(curve: pd.DataFrame) -> bool:
     if "io_bound_samples_per_s" not in curve:
         return False
     c = curve[["cpu_bound_samples_per_s", "io_bound_samples_per_s"]].dropna()
-    return bool(len(c)) and bool((c["cpu_bound_samples_per_s"] >= (1 - 2 * BALANCED) * c["io_bound_samples_per_s"]).all())
-
-
-def _stage_cost_s(row: pd.Series) -> float | None:
-    stage_us = sum(v for k, v in row.items() if k.startswith("stage_us_per_sample.") and v == v)
-    return stage_us * 1e-6 if stage_us else None
+    return bool(len(c)) and all(waits_on_storage(cpu, io) for cpu, io in c.itertuples(index=False))
 
 
 def _ram_from_stage_clocks(row: pd.Series, bounds: dict, cores: float):
     """(action, predicted, basis) for caching in RAM when the measured loader bound waited on storage:
     the loader's CPU bound then comes from its stage clocks (worker CPU per sample) instead."""
-    cpu, io, cost = bounds.get("cpu"), bounds.get("io"), _stage_cost_s(row)
-    if not (_known(cpu) and _known(io) and cost and cpu >= (1 - 2 * BALANCED) * io):
+    cpu, io, cost = bounds.get("cpu"), bounds.get("io"), stage_cost_s(row)
+    if not (cost and waits_on_storage(cpu, io)):
         return None
     w = max(int(row["num_workers"]), 1)
     r = row.copy()
@@ -160,7 +153,7 @@ def _more_workers_for_latency(trials: pd.DataFrame, row: pd.Series, bounds: dict
     eff = (rm / r1) / (wm / w1)
     if eff < LATENCY_SCALING:
         return None
-    cost = _stage_cost_s(row)
+    cost = stage_cost_s(row)
     if not cost:  # no worker CPU cost measured apart from the waits: cannot tell where the CPU binds
         return None
     stage_us = cost * 1e6
@@ -213,7 +206,8 @@ def epoch_estimates(trials: pd.DataFrame, samples: int, fits: bool) -> list[dict
         e2e = e2e[(e2e["source"] == label) & (e2e["cache_state"] == "warm")] if "source" in e2e else e2e.iloc[0:0]
         if len(e2e):
             top = e2e.loc[e2e["samples_per_s"].idxmax()]
-            io_cold = cold[cold["num_workers"] == top["num_workers"]]["samples_per_s"]
+            io_cold = cold[(cold["num_workers"] == top["num_workers"])
+                           & (cold["batch_size"] == top["batch_size"])]["samples_per_s"]
             if len(io_cold):
                 first = min(float(top["samples_per_s"]), float(io_cold.max()))
                 later = float(top["samples_per_s"]) if fits else first

@@ -287,8 +287,8 @@ def _stats(root: pathlib.Path, classes: int, sizes: np.ndarray, files: list, dec
         path=str(root),
         images=len(sizes),
         classes=classes,
-        mean_kb=float(sizes[:, 0].mean() / 1024),
-        total_mb=float(sizes[:, 0].sum() / 2**20),
+        mean_kb=float(sizes[:, 0].mean() / 1e3),  # decimal, as every file size and rate in pipeprof
+        total_mb=float(sizes[:, 0].sum() / 1e6),
         decode_ms_per_image=_decode_ms(files, decode_sample),
         mean_width=float(sizes[:, 1].mean()),
         mean_height=float(sizes[:, 2].mean()),
@@ -312,7 +312,7 @@ def dataset_stats(root: str | os.PathLike, decode_sample: int = 64) -> DatasetSt
 
 def _params(images: int, classes: int, seed: int, quality: int) -> dict:
     return {"images": images, "classes": classes, "seed": seed, "quality": quality,
-            "generator_version": GENERATOR_VERSION}
+            "generator_version": GENERATOR_VERSION, "size_units": "KB=1e3"}  # older markers held KiB
 
 
 def _read_marker(folder: pathlib.Path) -> dict | None:

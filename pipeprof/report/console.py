@@ -42,10 +42,14 @@ LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV
 
 def si(value: float) -> str:
     """3 significant figures with a k/M suffix: 47454 → 47.5k."""
+    # thresholds compare the value as it will be rounded, so 999.7 prints "1000", not "1e+03"
     for scale, suffix in ((1e6, "M"), (1e3, "k")):
-        if abs(value) >= 10 * scale:
-            return f"{value / scale:.3g}{suffix}" if value / scale < 1000 else f"{value / scale:.0f}{suffix}"
-    return f"{value:.4g}" if abs(value) >= 1000 else f"{value:.3g}" if abs(value) >= 1 else f"{value:.2g}"
+        if abs(float(f"{value / scale:.3g}")) >= 10:
+            scaled = value / scale
+            return f"{scaled:.3g}{suffix}" if abs(float(f"{scaled:.3g}")) < 1000 else f"{scaled:.0f}{suffix}"
+    if abs(float(f"{value:.3g}")) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.3g}" if abs(value) >= 1 else f"{value:.2g}"
 
 
 def _cell(value, fmt: str) -> str:

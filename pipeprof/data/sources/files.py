@@ -73,9 +73,6 @@ class FileSource(Source):
     def nbytes(self, index: int) -> int:
         return self._sizes[index]
 
-    def total_bytes(self) -> int:
-        return sum(self._sizes)
-
     def files(self) -> list[str]:
         return list(self.paths)
 
