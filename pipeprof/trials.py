@@ -264,19 +264,28 @@ def stage_columns(names: list[str], stage_sum_s: np.ndarray, samples: int) -> di
 
 # ---- the four kinds ---------------------------------------------------------------
 
-def _loader_trial(bench: Bench, spec: TrialSpec, dataset, one_batch, sync=lambda: None):
+def _loader_trial(bench: Bench, spec: TrialSpec, dataset, one_batch, sync=lambda: None, collate=None,
+                  loop=None):
     """The shape every loader-driven trial shares: set the cache state, open the loader, run
     the steady-state windows over ``one_batch(it, measuring) -> samples``, take memory, close.
 
-    Returns (measurement, memory and storage columns).
+    ``loop(one, phase, check, it) -> Measurement`` replaces the standard warm-up and windows
+    (storage_fetch's cold reads plan theirs). Returns (measurement, memory and storage columns).
     """
     check = CacheCheck(_source_of(dataset), spec.cache_state)
     prepared = check.prepare()
-    it = _open_loader(bench, spec, dataset, _collate_for(dataset))
+    it = _open_loader(bench, spec, dataset, collate or _collate_for(dataset))
     phase = {"now": "warmup"}
+
+    def one() -> int:
+        return one_batch(it, phase["now"] == "measure")
+
     try:
-        m, _ = _loop_with(bench, spec, lambda: one_batch(it, phase["now"] == "measure"), phase, sync,
-                          prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2, check=check, it=it)
+        if loop is not None:
+            m = loop(one, phase, check, it)
+        else:
+            m = _loop_with(bench, spec, one, phase, sync, prefetch_depth(spec.num_workers, bench.prefetch_factor) + 2,
+                           check=check, it=it)
         memory = memory_columns(it)
     finally:
         check.stop()
@@ -330,9 +339,8 @@ def _loop_with(bench, spec, one, phase, sync, min_warmup, policy=None, check: Op
                 check.stop()
 
     rounds = max(spec.num_workers or 1, 1)  # whole rounds of worker output per window (see steady_state)
-    m = steady_state(one, policy or bench.measure, min_warmup_batches=min_warmup, batch_multiple=rounds, sync=sync,
-                     on_phase=on_phase)
-    return m, phase
+    return steady_state(one, policy or bench.measure, min_warmup_batches=min_warmup, batch_multiple=rounds,
+                        sync=sync, on_phase=on_phase)
 
 
 def _step_columns(step: Step, records: list, m) -> dict:
@@ -374,7 +382,7 @@ def gpu_ceiling(bench: Bench, spec: TrialSpec) -> dict:
             records.append((None, marks, None))
         return spec.batch_size
 
-    m, _ = _loop_with(bench, spec, one, phase, step.clock.sync, 0)
+    m = _loop_with(bench, spec, one, phase, step.clock.sync, 0)
     return m.stats() | _step_columns(step, records, m)
 
 
@@ -421,16 +429,12 @@ def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
     if source is None:
         raise ValueError("storage_fetch needs a pipeprof source; a user Dataset hides its storage")
     dataset = RawBytesDataset(source)
-    check = CacheCheck(source, spec.cache_state)
-    prepared = check.prepare()
-    it = _open_loader(bench, spec, dataset, collate_bytes)
     totals = {"bytes": 0, "read_s": 0.0, "n": 0}
     times: list[float] = []
-    phase = {"now": "warmup"}
 
-    def one() -> int:
+    def one_batch(it, measuring: bool) -> int:
         batch = next(it)
-        if phase["now"] == "measure":
+        if measuring:
             for k in totals:
                 totals[k] += batch[k]
             times.extend(batch["read_times"])
@@ -438,29 +442,29 @@ def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
 
     depth = prefetch_depth(spec.num_workers, bench.prefetch_factor)
     plan: dict = {}
-    try:
-        if check.cold:
-            # the cache is cold only until each file has been read once: warm up by hand, size the
-            # windows from the warm-up's rate and the batches left in this pass, then measure
-            bench.monitor.set_trial(spec.trial_id, "warmup")
-            rounds = max(spec.num_workers or 1, 1)
-            t0, n = time.perf_counter(), 0
-            for _ in range(depth + rounds):
-                n += one()
-            warm_s = time.perf_counter() - t0
-            plan = one_pass_plan(len(dataset), spec.batch_size, spec.num_workers, depth, bench.measure.windows,
-                                 bench.measure.window_batches, n / warm_s if warm_s > 0 else None,
-                                 bench.measure.window_s)
-            policy = bench.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
-                                                      "window_batches": plan["window_batches"],
-                                                      "windows": plan["windows"]})
-            m, _ = _loop_with(bench, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
-            m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
-        else:
-            m, _ = _loop_with(bench, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
-    finally:
-        check.stop()
-        _close_loader(bench, it)
+
+    def loop(one, phase, check, it):
+        if not check.cold:
+            return _loop_with(bench, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
+        # the cache is cold only until each file has been read once: warm up by hand, size the
+        # windows from the warm-up's rate and the batches left in this pass, then measure
+        bench.monitor.set_trial(spec.trial_id, "warmup")
+        rounds = max(spec.num_workers or 1, 1)
+        t0, n = time.perf_counter(), 0
+        for _ in range(depth + rounds):
+            n += one()
+        warm_s = time.perf_counter() - t0
+        plan.update(one_pass_plan(len(dataset), spec.batch_size, spec.num_workers, depth, bench.measure.windows,
+                                  bench.measure.window_batches, n / warm_s if warm_s > 0 else None,
+                                  bench.measure.window_s))
+        policy = bench.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
+                                                  "window_batches": plan["window_batches"],
+                                                  "windows": plan["windows"]})
+        m = _loop_with(bench, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
+        m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
+        return m
+
+    m, extra = _loader_trial(bench, spec, dataset, one_batch, collate=collate_bytes, loop=loop)
     measured = m.t_measure_end - m.t_measure_start
     lat = np.asarray(times) * 1e3
     cols = {"read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
@@ -471,7 +475,7 @@ def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
         cols |= {f"read_latency_ms_p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)}
     if plan:
         cols["in_first_pass"] = plan["in_first_pass"]
-    out = m.stats() | cols | _storage_columns(dataset, check, spec, m, prepared)
+    out = m.stats() | cols | extra
     if plan and not plan["in_first_pass"]:
         note = (f"dataset too small for a cold measurement within one pass ({len(dataset)} samples, batch "
                 f"{spec.batch_size}, {depth} batches in flight): part of the windows re-read cached files")
