@@ -27,13 +27,16 @@ def run(config=None, overrides=(), **kwargs):
 
 
 def profile(dataset=None, model="auto", batch_size=None, num_workers=None, precision=None, *,
-            mode="train", trials=None, measure=None, out_dir="out", name="profile", log=print, **sections):
+            mode="train", trials=None, measure=None, out_dir="out", name="profile", log=print, loss_fn=None,
+            **sections):
     """Profile ``dataset`` (any map-style Dataset of ``(CHW tensor, label)``; None: the synthetic one)
     feeding ``model`` (an ``nn.Module``, a model name, or "auto") over worker counts.
 
     Returns a :class:`pipeprof.results.Run`; ``.trials`` is a DataFrame whose
     metric columns carry their units (``samples_per_s``, ``data_wait_frac``...).
     ``measure`` takes MeasureConfig fields (e.g. ``{"window_s": 1}``).
+    ``loss_fn(raw model output, labels) -> scalar tensor`` replaces the default cross-entropy
+    (which needs labels in ``[0, model outputs)``).
     """
     from .config import build
     from .runner import execute
@@ -50,7 +53,7 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     if trials is not None:
         raw["trials"] = trials
     cfg = build(raw, origin="profile() arguments")
-    return execute(cfg, user_dataset=dataset, models=models, log=log)
+    return execute(cfg, user_dataset=dataset, models=models, log=log, loss_fn=loss_fn)
 
 
 def load_run(path):

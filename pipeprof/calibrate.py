@@ -6,6 +6,7 @@
 * :class:`FixedStepModel` — each forward takes a set wall time *without* using the
   CPU (a sleep), the way a GPU step leaves the host free. With batch ``b`` and
   ``s`` seconds per step the accelerator bound is ``b / s`` samples/s.
+  :class:`BurnStepModel` is the same step burning one core: a CPU step of known cost.
 
 So ``min(w / c, b / s)`` is the expected end-to-end rate and the binding side is
 the expected verdict; tests and ``pipeprof validate`` assert both.
@@ -25,9 +26,13 @@ from torch.utils.data import Dataset
 
 
 def burn(seconds: float) -> None:
-    """Keep this thread busy for ``seconds`` of wall time."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    """Keep this thread busy until it has used ``seconds`` of CPU time.
+
+    CPU time, not wall time: a sample that costs 10 ms of CPU takes longer on a core it
+    shares, as decoding does, so more workers than cores cannot exceed what the cores can do.
+    """
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         pass
 
 
@@ -46,18 +51,32 @@ class BurnDataset(Dataset):
 
 
 class FixedStepModel(nn.Module):
-    """A model whose forward takes ``step_s`` seconds of wall time and no CPU."""
+    """A model whose forward takes ``step_s`` seconds of wall time and no CPU.
 
-    def __init__(self, step_s: float = 0.005, num_classes: int = 1000):
+    ``tuple_output`` returns ``(logits, aux)`` the way googlenet/inception do in train mode.
+    """
+
+    def __init__(self, step_s: float = 0.005, num_classes: int = 1000, tuple_output: bool = False):
         super().__init__()
-        self.step_s = step_s
+        self.step_s, self.tuple_output = step_s, tuple_output
         # logits straight from a bias: a real layer would wake the intra-op thread pool
         # after each sleep, adding milliseconds the test did not ask for
         self.bias = nn.Parameter(torch.zeros(num_classes))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def wait(self) -> None:
         time.sleep(self.step_s)
-        return self.bias.expand(x.shape[0], -1)
+
+    def forward(self, x: torch.Tensor):
+        self.wait()
+        logits = self.bias.expand(x.shape[0], -1)
+        return (logits, logits.detach() * 0) if self.tuple_output else logits
+
+
+class BurnStepModel(FixedStepModel):
+    """A CPU step of known cost: the forward keeps one core busy for ``step_s`` seconds."""
+
+    def wait(self) -> None:
+        burn(self.step_s)
 
 
 @contextmanager
@@ -87,3 +106,10 @@ def fixed_step_model_5ms() -> FixedStepModel:
     """A 5 ms step for configs (``model.name: "pipeprof.calibrate:fixed_step_model_5ms"``): a fast,
     CPU-free stand-in for an accelerator, so the data side of a run is what binds."""
     return FixedStepModel(0.005)
+
+
+def burn_dataset_10ms() -> BurnDataset:
+    """2,048 samples of 10 ms CPU each, for configs (``data: {kind: factory, factory:
+    "pipeprof.calibrate:burn_dataset_10ms"}``): a pipeline whose CPU curve is known, 100 samples/s
+    per core, used by the sizing check in processes restricted to fewer cores."""
+    return BurnDataset(2048, 0.010)

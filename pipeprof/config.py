@@ -296,6 +296,8 @@ class ModelConfig(_Strict):
     channels_last: Optional[bool] = None  # None: on for CUDA
     cudnn_benchmark: Optional[bool] = None  # None: on, except in true fp32 (see step.configure_precision)
     num_classes: PositiveInt = 1000
+    threads: Optional[PositiveInt] = None  # CPU device: the step's intra-op threads; None: cores left by the workers
+    loss: Optional[str] = None  # 'package.module:function': fn(raw output, labels) -> scalar; None: cross-entropy
     _as_list = field_validator("name", "precision", mode="before")(classmethod(lambda cls, v: _listify(v)))
 
     @field_validator("name")
@@ -310,6 +312,13 @@ class ModelConfig(_Strict):
                     "'timm:NAME' or 'package.module:function'")
         return v
 
+    @field_validator("loss")
+    @classmethod
+    def _loss_path(cls, v):
+        if v is not None and ":" not in v:
+            raise ValueError(f"expected 'package.module:function', got {v!r}")
+        return v
+
 
 class MeasureConfig(_Strict):
     """Steady-state policy: what is excluded before the clock starts and how long windows are."""
@@ -318,9 +327,10 @@ class MeasureConfig(_Strict):
     warmup_s: float = Field(1.0, ge=0)
     window_s: float = Field(1.0, gt=0)
     window_batches: PositiveInt = 5
-    windows: int = Field(5, ge=2)
+    windows: int = Field(5, ge=2)  # planned windows; more are added while the interval is too wide
+    max_windows: int = Field(15, ge=2)  # at most this many windows (and max_trial_s) per trial
     max_trial_s: float = Field(120.0, gt=0)
-    cv_unstable: float = Field(0.05, gt=0)
+    ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
 
 

@@ -6,7 +6,11 @@ drains that queue and reports rates above the physical limit. So the loop first
 runs a warm-up (a batch count that exceeds the prefetch depth *and* a minimum
 time), synchronises the device, then times consecutive windows of a minimum
 duration and batch count, each closed by a synchronisation. The figure is the
-median window rate; the spread across windows (CV) says how much to trust it.
+median window rate; the 95% confidence interval of the mean window rate says how
+much to trust it. Windows adapt: after the planned number, a trial adds windows
+(up to ``max_windows`` and its time cap) until the interval is within ``ci_target``
+of the median, because on shared machines a fixed count is too few for some trials
+and wasted on others.
 
 The clock and the synchronisation are parameters, so tests drive this with
 workloads of known cost and a fake clock.
@@ -74,17 +78,30 @@ def summarize_rates(rates: list[float]) -> dict:
             "samples_per_s_min": min(rates), "samples_per_s_max": max(rates)}
 
 
-def instability(rates: list[float], wanted: int, cv_limit: float) -> Optional[str]:
-    """Why these window rates should not be trusted, or None."""
+def ci_half_frac(rates: list[float]) -> Optional[float]:
+    """Half-width of the 95% CI of the mean window rate, relative to the median (None below 2 windows)."""
+    if len(rates) < 2:
+        return None
+    s = summarize_rates(rates)
+    return (s["samples_per_s_ci95_high"] - s["samples_per_s_ci95_low"]) / 2 / s["samples_per_s"]
+
+
+def instability(rates: list[float], wanted: int, ci_limit: float) -> Optional[str]:
+    """Why these window rates should not be trusted, or None.
+
+    Unstable: fewer windows than wanted, a 95% interval wider than ±``ci_limit`` of the median,
+    or a steady drift (every window one way by more than ``ci_limit`` overall).
+    """
     if len(rates) < wanted:
         return f"only {len(rates)} of {wanted} windows fitted in the time limit"
-    cv = summarize_rates(rates)["samples_per_s_cv"] or 0.0
-    if cv > cv_limit:
-        return f"window rates vary: CV {cv:.1%} > {cv_limit:.0%}"
+    half = ci_half_frac(rates) or 0.0
+    if half > ci_limit:
+        cv = summarize_rates(rates)["samples_per_s_cv"] or 0.0
+        return f"95% interval ±{half:.1%} of the median > ±{ci_limit:.0%} after {len(rates)} windows (CV {cv:.1%})"
     # a drift is a steady trend (heat, a filling cache), not noise: every step goes one way
     steps = [b - a for a, b in zip(rates, rates[1:])]
     change = (rates[-1] - rates[0]) / statistics.fmean(rates)
-    if len(rates) >= 3 and abs(change) > cv_limit and (all(d > 0 for d in steps) or all(d < 0 for d in steps)):
+    if len(rates) >= 3 and abs(change) > ci_limit and (all(d > 0 for d in steps) or all(d < 0 for d in steps)):
         return f"rate drifts: {rates[0]:.4g} → {rates[-1]:.4g} samples/s from first to last window"
     return None
 
@@ -95,7 +112,7 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     """Run ``step`` (returns the samples it processed) through warm-up and timed windows.
 
     ``policy`` has warmup_batches, warmup_s, window_s, window_batches, windows,
-    max_trial_s and cv_unstable (see ``config.MeasureConfig``). The timed region
+    max_windows, max_trial_s and ci_target (see ``config.MeasureConfig``). The timed region
     of a window is from the sync that closed the previous window to the sync that
     closes this one: every step inside it, including data waits, counts.
 
@@ -117,16 +134,24 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     m.t_measure_start = start = clock()
     m.warmup_s = start - t0
     on_phase("measure")
-    while len(m.windows) < policy.windows and clock() - t0 < policy.max_trial_s:
+    while _more_windows(m, policy) and clock() - t0 < policy.max_trial_s:
         m.windows.append(_window(step, policy, clock, sync, start, batch_multiple))
         start = m.windows[-1].t_end
     m.t_measure_end = start
     on_phase("done")
-    m.reason = instability(m.rates(), policy.windows, policy.cv_unstable)
+    m.reason = instability(m.rates(), policy.windows, policy.ci_target)
     if m.warmup_batches < warm:
         m.reason = f"warm-up cut short at {m.warmup_batches} of {warm} batches" + (f"; {m.reason}" if m.reason else "")
     m.unstable = m.reason is not None
     return m
+
+
+def _more_windows(m: Measurement, policy) -> bool:
+    """The planned windows first; then more, up to ``max_windows``, while the interval is too wide."""
+    n = len(m.windows)
+    if n < policy.windows:
+        return True
+    return n < max(policy.max_windows, policy.windows) and (ci_half_frac(m.rates()) or 0.0) > policy.ci_target
 
 
 def _window(step, policy, clock, sync, start: float, multiple: int = 1) -> Window:

@@ -20,8 +20,13 @@ Design choices, and why:
   ``threading.Event.wait`` makes :meth:`Monitor.stop` prompt.
 * **The sampler measures itself**: ``sample_cost_ms`` per row is the time
   spent collecting it, so the monitor's overhead is in the data.
+* **Noise is measured, not guessed**: each row has the hypervisor's CPU steal
+  and ``foreign_cores``, CPU used on the run's CPUs (:attr:`Monitor.cpus`) by
+  processes outside the run, so a trial's spread can be traced to its cause.
 
-Units: ``*_pct`` percent (process CPU may exceed 100: one core = 100),
+Units: ``*_pct`` percent (process CPU may exceed 100: one core = 100;
+``cpu_steal_pct`` is a share of all CPUs' time), ``*_cores`` CPU cores busy
+(1.0 = one core fully used), ``*_cpus``/``usable_cores`` a count of CPUs,
 ``*_mb`` memory in MiB (2**20 bytes), ``*_mb_s`` data rates in MB/s (10**6 bytes, as the
 storage trials' ``read_mb_s``), ``*_w`` watts, ``*_mhz`` MHz,
 ``*_c`` degrees Celsius, ``*_ms`` milliseconds, ``t_s`` seconds.
@@ -29,6 +34,7 @@ storage trials' ``read_mb_s``), ``*_w`` watts, ``*_mhz`` MHz,
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 
@@ -39,7 +45,8 @@ _MIB = 2**20
 BASE_COLUMNS = [
     "t_s", "trial_id", "phase", "sample_cost_ms", "cpu_util_pct",
     "main_cpu_pct", "main_rss_mb", "workers_cpu_pct", "workers_rss_mb",
-    "n_workers_alive", "disk_read_mb_s",
+    "n_workers_alive", "disk_read_mb_s", "cpu_steal_pct", "usable_cpus", "usable_busy_cores",
+    "run_cores", "foreign_cores",
 ]
 GPU_FIELDS = ["util_pct", "mem_used_mb", "temp_c", "power_w", "sm_clock_mhz", "throttle_reasons"]
 
@@ -148,6 +155,14 @@ def _new_proc(pid: int) -> psutil.Process | None:
         return None
 
 
+def _run_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity), or all CPUs where that is unknown."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return list(range(psutil.cpu_count() or 1))
+
+
 class Monitor:
     """Background sampler; see the module docstring.
 
@@ -156,6 +171,12 @@ class Monitor:
     double-counts shared memory (an upper bound).  The honest total, PSS, costs
     tens of milliseconds per process to read, so trials take it once, after their
     timed windows (:func:`total_pss_mb`), rather than this thread at 10 Hz.
+
+    :attr:`cpus` (set by :meth:`start`) are the CPUs the process may run on;
+    DataLoader workers inherit that affinity, so the run lives on exactly these.
+    Per row, ``usable_busy_cores`` is how many of them were busy (whoever used
+    them), ``run_cores`` what the main process and tracked workers used, and
+    ``foreign_cores`` the rest: load from processes outside the run.
     """
 
     def __init__(self, hz: float = 10.0, gpu: bool = True, clock=time.perf_counter):
@@ -176,6 +197,7 @@ class Monitor:
         self._gpu_error: str | None = None if gpu else "disabled"
         self._gpu_count = 0
         self._disk_prev: tuple[float, int] | None = None
+        self.cpus: list[int] = _run_cpus()  # re-read by start()
 
     # -- public API --------------------------------------------------------- #
     @property
@@ -190,6 +212,7 @@ class Monitor:
     def start(self) -> "Monitor":
         if self._thread is not None and self._thread.is_alive():
             return self
+        self.cpus = _run_cpus()
         if self._want_gpu:
             self._nvml = _Nvml()
             self._gpu_error = self._nvml.error
@@ -239,6 +262,7 @@ class Monitor:
         """First readings; psutil's CPU percentages are 'since the previous call'."""
         psutil.cpu_percent(interval=None)
         psutil.cpu_percent(interval=None, percpu=True)
+        psutil.cpu_times_percent(interval=None)  # its own 'last' state, separate from cpu_percent's
         self._main.cpu_percent()
         self._disk_prev = self._disk_read_bytes()
 
@@ -269,6 +293,7 @@ class Monitor:
         row = {"t_s": self._clock(), "trial_id": trial_id, "phase": phase, "sample_cost_ms": None}
         self._sample_cpu(row)
         self._sample_processes(row, workers)
+        self._foreign_load(row)
         row["disk_read_mb_s"] = self._disk_rate()
         if self._nvml is not None and self._nvml.handles:
             self._nvml.sample(row)
@@ -277,8 +302,26 @@ class Monitor:
 
     def _sample_cpu(self, row: dict) -> None:
         row["cpu_util_pct"] = psutil.cpu_percent(interval=None)
-        for i, pct in enumerate(psutil.cpu_percent(interval=None, percpu=True)):
+        percpu = psutil.cpu_percent(interval=None, percpu=True)
+        for i, pct in enumerate(percpu):
             row[f"cpu{i}_util_pct"] = pct
+        # Stolen by the hypervisor since the previous sample, as a share of all CPUs' time
+        # (Linux only: other platforms have no steal field).
+        row["cpu_steal_pct"] = getattr(psutil.cpu_times_percent(interval=None), "steal", None)
+        cpus = self.cpus
+        row["usable_cpus"] = len(cpus)
+        row["usable_busy_cores"] = sum(percpu[i] for i in cpus if i < len(percpu)) / 100.0
+
+    @staticmethod
+    def _foreign_load(row: dict) -> None:
+        main, workers = row.get("main_cpu_pct"), row.get("workers_cpu_pct")
+        run = None if main is None else (main + (workers or 0.0)) / 100.0
+        row["run_cores"] = run
+        # The per-process cpu_percent() deltas and the per-CPU ones are taken at slightly
+        # different instants (and tick-quantised), so busy - run can come out a little
+        # negative when nothing else runs: clip those to 0.
+        busy = row.get("usable_busy_cores")
+        row["foreign_cores"] = None if run is None or busy is None else max(0.0, busy - run)
 
     def _sample_processes(self, row: dict, workers: dict[int, psutil.Process]) -> None:
         main = _proc_sample(self._main)
@@ -364,6 +407,12 @@ def _total_rss_max(df: pd.DataFrame) -> float | None:
     return _stat(total.dropna(), "max")
 
 
+def _usable_cores(df: pd.DataFrame) -> int | None:
+    """CPUs the rows were taken on (the largest count if a monitor was restarted with another affinity)."""
+    n = _stat(_values(df, [c for c in ["usable_cpus"] if c in df.columns]), "max")
+    return None if n is None else int(n)
+
+
 def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = None,
               t_end: float | None = None) -> dict:
     """Aggregate one trial's rows (optionally within ``[t_start, t_end]``).
@@ -373,6 +422,9 @@ def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = Non
     rows (with known reasons) where any device has a :data:`THROTTLE_MASK`
     bit set.  Missing data gives ``None``, never NaN, so the dict is JSON-safe.
     Memory peaks cover the whole trial, warm-up included: RAM must fit those too.
+    The noise columns (``cpu_steal_pct_mean``, ``foreign_cores_mean``, and
+    ``run_cores_mean``/``usable_busy_cores_mean`` out of ``usable_cores``) say
+    why a trial's windows vary on a shared machine.
     """
     df = _select(timeline, trial_id, t_start, t_end)
     whole = _select(timeline, trial_id, None, None)
@@ -397,5 +449,10 @@ def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = Non
         "rss_mb_max": _total_rss_max(whole),
         "disk_read_mb_s_mean": col("disk_read_mb_s", "mean"),
         "sample_cost_ms_mean": col("sample_cost_ms", "mean"),
+        "cpu_steal_pct_mean": col("cpu_steal_pct", "mean"),
+        "foreign_cores_mean": col("foreign_cores", "mean"),
+        "run_cores_mean": col("run_cores", "mean"),
+        "usable_busy_cores_mean": col("usable_busy_cores", "mean"),
+        "usable_cores": _usable_cores(df),
         "monitor_samples": int(len(df)),
     }

@@ -141,13 +141,17 @@ def storage_facts(cfg: RunConfig, sources: dict) -> dict:
 
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
-            log: Callable[[str], None] = print, progress=None) -> Run:
-    """Run every trial of ``cfg`` and return the saved :class:`Run`."""
+            log: Callable[[str], None] = print, progress=None, loss_fn: Optional[Callable] = None) -> Run:
+    """Run every trial of ``cfg`` and return the saved :class:`Run`.
+
+    ``loss_fn(raw model output, labels) -> scalar tensor`` overrides ``model.loss``.
+    """
     started = time.time()
     env = snapshot(cfg.data.path)
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
     cfg = resolve(cfg, cuda, bf16, env["cores"]["usable"])
+    loss_fn = loss_fn if loss_fn is not None else _configured_loss(cfg)  # a bad path fails before the run folder
     if user_dataset is None and cfg.data.kind == "factory":
         from .models import load_callable
 
@@ -179,8 +183,9 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
         bench = Bench(torch.device(cfg.device), source, cfg.measure, monitor, user_dataset=user_dataset,
                       stage_timing=cfg.stage_timing, prefetch_factor=cfg.loader.prefetch_factor,
                       num_classes=cfg.model.num_classes, channels_last=cfg.model.channels_last,
-                      cudnn_benchmark=cfg.model.cudnn_benchmark,
-                      seed=cfg.data.seed, models=models or {}, sources=sources,
+                      cudnn_benchmark=cfg.model.cudnn_benchmark, loss_fn=loss_fn,
+                      seed=cfg.data.seed, cores=int(env["cores"]["usable"]), step_threads=cfg.model.threads,
+                      models=models or {}, sources=sources,
                       source_info=source_info(cfg, sources) if sources else {})
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
         rows, interrupted = run_sweep(bench, specs, timeline_of, on_row=run.save_trials,
@@ -198,9 +203,23 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     if storage:
         storage["epochs"] = epoch_estimates(run.trials, storage["dataset_samples"],
                                             storage["fits_in_page_cache"]["fits"])
-    run.meta["analysis"] = analyse(run.trials, cores=cores)
+    phys, logical = env["cores"].get("physical"), env["cores"].get("logical")
+    smt = logical / phys if phys and logical and logical > phys else 1.0
+    run.meta["analysis"] = analyse(run.trials, cores=cores, device=cfg.device, smt=smt)
     run.save_meta()
     return run
+
+
+def _configured_loss(cfg: RunConfig) -> Optional[Callable]:
+    """The callable ``model.loss`` names; None when unset."""
+    if cfg.model.loss is None:
+        return None
+    from .models import load_callable
+
+    try:
+        return load_callable(cfg.model.loss)
+    except ValueError as exc:
+        raise ConfigError(f"model.loss: {exc}") from None
 
 
 def _user_probe(dataset) -> Callable[[str, int], tuple[str, int]]:

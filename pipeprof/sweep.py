@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 import torch
 
+from . import noise
 from .augment import load_preset, output_dtype
 from .models import input_size
 from .trials import Bench, TrialSpec, run_trial
@@ -108,6 +109,7 @@ def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
         metrics = run_trial(bench, spec)
         row |= metrics
         row |= summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
+        row |= noise.attribute(row)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # any failure, CUDA OOM included, is a row, not a crashed sweep

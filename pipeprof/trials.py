@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .augment import load_preset
+from .confounders import step_threads, torch_threads
 from .data import cache
 from .data.dataset import PipelineDataset, RawBytesDataset, collate_bytes, collate_pipeline
 from .loader import access_order, build_loader, prefetch_depth, shutdown, worker_pids
@@ -103,9 +104,12 @@ class Bench:
     stage_timing: bool = True
     prefetch_factor: int = 2
     num_classes: int = 1000
+    loss_fn: Any = None  # fn(raw model output, labels) -> scalar tensor; None: cross-entropy (see step.Step)
     channels_last: bool = False
     cudnn_benchmark: Optional[bool] = None  # None: step.configure_precision decides per precision
     seed: int = 0
+    cores: int = 1  # usable cores of the run (affinity and cgroup aware)
+    step_threads: Optional[int] = None  # model.threads: the CPU step's threads; None: confounders.step_threads
     models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
     sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep
     source_info: dict = field(default_factory=dict)  # source label -> columns every trial on it carries
@@ -116,9 +120,16 @@ class Bench:
 
 
 def run_trial(bench: Bench, spec: TrialSpec) -> dict:
-    """Run one trial; returns its metrics (raises on failure: the sweep records it)."""
-    return {"end_to_end": end_to_end, "gpu_ceiling": gpu_ceiling,
-            "cpu_pipeline": cpu_pipeline, "storage_fetch": storage_fetch}[spec.kind](bench, spec)
+    """Run one trial; returns its metrics (raises on failure: the sweep records it).
+
+    The training process's thread count is part of what is measured: set per trial by
+    ``confounders.step_threads`` and recorded as ``step_threads`` (None: torch's default).
+    """
+    n = step_threads(spec.kind, bench.device.type, bench.cores, spec.num_workers, bench.step_threads)
+    with torch_threads(n):
+        metrics = {"end_to_end": end_to_end, "gpu_ceiling": gpu_ceiling,
+                   "cpu_pipeline": cpu_pipeline, "storage_fetch": storage_fetch}[spec.kind](bench, spec)
+    return metrics | ({"step_threads": n} if n is not None else {})
 
 
 # ---- building blocks -------------------------------------------------------------
@@ -147,7 +158,7 @@ def make_step(bench: Bench, spec: TrialSpec) -> Step:
     factory = bench.models.get(spec.model)
     model = factory() if factory else build_model(spec.model, bench.num_classes)
     return Step(model, bench.device, spec.precision, spec.mode, bench.channels_last, bench.num_classes,
-                bench.cudnn_benchmark)
+                bench.cudnn_benchmark, loss_fn=bench.loss_fn)
 
 
 def _open_loader(bench: Bench, spec: TrialSpec, dataset, collate):
@@ -459,7 +470,8 @@ def storage_fetch(bench: Bench, spec: TrialSpec) -> dict:
                                   bench.measure.window_s))
         policy = bench.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
                                                   "window_batches": plan["window_batches"],
-                                                  "windows": plan["windows"]})
+                                                  "windows": plan["windows"],
+                                                  "max_windows": plan["windows"]})  # more would leave the pass
         m = _loop_with(bench, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
         m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
         return m

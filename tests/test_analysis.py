@@ -1,9 +1,9 @@
 """Analysis on trial tables of known content: verdicts, predictions and advice are exact."""
+import numpy as np
 import pandas as pd
 import pytest
 
-from pipeprof.analysis import (analyse, cores_needed, curves, recommend_workers, scaling, stage_overhead,
-                               verdicts, what_if)
+from pipeprof.analysis import analyse, cores_needed, curves, recommend_workers, stage_overhead, verdicts, what_if
 
 GROUP = dict(model="m", precision="bf16", mode="train", preset="p", decoder="pil", source="files",
              batch_size=8, pin_memory=True, image_size=224)
@@ -34,7 +34,7 @@ def test_bounds_join_at_the_same_settings():
     df = table(cpu={1: 100, 2: 200}, e2e={1: 99, 2: 190}, io={1: 5000, 2: 9000})
     c = curves(df).set_index("num_workers")
     assert c.loc[2, "cpu_bound_samples_per_s"] == 200 and c.loc[2, "io_bound_samples_per_s"] == 9000
-    assert c.loc[1, "gpu_bound_samples_per_s"] == 1000 and c.loc[1, "main_cores_step"] == 1.0
+    assert c.loc[1, "step_bound_samples_per_s"] == 1000 and c.loc[1, "main_cores_step"] == 1.0
 
 
 def test_cpu_bound_curve_predicts_the_measured_rate():
@@ -81,19 +81,115 @@ def test_recommend_workers_is_the_smallest_within_5_percent():
     assert (r["recommended_workers"], r["best_workers"]) == (4, 8)
 
 
-def test_cores_needed_and_what_if_follow_the_measured_scaling():
-    import numpy as np
+# a CPU curve that flattens past 16 workers, as on a 32-CPU box of 16 cores with SMT
+WS, RATES = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0]), np.array([100.0, 200.0, 400.0, 800.0, 1500.0, 1800.0])
 
-    sc = scaling(np.array([1.0, 2.0, 4.0]), np.array([100.0, 190.0, 320.0]))
-    assert sc["per_worker_samples_per_s"] == 100 and sc["efficiency_at_max"] == pytest.approx(0.8)
-    need = cores_needed(1000.0, sc, main_cores=1.0)
-    assert need["workers_needed"] == pytest.approx(12.5) and need["cores_needed"] == 14 and need["extrapolated"]
-    rows = {(r["gpus"], r["cores"], r["storage"]): r for r in
-            what_if(1000.0, sc, 1.0, io_mb_s=80.0, sample_mb=0.1, cores=(8, 64), gpus=(1, 2), storage_mb_s=(None,))}
-    assert rows[(1, 8, "as measured")]["predicted_samples_per_s"] == pytest.approx(100 * 7 * 0.8)
-    assert rows[(1, 8, "as measured")]["binding"] == "cpu"
-    assert rows[(1, 64, "as measured")]["binding"] == "io"  # 80 MB/s / 0.1 MB = 800/s
-    assert rows[(2, 64, "as measured")]["predicted_samples_per_s"] == pytest.approx(800)
+
+def test_what_if_reads_the_measured_curve_at_the_workers_c_cores_allow():
+    rows = {(r["gpus"], r["cores"]): r for r in
+            what_if(5000.0, WS, RATES, 1.0, 32, io_mb_s=None, sample_mb=None, core_counts=(8, 16, 64),
+                    gpus=(1, 2), storage_mb_s=(None,))}
+    # 8 cores: 7 workers, interpolated between 4 (400/s) and 8 (800/s). One efficiency taken at
+    # 32 workers (56%) would have said 100 x 7 x 0.56 = 394: the 2x error the sizing check found
+    assert rows[(1, 8)]["predicted_samples_per_s"] == pytest.approx(700) and not rows[(1, 8)]["extrapolated"]
+    assert rows[(1, 16)]["predicted_samples_per_s"] == pytest.approx(800 + 7 / 8 * 700)
+    assert rows[(2, 16)]["predicted_samples_per_s"] == pytest.approx(800 + 6 / 8 * 700)  # two training processes
+    assert rows[(1, 64)]["extrapolated"] and rows[(1, 64)]["predicted_samples_per_s"] == pytest.approx(63 * 1800 / 32)
+    assert rows[(1, 8)]["binding"] == "cpu"
+
+
+def test_the_curve_gives_the_same_answer_from_a_smaller_machine():
+    # the same CPUs measured on 16 cores: the what-if at 8 cores must not change with where it was measured
+    small = what_if(5000.0, WS[:5], RATES[:5], 1.0, 16, None, None, core_counts=(8,), gpus=(1,), storage_mb_s=(None,))
+    assert small[0]["predicted_samples_per_s"] == pytest.approx(700)
+
+
+def test_cores_needed_interpolates_then_extrapolates():
+    need = cores_needed(1000.0, WS, RATES, main_cores=1.0, cores=32)
+    assert need["workers_needed"] == pytest.approx(8 + 200 / 700 * 8) and need["cores_needed"] == 12
+    assert not need["extrapolated"]
+    far = cores_needed(2700.0, WS, RATES, main_cores=1.0, cores=32)
+    assert far["extrapolated"] and far["workers_needed"] == pytest.approx(2700 / (1800 / 32))
+    assert far["cores_needed"] == 49 and "per worker at 32 workers" in far["basis"]
+    # counts past the machine's cores measured oversubscription: extrapolate from the last one that fitted
+    over = cores_needed(2000.0, np.append(WS[:5], 32.0), np.append(RATES[:5], 1550.0), 1.0, cores=16)
+    assert over["workers_needed"] == pytest.approx(2000 / (1500 / 16))
+
+
+def e2e_row(w, rate, wait, *, busy=None, run=None, workers_cpu=None, ci=0.02, **extra):
+    row = trial("end_to_end", rate, w, data_wait_frac=wait, samples_per_s_ci95_low=rate * (1 - ci),
+                samples_per_s_ci95_high=rate * (1 + ci))
+    if busy is not None:
+        row |= {"usable_busy_cores_mean": busy, "run_cores_mean": run if run is not None else busy}
+    if workers_cpu is not None:
+        row["workers_cpu_pct_mean"] = workers_cpu
+    return row | extra
+
+
+def frame(*rows):
+    return pd.DataFrame(list(rows))
+
+
+def test_missing_ceiling_the_trial_evidence_decides_not_a_guess():
+    # case 2: the ceiling trial failed; the step takes 62 ms a batch (wait 2%), the loader alone gives 147/s
+    df = frame(trial("gpu_ceiling", None) | {"status": "error"}, trial("cpu_pipeline", 147.0, 2),
+               e2e_row(2, 60.0, 0.02))
+    v = verdicts(df, 2, "cpu").iloc[0]
+    assert v["verdict"] == "step-bound" and v["bounds_verdict"] == "unknown"
+    assert v["predicted_samples_per_s"] != v["predicted_samples_per_s"]  # NaN: no prediction without the step
+    assert verdicts(df, 2, "cuda").iloc[0]["verdict"] == "gpu-bound"
+
+
+def test_cpu_only_machine_says_step_and_skips_gpu_sizing():
+    # case 3: 2 cores, 1 worker, 1% wait, measured above the step "ceiling": noise, not another bottleneck
+    df = frame(trial("gpu_ceiling", 64.5), trial("cpu_pipeline", 150.0, 1), e2e_row(1, 69.7, 0.01, busy=1.3))
+    a = analyse(df, cores=2, device="cpu")
+    assert a["verdicts"][0]["verdict"] == "step-bound"
+    group = a["groups"][0]
+    assert "cores_needed" not in group and "no GPU" in group["cpu_figures_skipped"]
+    assert not any("the GPU is" in x["action"] for x in group["actions"])
+    assert any("CPU step" in x["action"] for x in group["actions"])
+
+
+def test_all_cores_busy_is_cores_bound_even_above_the_isolated_loader():
+    # case 5: 32 workers + the training process on 32 cores, end-to-end above the loader alone
+    df = frame(trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3500.0, 32), trial("storage_fetch", 9e4, 32),
+               e2e_row(32, 3900.0, 0.30, busy=31.6, workers_cpu=3000.0, ci=0.06))
+    v = verdicts(df, 32).iloc[0]
+    assert v["verdict"] == "cores-bound" and "31.6 of 32" in v["verdict_basis"]
+
+
+@pytest.mark.parametrize("workers_cpu, io, verdict", [
+    (380.0, 9e4, "cpu-bound"),  # 4 workers computing 95% of the time on a 16-core box: more workers help
+    (100.0, 9e4, "loader-bound"),  # workers idle 75% while the storage keeps up: the hand-off binds
+    (100.0, None, "input-bound"),  # ... and with the storage unmeasured, I/O cannot be told from the hand-off
+    (100.0, 410.0, "io-bound"),  # the pipeline runs at the storage's rate
+])
+def test_input_bound_trials_name_the_input_side_from_their_evidence(workers_cpu, io, verdict):
+    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 420.0, 4),
+            e2e_row(4, 400.0, 0.6, busy=5.0, workers_cpu=workers_cpu)]
+    if io:
+        rows.append(trial("storage_fetch", io, 4))
+    assert verdicts(frame(*rows), 16).iloc[0]["verdict"] == verdict
+
+
+def test_evidence_against_the_bounds_is_said_with_both_figures():
+    # the loader alone looked slower than the step, yet the step hardly waited: trust the trial, say so
+    df = frame(trial("gpu_ceiling", 1000.0), trial("cpu_pipeline", 500.0, 2), e2e_row(2, 900.0, 0.01))
+    v = verdicts(df, 8).iloc[0]
+    assert v["verdict"] == "gpu-bound" and v["bounds_verdict"] == "cpu-bound"
+    assert "cpu 500/s" in v["disagreement"] and "step 1,000/s" in v["disagreement"]
+
+
+def test_recommended_workers_are_tied_when_intervals_overlap():
+    curve = pd.DataFrame({"num_workers": [4, 8, 16], "samples_per_s": [500.0, 920.0, 1000.0],
+                          "samples_per_s_ci95_low": [480.0, 850.0, 900.0],
+                          "samples_per_s_ci95_high": [520.0, 990.0, 1100.0]})
+    r = recommend_workers(curve)
+    assert r["recommended_workers"] == 8 and r["tied_with_best"] == [8, 16]
+    narrow = curve.assign(samples_per_s=[500.0, 900.0, 1000.0], samples_per_s_ci95_low=[495.0, 890.0, 990.0],
+                          samples_per_s_ci95_high=[505.0, 910.0, 1010.0])
+    assert recommend_workers(narrow)["recommended_workers"] == 16  # 10% below, intervals apart: not tied
 
 
 def test_actions_rank_the_costliest_transform_first():

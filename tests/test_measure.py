@@ -15,7 +15,7 @@ class FakeClock:
 
 def policy(**kw):
     base = dict(warmup_batches=5, warmup_s=0.0, window_s=1.0, window_batches=5, windows=5, max_trial_s=1e9,
-                cv_unstable=0.05)
+                ci_target=0.05)
     return MeasureConfig(**(base | kw))
 
 
@@ -69,8 +69,27 @@ def test_alternating_costs_are_flagged_unstable():
     def step():
         clock.t += next(costs)
         return 8
-    m = steady_state(step, policy(), clock=clock)
-    assert m.unstable and "CV" in m.reason
+    m = steady_state(step, policy(max_windows=5), clock=clock)
+    assert m.unstable and "95% interval" in m.reason and "after 5 windows" in m.reason
+
+
+def test_windows_are_added_until_the_interval_is_narrow():
+    # window rates 800, 400, 800, 400...: the interval narrows as windows accumulate, slowly
+    clock = FakeClock()
+    n = {"i": 0}
+
+    def step():
+        n["i"] += 1
+        clock.t += 0.01 if (n["i"] // 100) % 2 == 0 else 0.02
+        return 8
+    m = steady_state(step, policy(window_batches=100, window_s=1e-9, warmup_batches=0, windows=3, max_windows=40,
+                                  ci_target=0.10), clock=clock)
+    assert 3 < len(m.windows) < 40  # it stopped adding once the interval was within ±10%
+    half = (m.stats()["samples_per_s_ci95_high"] - m.stats()["samples_per_s_ci95_low"]) / 2
+    assert half / m.stats()["samples_per_s"] <= 0.10 and not m.unstable
+    steady = FakeClock()
+    s, _ = steady_step(steady)
+    assert len(steady_state(s, policy(windows=3, max_windows=40), clock=steady).windows) == 3  # nothing to add
 
 
 def test_time_limit_leaves_fewer_windows_and_says_so():
@@ -91,8 +110,8 @@ def test_summarize_rates_matches_hand_computation():
 
 def test_drift_is_reported_even_with_small_cv():
     rates = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111]
-    assert "drifts" in instability(rates, 12, cv_limit=0.04)
-    assert instability([100, 101, 100, 101], 4, cv_limit=0.05) is None
+    assert "drifts" in instability(rates, 12, ci_limit=0.04)
+    assert instability([100, 101, 100, 101], 4, ci_limit=0.05) is None
 
 
 def test_windows_of_whole_worker_rounds_are_stable_under_bursts():

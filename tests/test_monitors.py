@@ -1,6 +1,9 @@
 """Tests for pipeprof.monitors (fast: a few seconds in total)."""
 import json
 import multiprocessing as mp
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,6 +19,14 @@ def _burn(seconds: float) -> None:
     x = 0
     while time.perf_counter() < end:
         x += 1
+
+
+_BURNER = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass"
+
+
+def _burner(seconds: float) -> subprocess.Popen:
+    """A real separate process that keeps one core busy for ``seconds``."""
+    return subprocess.Popen([sys.executable, "-c", _BURNER.format(s=seconds)])
 
 
 def _monitor_threads():
@@ -131,6 +142,74 @@ def test_gpu_columns_on_gpu_machine():
     assert s["gpu_power_w_mean"] > 0 and s["gpu_sm_clock_mhz_mean"] > 0
 
 
+def _burn_window(tracked: bool) -> tuple[float, dict]:
+    """Summary of a window while a separate process burns one core, and the highest
+    foreign load of the idle windows just before and after it (other jobs on the machine)."""
+    with Monitor(hz=20, gpu=False) as mon:
+        mon.set_trial("before")
+        time.sleep(0.4)
+        mon.set_trial("burn")
+        child = _burner(1.5)
+        try:
+            if tracked:
+                mon.track_workers([child.pid])
+            time.sleep(0.3)  # interpreter start-up, and psutil's CPU deltas settle
+            t0 = time.perf_counter()
+            time.sleep(0.8)
+            t1 = time.perf_counter()
+        finally:
+            child.wait(timeout=10)
+        mon.set_trial("after")
+        time.sleep(0.3)
+    df = mon.timeline()
+    idle = [summarize(df, "before", df["t_s"].min() + 0.1)["foreign_cores_mean"],
+            summarize(df, "after")["foreign_cores_mean"]]
+    return max(x or 0.0 for x in idle), summarize(df, "burn", t0, t1)
+
+
+def test_untracked_process_is_foreign_load():
+    _, s = _burn_window(tracked=False)
+    assert s["monitor_samples"] > 8
+    assert s["foreign_cores_mean"] > 0.5  # the burner used ~1 core
+    assert s["run_cores_mean"] < 0.5  # the test process sleeps
+    assert s["usable_busy_cores_mean"] >= s["foreign_cores_mean"]
+    assert s["usable_cores"] == len(os.sched_getaffinity(0))
+
+
+def test_tracked_worker_is_run_load_not_foreign():
+    idle_foreign, s = _burn_window(tracked=True)
+    assert s["run_cores_mean"] > 0.5
+    # Other jobs on this small shared machine are foreign load too: allow what the idle
+    # windows around the burner showed (0 on a quiet machine).
+    assert s["foreign_cores_mean"] < 0.4 + idle_foreign
+
+
+def test_steal_cpus_and_busy_cores_columns(tmp_path):
+    with Monitor(hz=50, gpu=False) as mon:
+        mon.set_trial("t")
+        time.sleep(0.3)
+    assert mon.cpus == sorted(os.sched_getaffinity(0))
+    df = mon.timeline()
+    for c in ["cpu_steal_pct", "usable_cpus", "usable_busy_cores", "run_cores", "foreign_cores"]:
+        assert c in df.columns
+    steal = df["cpu_steal_pct"]
+    assert steal.isna().all() or steal.between(0, 100).all()  # None on a kernel without steal
+    assert (df["usable_cpus"] == len(mon.cpus)).all()
+    busy = sum(df[f"cpu{i}_util_pct"] for i in mon.cpus) / 100
+    assert (df["usable_busy_cores"] - busy).abs().max() < 1e-9
+    assert df["usable_busy_cores"].between(0, len(mon.cpus)).all()
+    assert (df["foreign_cores"] >= 0).all()
+    run = (df["main_cpu_pct"] + df["workers_cpu_pct"]) / 100
+    assert (df["run_cores"] - run).abs().max() < 1e-9
+    path = tmp_path / "timeline.parquet"  # a saved run's timeline summarises the same
+    df.to_parquet(path)
+    s = summarize(pd.read_parquet(path), "t")
+    assert s["usable_cores"] == len(mon.cpus) and isinstance(s["usable_cores"], int)
+    assert s["cpu_steal_pct_mean"] is None or 0 <= s["cpu_steal_pct_mean"] <= 100
+    assert s["usable_busy_cores_mean"] is not None and s["run_cores_mean"] is not None
+    json.dumps(s, allow_nan=False)
+
+
 def _hand_built() -> pd.DataFrame:
     return pd.DataFrame({
         "t_s":               [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
@@ -155,6 +234,11 @@ def _hand_built() -> pd.DataFrame:
         # row3: HW thermal on gpu0; row0: idle.
         "gpu0_throttle_reasons": [0x1, 0x1 | 0x2, 0x0, 0x40, 0x4, 0x4],
         "gpu1_throttle_reasons": [0x1, 0x100, 0x4, 0x0, 0x4, 0x4],
+        "cpu_steal_pct":     [0.0, 2.0, None, 4.0, 50.0, 50.0],
+        "usable_cpus":       [8, 8, 8, 8, 2, 2],
+        "usable_busy_cores": [1.0, 4.0, 5.0, 6.0, 2.0, 2.0],
+        "run_cores":         [1.0, 2.5, 3.6, None, 0.0, 0.0],
+        "foreign_cores":     [0.0, 1.5, 1.4, None, 2.0, 2.0],
     })
 
 
@@ -173,6 +257,11 @@ def test_summarize_hand_built_window():
     assert s["gpu_power_w_mean"] == pytest.approx((400 + 500 + 600 + 300 * 3) / 6)
     assert s["gpu_sm_clock_mhz_mean"] == pytest.approx((1980 + 1900 + 1800 + 1980 * 3) / 6)
     assert s["gpu_throttled_frac"] == pytest.approx(2 / 3)
+    assert s["cpu_steal_pct_mean"] == pytest.approx(3.0)  # None skipped
+    assert s["usable_busy_cores_mean"] == pytest.approx(5.0)
+    assert s["run_cores_mean"] == pytest.approx(3.05)
+    assert s["foreign_cores_mean"] == pytest.approx(1.45)
+    assert s["usable_cores"] == 8
     json.dumps(s, allow_nan=False)
 
 
@@ -189,7 +278,11 @@ def test_summarize_whole_trial_and_missing():
     no_gpu = summarize(df[[c for c in df.columns if not c.startswith("gpu")]], "y")
     assert no_gpu["gpu_util_pct_mean"] is None and no_gpu["gpu_throttled_frac"] is None
     assert no_gpu["cpu_util_pct_mean"] == pytest.approx(99.0)
-    assert summarize(Monitor(hz=10).timeline(), "x")["monitor_samples"] == 0
+    empty = summarize(Monitor(hz=10).timeline(), "x")
+    assert empty["monitor_samples"] == 0
+    for k in ["cpu_steal_pct_mean", "foreign_cores_mean", "run_cores_mean", "usable_busy_cores_mean",
+              "usable_cores"]:
+        assert empty[k] is None
     json.dumps(none, allow_nan=False)
 
 

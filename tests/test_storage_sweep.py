@@ -30,7 +30,7 @@ from pipeprof.trials import one_pass_plan
 
 from conftest import LOOPBACK, free_port, serve_folder
 QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 3, "windows": 3,
-         "cv_unstable": 0.25}
+         "ci_target": 0.25}
 MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 
 

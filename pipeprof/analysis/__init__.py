@@ -5,39 +5,49 @@ few machine facts; outputs are DataFrames and plain dicts that renderers format
 and run.json stores. One module per question, :func:`analyse` the facade:
 
 - ``bounds``:  :func:`curves` (each end-to-end trial beside the bounds measured alone at the
-  same settings), :func:`verdicts` (which bound it sits on, the predicted rate and its error)
-- ``advice``:  :func:`recommend_workers`, :func:`cores_needed`, :func:`what_if`, :func:`actions`,
-  :func:`stage_overhead`
+  same settings), :func:`predict` (the rate those bounds allow), :func:`classify` (their verdict)
+- ``verdict``: :func:`verdicts` (each trial's own evidence first: data wait, busy cores, workers'
+  CPU; the isolated bounds beside it, and where the two disagree)
+- ``advice``:  :func:`recommend_workers`, :func:`cores_needed`, :func:`what_if` (read off the
+  measured CPU curve), :func:`actions`, :func:`stage_overhead`
 - ``storage``: :func:`storage_actions` (RAM, shards, more workers, faster storage from swept
   sources), :func:`epoch_estimates` (cold first epoch vs warm later ones)
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from .advice import (actions, cores_needed, cpu_rate_for_cores, recommend_workers, scaling, stage_overhead,
-                     what_if)
+from .advice import (actions, cores_needed, rate_at_workers, recommend_workers, scaling, stage_overhead, what_if,
+                     workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
-                     cpu_curve, curves, groups, load_cost_s, ok, predict, present_group_keys, verdicts,
+                     cpu_curve, curves, groups, load_cost_s, ok, predict, present_group_keys, step_verdict,
                      worker_capacity)
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
+from .verdict import evidence, verdicts
 
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
-           "classify", "cores_needed", "cpu_at", "cpu_curve", "cpu_rate_for_cores", "curves", "epoch_estimates",
-           "groups", "load_cost_s", "ok", "predict", "present_group_keys", "recommend_workers", "scaling",
-           "stage_overhead", "storage_actions", "verdicts", "what_if", "worker_capacity"]
+           "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "epoch_estimates", "evidence",
+           "groups", "load_cost_s", "ok", "predict", "present_group_keys", "rate_at_workers", "recommend_workers",
+           "scaling", "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
+           "workers_for_rate"]
 
 # ---- the whole run -----------------------------------------------------------------
 
-def analyse(trials: pd.DataFrame, cores: float = 1.0) -> dict:
-    """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group."""
-    v = verdicts(trials, cores) if len(ok(trials, "end_to_end")) else pd.DataFrame()
+def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", smt: float = 1.0) -> dict:
+    """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group.
+
+    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ);
+    ``smt``: logical CPUs per physical core of the machine (sizing says both counts).
+    """
+    v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     cv = curves(trials)
     out = []
     for key, curve in groups(cv):
         entry = key | recommend_workers(curve)
         cpu = cpu_curve(trials, curve.iloc[0])
-        advice = _group_advice(curve, cpu, v, cores)
+        advice = _group_advice(curve, cpu, v, cores, device, smt)
         best = curve.loc[curve["samples_per_s"].idxmax()]
         advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
@@ -49,27 +59,51 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0) -> dict:
         out.append(entry | advice)
     errors = v["prediction_error_frac"].dropna().abs() if len(v) else pd.Series(dtype=float)
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]
-    unstable = trials["unstable"].astype("boolean").fillna(False) if "unstable" in trials else []
     return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [],
             "prediction_error_abs_median": float(errors.median()) if len(errors) else None,
-            "stage_timing_overhead": stage_overhead(trials), "cores": cores,
-            "trials": int(len(trials)), "failed_trials": int(len(failed)), "unstable_trials": int(sum(unstable))}
+            "stage_timing_overhead": stage_overhead(trials), "cores": cores, "device": device,
+            "trials": int(len(trials)), "failed_trials": int(len(failed)), **_unstable(trials)}
 
 
-def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float) -> dict:
+def _unstable(trials: pd.DataFrame) -> dict:
+    """How many trials were flagged unstable, and their reasons counted by attributed cause."""
+    if "unstable" not in trials:
+        return {"unstable_trials": 0, "unstable_causes": {}}
+    flagged = trials[trials["unstable"].astype("boolean").fillna(False)]
+    causes = flagged.get("noise_cause", pd.Series(dtype=object)).fillna("unattributed").value_counts()
+    return {"unstable_trials": int(len(flagged)), "unstable_causes": {str(k): int(n) for k, n in causes.items()}}
+
+
+def _main_cores(curve: pd.DataFrame) -> float:
+    """Cores the training process used in the real loop (median over the end-to-end trials), else in
+    the step ceiling, else 1: what it takes from the workers on any machine."""
+    for col, scale in (("main_cpu_pct_mean", 100), ("main_cores_step", 1)):
+        vals = curve[col].dropna() if col in curve else pd.Series(dtype=float)
+        if len(vals):
+            return max(float(vals.median()) / scale, 0.1)
+    return 1.0
+
+
+def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float, device: str, smt: float) -> dict:
     ws, rates = cpu
-    sc = scaling(ws, rates)
-    gpu = curve["gpu_bound_samples_per_s"].dropna()
-    main = curve["main_cores_step"].dropna() if "main_cores_step" in curve else pd.Series(dtype=float)
-    main_cores = float(main.iloc[0]) if len(main) else 1.0
+    step = curve["step_bound_samples_per_s"].dropna()
+    main_cores = _main_cores(curve)
     best = curve.loc[curve["samples_per_s"].idxmax()]
     mine = v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v
-    advice = {"actions": actions(best, ws, rates, cores), "main_cores_step": main_cores}
-    if sc and len(gpu):
-        advice["cores_needed"] = cores_needed(float(gpu.iloc[0]), sc, main_cores)
-        io_mb_s = _io_mb_s(curve)
-        advice["what_if"] = what_if(float(gpu.iloc[0]), sc, main_cores, io_mb_s, _sample_mb(curve))
-        advice["scaling"] = sc
+    advice = {"actions": actions(best, ws, rates, cores, device), "main_cores_step": main_cores}
+    if device != "cuda":
+        advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
+                                         "and the what-if for GPU machines do not apply; run on the GPU machine")
+    elif len(ws) and (ws > 0).any() and len(step):
+        need = cores_needed(float(step.iloc[0]), ws, rates, main_cores, cores)
+        if smt > 1:
+            need["physical_cores_needed"] = math.ceil(need["cores_needed"] / smt)
+            need["basis"] += f"; on CPUs like these ({smt:g} logical CPUs per physical core): " \
+                             f"{need['physical_cores_needed']} physical cores"
+        advice["cores_needed"] = need
+        advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_cores, cores, _io_mb_s(curve),
+                                    _sample_mb(curve))
+        advice["scaling"] = scaling(ws, rates)
     rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine
     if len(rec):
         advice["verdict_at_recommended"] = rec["verdict"].iloc[0]

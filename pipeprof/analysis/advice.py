@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from itertools import product
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -11,21 +13,30 @@ from .bounds import NEAR_BEST, _known, ok, predict, BOUND_KEYS
 # ---- recommendations ---------------------------------------------------------------
 
 def recommend_workers(curve: pd.DataFrame, near: float = NEAR_BEST) -> dict:
-    """Smallest ``num_workers`` whose rate is within ``near`` of the best seen.
+    """Smallest ``num_workers`` not shown to be slower than the best: within ``near`` of the best
+    rate, or with a 95% interval that overlaps the best's (one count beats another only when
+    their intervals separate).
 
-    ``curve`` has columns num_workers and samples_per_s (one row per count).
+    ``curve`` has columns num_workers and samples_per_s (one row per count), and the
+    ``samples_per_s_ci95_low/high`` of each trial when they were measured.
     """
     curve = curve.sort_values("num_workers")
-    best = curve["samples_per_s"].max()
-    pick = curve[curve["samples_per_s"] >= near * best].iloc[0]
-    top = curve.loc[curve["samples_per_s"].idxmax()]
+    rate = curve["samples_per_s"]
+    top = curve.loc[rate.idxmax()]
+    high = curve["samples_per_s_ci95_high"].fillna(rate) if "samples_per_s_ci95_high" in curve else rate
+    top_low = top.get("samples_per_s_ci95_low", top["samples_per_s"])
+    top_low = top["samples_per_s"] if top_low != top_low else top_low
+    tied = curve[(rate >= near * top["samples_per_s"]) | (high >= top_low)]
+    pick = tied.iloc[0]
     return {"recommended_workers": int(pick["num_workers"]), "recommended_samples_per_s": float(pick["samples_per_s"]),
-            "best_workers": int(top["num_workers"]), "best_samples_per_s": float(best),
-            "criterion": f"smallest num_workers within {1 - near:.0%} of the best end-to-end rate"}
+            "best_workers": int(top["num_workers"]), "best_samples_per_s": float(top["samples_per_s"]),
+            "tied_with_best": [int(w) for w in tied["num_workers"]],
+            "criterion": f"smallest num_workers within {1 - near:.0%} of the best end-to-end rate or not "
+                         "separable from it (95% intervals overlap)"}
 
 
 def scaling(ws: np.ndarray, rates: np.ndarray) -> dict | None:
-    """Per-worker rate (best single-worker-equivalent) and scaling efficiency at the most workers."""
+    """Per-worker rate at the fewest workers measured and scaling efficiency at the most (descriptive)."""
     pos = ws > 0
     if not pos.any():
         return None
@@ -35,40 +46,86 @@ def scaling(ws: np.ndarray, rates: np.ndarray) -> dict | None:
             "efficiency_at_max": r_max / (per_worker * w_max)}
 
 
-def cpu_rate_for_cores(cores: float, sc: dict, main_cores: float) -> float:
-    """Predicted pipeline samples/s with ``cores`` cores, one training process taking ``main_cores``."""
-    workers = max(cores - main_cores, 0.0)
-    return sc["per_worker_samples_per_s"] * workers * min(sc["efficiency_at_max"], 1.0)
+class CurveRead(NamedTuple):
+    """A value read off the measured CPU curve, and whether it lies past the measured points."""
+
+    value: float
+    extrapolated: bool
 
 
-def cores_needed(gpu_rate: float, sc: dict, main_cores: float) -> dict:
-    """Cores one GPU needs to be fed at its ceiling, from the measured per-worker rate and efficiency."""
-    per_core = sc["per_worker_samples_per_s"] * min(sc["efficiency_at_max"], 1.0)
-    workers = gpu_rate / per_core
-    return {"cores_needed": math.ceil(workers + main_cores), "workers_needed": workers,
-            "extrapolated": workers > sc["workers_max"],
-            "basis": f"{sc['per_worker_samples_per_s']:.0f} samples/s per worker at {sc['efficiency_at_max']:.0%} "
-                     f"scaling efficiency (at {sc['workers_max']:.0f} workers), + {main_cores:.1f} core(s) "
-                     "for the training process"}
+def _envelope(ws: np.ndarray, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Worker counts from 0 with the best rate reached at or below each: with C cores a user can
+    pick any count up to C, and 0 workers (loading in the main process) is not on this line."""
+    pos = ws > 0
+    return np.concatenate([[0.0], ws[pos]]), np.concatenate([[0.0], np.maximum.accumulate(rates[pos])])
 
 
-def what_if(gpu_rate: float, sc: dict, main_cores: float, io_mb_s: float | None, sample_mb: float | None,
-            cores=(4, 8, 16, 32, 64, 128), gpus=(1, 2, 4, 8), storage_mb_s=(None, 125.0, 500.0, 3000.0)) -> list[dict]:
-    """Predicted samples/s for other machines: min(GPUs × ceiling, CPU(cores), storage / sample size).
+def _per_worker_at_top(x: np.ndarray, y: np.ndarray, cores: float) -> tuple[float, float]:
+    """(workers, samples/s per worker) at the largest count that had a core each: the base for
+    extrapolating to a bigger machine of the same CPUs (same SMT arrangement)."""
+    fit = x[(x > 0) & (x <= max(cores, 1))]
+    base = float(fit[-1]) if len(fit) else float(x[-1])
+    return base, float(np.interp(base, x, y)) / base
 
-    ``storage_mb_s`` None means "as measured". Each GPU's training process takes ``main_cores``.
-    Linear GPU scaling is an upper bound (no all-reduce cost); every row is labelled a prediction.
+
+def rate_at_workers(workers: float, ws: np.ndarray, rates: np.ndarray, cores: float) -> CurveRead:
+    """Pipeline samples/s with ``workers``: interpolated on the curve, extrapolated past its end
+    at the per-worker rate of its largest point within the machine's cores."""
+    x, y = _envelope(ws, rates)
+    if len(x) < 2:
+        return CurveRead(float("nan"), True)
+    if workers <= x[-1]:
+        return CurveRead(float(np.interp(max(workers, 0.0), x, y)), False)
+    return CurveRead(workers * _per_worker_at_top(x, y, cores)[1], True)
+
+
+def workers_for_rate(target: float, ws: np.ndarray, rates: np.ndarray, cores: float) -> CurveRead:
+    """Fewest (fractional) workers whose pipeline rate reaches ``target``: the inverse of :func:`rate_at_workers`."""
+    x, y = _envelope(ws, rates)
+    if len(x) < 2:
+        return CurveRead(float("nan"), True)
+    if target > y[-1]:
+        return CurveRead(target / _per_worker_at_top(x, y, cores)[1], True)
+    i = int(np.argmax(y >= target))
+    frac = (target - y[i - 1]) / (y[i] - y[i - 1]) if i and y[i] > y[i - 1] else 1.0
+    return CurveRead(float(x[i - 1] + frac * (x[i] - x[i - 1])) if i else 0.0, False)
+
+
+def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_cores: float, cores: float) -> dict:
+    """Cores one GPU needs to be fed at its ceiling: workers read off the measured CPU curve
+    (interpolated, or extrapolated past its end) plus the training process's measured CPU."""
+    need = workers_for_rate(step_rate, ws, rates, cores)
+    x, y = _envelope(ws, rates)
+    base, per = _per_worker_at_top(x, y, cores)
+    how = (f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
+           if need.extrapolated else "interpolated on the measured cpu_pipeline curve")
+    return {"cores_needed": math.ceil(need.value + main_cores), "workers_needed": need.value,
+            "extrapolated": need.extrapolated,
+            "basis": f"{need.value:.1f} workers reach the step's {step_rate:,.0f} samples/s, {how}; "
+                     f"+ {main_cores:.1f} core(s) for the training process"}
+
+
+def what_if(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_cores: float, cores: float,
+            io_mb_s: float | None, sample_mb: float | None, core_counts=(4, 8, 16, 32, 64, 128),
+            gpus=(1, 2, 4, 8), storage_mb_s=(None, 125.0, 500.0, 3000.0)) -> list[dict]:
+    """Predicted samples/s for other machines: min(GPUs × ceiling, CPU curve at the workers the
+    cores allow, storage / sample size).
+
+    With C cores and N GPUs, N training processes take ``N × main_cores`` and the workers get
+    the rest; the CPU figure is read off the measured curve (``extrapolated`` past its end).
+    ``storage_mb_s`` None means "as measured". Linear GPU scaling is an upper bound (no
+    all-reduce cost); every row is labelled a prediction.
     """
     rows = []
-    for n_gpu in gpus:
-        for c in cores:
-            for mb_s in storage_mb_s:
-                bw = io_mb_s if mb_s is None else mb_s
-                bounds = {"gpu": n_gpu * gpu_rate, "cpu": cpu_rate_for_cores(c, sc, n_gpu * main_cores),
-                          "io": bw / sample_mb if bw and sample_mb else float("inf")}
-                side = min(bounds, key=bounds.get)
-                rows.append({"gpus": n_gpu, "cores": c, "storage_mb_s": bw, "storage": "as measured" if mb_s is None else "assumed",
-                             "predicted_samples_per_s": bounds[side], "binding": side, "label": "prediction"})
+    for n_gpu, c, mb_s in product(gpus, core_counts, storage_mb_s):
+        cpu = rate_at_workers(max(c - n_gpu * main_cores, 0.0), ws, rates, cores)
+        bw = io_mb_s if mb_s is None else mb_s
+        bounds = {"gpu": n_gpu * step_rate, "cpu": cpu.value,
+                  "io": bw / sample_mb if bw and sample_mb else float("inf")}
+        binding = min(bounds, key=bounds.get)
+        rows.append({"gpus": n_gpu, "cores": c, "storage_mb_s": bw, "storage": "as measured" if mb_s is None
+                     else "assumed", "predicted_samples_per_s": bounds[binding], "binding": binding,
+                     "extrapolated": cpu.extrapolated, "label": "prediction"})
     return rows
 
 
@@ -83,9 +140,13 @@ def _cheaper_cpu(row: pd.Series, ws: np.ndarray, rates: np.ndarray, share: float
     return predict(r, ws, rates * f, cores)[0]
 
 
-def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> list[dict]:
+def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str = "cuda") -> list[dict]:
     """Ranked single changes with their predicted gain, each computed from this run's
-    figures at one end-to-end trial (the group's best) with the same model as :func:`predict`."""
+    figures at one end-to-end trial (the group's best) with the same model as :func:`predict`.
+
+    A gain no larger than the trial's own 95% interval (both ways) is marked ``within_noise``:
+    it is not shown to help.
+    """
     now = row["samples_per_s"]
     base, bounds = predict(row, ws, rates, cores)
     out = []
@@ -106,7 +167,7 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
             add(f"drop or cheapen {name}: {share:.0%} of worker time",
                 _cheaper_cpu(row, ws, rates, share, cores), "worker time less that stage's measured share")
     uint8_share = shares.get("Normalize", 0) + 0.75 * shares.get("collate", 0)
-    if shares.get("Normalize", 0) and uint8_share < 1:
+    if shares.get("Normalize", 0) and uint8_share < 1 and device == "cuda":
         add("normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
             _cheaper_cpu(row, ws, rates, uint8_share, cores),
             "Normalize's share and 3/4 of collate's share removed from worker time")
@@ -114,22 +175,32 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
         r = row.copy()
         r["io_bound_samples_per_s"] = float("nan")
         add("cache the dataset in RAM (source: memory) or move it to faster storage",
-            predict(r, ws, rates, cores)[0], "storage bound removed; CPU and GPU bounds as measured")
-    sc = scaling(ws, rates)
+            predict(r, ws, rates, cores)[0], "storage bound removed; CPU and step bounds as measured")
     main = row.get("main_cores_step") if _known(row.get("main_cores_step")) else 1.0
     more = max(int(cores - main), 1)
-    if sc and more > max(ws.max(), row["num_workers"]):  # counts already measured speak for themselves
+    if device == "cuda" and len(ws) and more > max(ws.max(), row["num_workers"]):  # measured counts speak for themselves
         r = row.copy()
-        r["num_workers"], r["cpu_bound_samples_per_s"] = more, cpu_rate_for_cores(more + main, sc, main)
+        r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, rates, cores).value
         add(f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
-            "per-worker rate x measured scaling efficiency")
-    if _known(bounds.get("gpu")) and now >= 0.9 * bounds["gpu"]:
-        add("the GPU is the limit: lower precision, a larger batch or a faster GPU", bounds["gpu"],
-            "already at the measured GPU ceiling; CPU-side changes cannot help")
+            "the measured cpu_pipeline curve, extrapolated past its last point")
+    if _known(bounds.get("step")) and now >= 0.9 * bounds["step"]:
+        if device == "cuda":
+            add("the GPU is the limit: lower precision, a larger batch or a faster GPU", bounds["step"],
+                "already at the measured GPU ceiling; CPU-side changes cannot help")
+        else:
+            add("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
+                bounds["step"], "already at the measured step ceiling on these cores")
+    return _ranked(out, base, now, row)
+
+
+def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[dict]:
+    lo, hi = row.get("samples_per_s_ci95_low"), row.get("samples_per_s_ci95_high")
+    noise = (hi - lo) / 2 / now if _known(lo) and _known(hi) and now else 0.0
     for a in out:
         # predictions are relative to the model's own figure for today, so model error cancels
-        a["gain_frac"] = a["predicted_samples_per_s"] / base - 1 if base == base and base else None
+        a["gain_frac"] = a["predicted_samples_per_s"] / base - 1 if _known(base) else None
         a["predicted_samples_per_s"] = now * (1 + a["gain_frac"]) if a["gain_frac"] is not None else None
+        a["within_noise"] = a["gain_frac"] is not None and abs(a["gain_frac"]) <= 2 * noise
     return sorted(out, key=lambda a: -(a["gain_frac"] or 0))
 
 

@@ -4,7 +4,7 @@ predicted rate and the verdict.
 The prediction model (why not just ``min`` of the bounds):
 
 * with workers, loading overlaps the step, so the slower side binds:
-  ``min(gpu, cpu(w_eff), io(w))``; ``w_eff`` caps the workers at the cores left
+  ``min(step, cpu(w_eff), io(w))``; ``w_eff`` caps the workers at the cores left
   after the training process's own CPU use (measured in the gpu_ceiling trial),
   because the isolated cpu_pipeline trial had those cores to itself;
 * with 0 workers the main process alternates loading and stepping, so per-sample
@@ -29,7 +29,7 @@ BOUND_KEYS = {
                      "image_size"],
     "storage_fetch": ["source", "cache_state", "batch_size", "num_workers"],
 }
-BOUND_COLUMN = {"gpu_ceiling": "gpu_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",
+BOUND_COLUMN = {"gpu_ceiling": "step_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",
                 "storage_fetch": "io_bound_samples_per_s"}
 
 
@@ -62,7 +62,7 @@ def _clean(value):
 
 
 def curves(trials: pd.DataFrame) -> pd.DataFrame:
-    """End-to-end trials with ``gpu_bound_/cpu_bound_/io_bound_samples_per_s`` joined on,
+    """End-to-end trials with ``step_bound_/cpu_bound_/io_bound_samples_per_s`` joined on,
     plus ``main_cores_step``: CPU the training process used in the gpu_ceiling trial.
 
     A bound missing (trial kind switched off or failed) is NaN.
@@ -127,13 +127,14 @@ def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:
     return float(np.interp(workers, ws, rates))
 
 
-def load_cost_s(row: pd.Series, ws: np.ndarray, rates: np.ndarray) -> float | None:
-    """Worker CPU seconds per sample: the stage clocks' sum, else 1 / (rate of one worker)."""
+def load_cost_s(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float = math.inf) -> float | None:
+    """Worker CPU seconds per sample: the stage clocks' sum, else the cores the fewest workers
+    measured could use over their rate (w workers on fewer cores use only the cores)."""
     cost = stage_cost_s(row)
     if cost:
         return cost
     pos = ws > 0
-    return float(ws[pos][0] / rates[pos][0]) if pos.any() else None
+    return float(min(ws[pos][0], cores) / rates[pos][0]) if pos.any() else None
 
 
 def _known(x) -> bool:
@@ -143,37 +144,44 @@ def _known(x) -> bool:
 def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> tuple[float, dict]:
     """Predicted end-to-end samples/s and the bounds it used (see the module docstring).
 
-    Bounds: ``gpu`` (step alone), ``cpu`` (loader alone at these workers, capped at the
-    cores the step leaves free), ``io`` (raw reads alone), and ``cores``: the CPU budget
-    when the step and the workers share the machine, cores / (step CPU s + worker CPU s
-    per sample). The last one matters where the step itself burns CPU (CPU training,
-    or a small machine); on a GPU box it is rarely the lowest.
+    Bounds: ``step`` (the step alone: the GPU ceiling, or the CPU step's), ``cpu`` (loader
+    alone at these workers, capped at the cores the step leaves free), ``io`` (raw reads
+    alone), and ``cores``: the CPU budget when the step and the workers share the machine,
+    cores / (step CPU s + worker CPU s per sample). The last one matters where the step
+    itself burns CPU (CPU training, or a small machine); on a GPU box it is rarely the lowest.
     """
-    gpu, io, w = row.get("gpu_bound_samples_per_s"), row.get("io_bound_samples_per_s"), row["num_workers"]
+    step, io, w = row.get("step_bound_samples_per_s"), row.get("io_bound_samples_per_s"), row["num_workers"]
     main = row.get("main_cores_step")
     main = 1.0 if main is None or main != main else main
     if w == 0:
         cpu = row.get("cpu_bound_samples_per_s")
-        bounds = {"gpu": gpu, "cpu": cpu, "io": io, "cores": None}
-        serial = [b for b in (gpu, cpu) if _known(b)]
+        bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
+        serial = [step, cpu] if _known(step) and _known(cpu) else []
         return (1 / sum(1 / b for b in serial) if serial else float("nan")), bounds
     w_eff = min(w, max(cores - main, 1.0))
     cpu = cpu_at(w_eff, ws, rates) if w_eff < w else row.get("cpu_bound_samples_per_s")
-    load = load_cost_s(row, ws, rates)
-    budget = cores / (main / gpu + load) if _known(gpu) and load else None
-    bounds = {"gpu": gpu, "cpu": cpu, "io": io, "cores": budget}
-    known = [b for b in bounds.values() if _known(b)]
-    return (min(known) if known else float("nan")), bounds
+    load = load_cost_s(row, ws, rates, cores)
+    budget = cores / (main / step + load) if _known(step) and load else None
+    bounds = {"step": step, "cpu": cpu, "io": io, "cores": budget}
+    if not (_known(step) and _known(cpu)):
+        return float("nan"), bounds
+    return min(b for b in bounds.values() if _known(b)), bounds
 
 
-def classify(row: pd.Series, bounds: dict) -> str:
-    """The verdict: gpu-bound, cpu-bound, io-bound, loader-bound or balanced.
+def step_verdict(device: str) -> str:
+    """What the step binding is called: the GPU on a GPU, the CPU step on a machine without one."""
+    return "gpu-bound" if device == "cuda" else "step-bound"
 
-    ``cores`` binding counts as cpu-bound (the machine's cores are the limit).
+
+def classify(row: pd.Series, bounds: dict, device: str = "cuda") -> str:
+    """The isolated bounds' verdict: gpu-/step-bound, cpu-bound, io-bound, loader-bound or balanced.
+
+    ``cores`` binding counts as cpu-bound (the machine's cores are the limit). Needs the
+    step bound and the loader bound measured: with either missing it is 'unknown'.
     """
-    known = sorted((v, "cpu" if k == "cores" else k) for k, v in bounds.items() if _known(v))
-    if not known:
+    if not (_known(bounds.get("step")) and (_known(bounds.get("cpu")) or _known(bounds.get("io")))):
         return "unknown"
+    known = sorted((v, "cpu" if k == "cores" else k) for k, v in bounds.items() if _known(v))
     low, side = known[0]
     cpu, io = bounds.get("cpu"), bounds.get("io")
     if side == "cpu" and waits_on_storage(cpu, io):
@@ -182,34 +190,9 @@ def classify(row: pd.Series, bounds: dict) -> str:
         cap = worker_capacity(row)
         if cap and row["num_workers"] > 0 and cpu < LOADER_GAP * cap:
             return "loader-bound"
-    # the loader chain (cpu, io) against the step (gpu): balanced when the two ends are close
+    # the loader chain (cpu, io) against the step: balanced when the two ends are close
     chain = {"cpu", "io"}
     other = [v for v, k in known if (k in chain) != (side in chain)]
     if other and other[0] <= (1 + BALANCED) * low:
         return "balanced"
-    return f"{side}-bound"
-
-
-def verdicts(trials: pd.DataFrame, cores: float) -> pd.DataFrame:
-    """One row per end-to-end trial: verdict, evidence, predicted rate and its error."""
-    out = []
-    for _, group in groups(curves(trials)):
-        ws, rates = cpu_curve(trials, group.iloc[0])
-        for _, row in group.iterrows():
-            predicted, bounds = predict(row, ws, rates, cores)
-            verdict = classify(row, bounds)
-            bound = predicted if verdict != "io-bound" else bounds["io"]
-            w = row["num_workers"]
-            out.append({
-                "trial_id": row["trial_id"], **{k: _clean(row.get(k)) for k in present_group_keys(group)},
-                "num_workers": int(w), "verdict": verdict, "samples_per_s": row["samples_per_s"],
-                "predicted_samples_per_s": predicted,
-                "prediction_error_frac": (predicted - row["samples_per_s"]) / row["samples_per_s"],
-                "of_binding_bound_frac": row["samples_per_s"] / bound if bound else None,
-                "gpu_bound_samples_per_s": bounds["gpu"], "cpu_bound_samples_per_s": bounds["cpu"],
-                "io_bound_samples_per_s": bounds["io"], "cores_bound_samples_per_s": bounds["cores"],
-                "data_wait_frac": row.get("data_wait_frac"),
-                "gpu_util_pct_mean": row.get("gpu_util_pct_mean"),
-                "worker_cpu_util_frac": (row.get("workers_cpu_pct_mean") or 0) / (100 * w) if w else None,
-                "worker_capacity_samples_per_s": worker_capacity(row)})
-    return pd.DataFrame(out)
+    return step_verdict(device) if side == "step" else f"{side}-bound"

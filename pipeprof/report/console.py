@@ -20,7 +20,7 @@ CURVE_COLUMNS = [
     ("CV", "samples_per_s_cv", "{:.1%}"), ("wait", "data_wait_frac", "{:.0%}"),
     ("GPU%", "gpu_util_pct_mean", "{:.0f}"), ("CPU%", "cpu_util_pct_mean", "{:.0f}"),
     ("RAM MB", "pss_mb_steady", "{:,.0f}"), ("CPU/s", "cpu_bound_samples_per_s", "si"),
-    ("I/O/s", "io_bound_samples_per_s", "si"), ("GPU/s", "gpu_bound_samples_per_s", "si"),
+    ("I/O/s", "io_bound_samples_per_s", "si"), ("GPU/s", "step_bound_samples_per_s", "si"),
     ("pred/s", "predicted_samples_per_s", "si"), ("err", "prediction_error_frac", "{:+.0%}"),
     ("verdict", "verdict", "{}"),
 ]
@@ -33,9 +33,9 @@ ISOLATION_COLUMNS = [
 ]
 LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
           "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
-          "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s: the loader alone, the raw reads alone "
+          "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s (step/s without a GPU): the loader alone, the raw reads alone "
           "and the step alone, at the same settings · pred/s: predicted from those bounds "
-          "(err: prediction − measured, relative) · verdict: the bound the trial sits on · "
+          "(err: prediction − measured, relative) · verdict: the bound the trial sits on, from its own data wait and busy cores first · "
           "p50/p99 ms: per-read latency of the raw reads · disk: share of the bytes read that came from the "
           "disk, not the page cache · (emulated): a throttled source's speed is imposed, not measured")
 
@@ -63,12 +63,21 @@ def _cell(value, fmt: str) -> str:
         return str(value)
 
 
+def curve_columns(device: str) -> list:
+    """The curve table's columns; on a machine without a GPU the step's words, and no GPU%."""
+    if device == "cuda":
+        return CURVE_COLUMNS
+    return [("step/s", col, fmt) if col == "step_bound_samples_per_s" else (h, col, fmt)
+            for h, col, fmt in CURVE_COLUMNS if col != "gpu_util_pct_mean"]
+
+
 def note_of(r) -> str:
-    """Why a row's figure is missing or not to be trusted ('' when it is fine)."""
+    """Why a row's figure is missing, not to be trusted, or argued with ('' when it is fine)."""
     if r.get("status") != "ok":
         return f"error: {r.get('error')}"
+    text = lambda key: r.get(key) if isinstance(r.get(key), str) else None  # noqa: E731
     notes = [f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else None,
-             r.get("cache_note") if isinstance(r.get("cache_note"), str) else None]
+             text("cache_note"), f"bounds disagree: {text('disagreement')}" if text("disagreement") else None]
     return "; ".join(n for n in notes if n)
 
 
@@ -99,7 +108,7 @@ def _setting(r) -> str:
 
 
 def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
-    ceiling = curve["gpu_bound_samples_per_s"].dropna()
+    ceiling = curve["step_bound_samples_per_s"].dropna()
     what = "GPU" if device == "cuda" else "step (on CPU)"
     tail = f" — {what} ceiling {ceiling.iloc[0]:,.1f} samples/s" if len(ceiling) else ""
     where = " ".join(str(p) for p in _storage(key | {"emulated": bool(curve.get("emulated", pd.Series([False])).any())})
@@ -116,11 +125,11 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
     verdicts = pd.DataFrame(run.meta.get("analysis", {}).get("verdicts", []))
     cv = curves(df)
     if len(verdicts) and len(cv):
-        cv = cv.merge(verdicts[["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac"]],
-                      on="trial_id", how="left")
+        stored = ["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac", "disagreement"]
+        cv = cv.merge(verdicts[[c for c in stored if c in verdicts]], on="trial_id", how="left")
+    device = run.meta.get("config", {}).get("device", "cuda")
     for key, curve in groups(cv):
-        device = run.meta.get("config", {}).get("device", "cuda")
-        out.append((_group_title(key, curve, device), *table(curve, CURVE_COLUMNS, notes)))
+        out.append((_group_title(key, curve, device), *table(curve, curve_columns(device), notes)))
     failed_e2e = df[(df["kind"] == "end_to_end") & (df["status"] != "ok")]
     iso = pd.concat([df[df["kind"] != "end_to_end"], failed_e2e])
     if len(iso):
@@ -136,23 +145,32 @@ def recommendation_lines(run) -> list[str]:
     for g in analysis.get("groups", []):
         where = " ".join(str(p) for p in _storage(g) if p is not None and p == p)
         head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "")
+        tied = [w for w in g.get("tied_with_best", []) if w != g["recommended_workers"]]
+        tie = f"; tied within noise: {', '.join(map(str, tied))}" if tied else ""
         lines.append(f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "
                      f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
-                     f"{g['best_workers']}; {g['criterion']})")
+                     f"{g['best_workers']}{tie}; {g['criterion']})")
         need = g.get("cores_needed")
         if need:
             extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
             lines.append(f"{head}: {need['cores_needed']} cores per GPU to reach the step ceiling ({need['basis']}{extra})")
+        if g.get("cpu_figures_skipped"):
+            lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
         for a in g.get("actions", [])[:3]:
             if a["gain_frac"] is not None:
+                noise = ", within the measured noise: not shown to help" if a.get("within_noise") else ""
                 lines.append(f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
-                             f"({a['gain_frac']:+.0%}; {a['basis']})")
+                             f"({a['gain_frac']:+.0%}{noise}; {a['basis']})")
     storage = run.meta.get("storage") or {}
     if storage.get("fits_in_page_cache") and (len(storage.get("sources", {})) > 1 or storage.get("epochs")
                                                or set(storage.get("cache_states", ["warm"])) != {"warm"}):
         lines.append(f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
                      f"{storage['fits_in_page_cache']['reason']}")
     lines += [e["text"] for e in storage.get("epochs", [])]
+    if analysis.get("unstable_trials"):
+        causes = ", ".join(f"{c}: {n}" for c, n in analysis.get("unstable_causes", {}).items())
+        lines.append(f"{analysis['unstable_trials']} of {analysis['trials']} trials unstable (95% interval wider "
+                     f"than ±5% of the median){f' — likely causes: {causes}' if causes else ''}")
     err = analysis.get("prediction_error_abs_median")
     if err is not None:
         lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "

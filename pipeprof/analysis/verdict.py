@@ -1,0 +1,193 @@
+"""Verdicts: each end-to-end trial's own evidence first, the isolated bounds second.
+
+An end-to-end trial measures directly how long the step waited for data
+(``data_wait_frac``), and the monitor measures how busy the run's cores were
+(``usable_busy_cores_mean``; the run's own processes ``run_cores_mean``, the rest
+``foreign_cores_mean``) and how busy the workers were. Those decide the side:
+
+* the step waits little (< ``WAIT_STEP``): the step binds — ``gpu-bound`` on a GPU,
+  ``step-bound`` on a machine without one; on a CPU device whose cores are all busy the
+  step shares them with the workers: ``cores-bound``;
+* the step waits much (>= ``WAIT_INPUT``): the input binds — ``cores-bound`` when the usable
+  cores are all busy (more workers cannot help), ``io-bound`` when the pipeline runs at the
+  storage's measured rate, ``cpu-bound`` when the workers compute most of the time (more
+  workers would help), ``loader-bound`` when they idle although the storage keeps up, and
+  ``input-bound`` when the storage was not measured and so cannot be told from the hand-off;
+* in between, the isolated bounds decide (``bounds.classify``); ``balanced`` when they are
+  close (and the step does not wait much) or missing;
+* with 0 workers loading and the step take turns: the larger share of the time binds.
+
+The thresholds follow TensorFlow's input-pipeline analyzer (>= 20% of step time waiting is
+"highly input-bound", >= 5% "moderately"). The isolated-bound verdict and prediction stay
+beside the evidence; when they disagree the row says so with both figures. A rate above its
+bound is noise, not a different bottleneck, so the evidence never reads it as one.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import pandas as pd
+
+from .bounds import (BALANCED, _clean, _known, classify, cpu_curve, curves, groups, predict, present_group_keys,
+                     step_verdict, waits_on_storage, worker_capacity)
+
+WAIT_INPUT = 0.20  # the step waits >= 20% of the wall time: input-bound
+WAIT_STEP = 0.05  # the step waits < 5%: the step binds
+SATURATED = 0.90  # >= 90% of the usable cores busy: the machine's cores are the limit
+WORKERS_BUSY = 0.70  # workers computing >= 70% of their time: they are the CPU limit, not waiting
+STEP_SIDE = {"gpu-bound", "step-bound"}
+INPUT_SIDE = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
+
+
+class Evidence(NamedTuple):
+    """What one end-to-end trial measured about itself (None: not measured)."""
+
+    wait: Optional[float]  # share of wall time blocked on next(loader)
+    busy_cores: Optional[float]  # cores busy on the run's CPUs, whoever used them
+    run_cores: Optional[float]  # cores the main process and the workers used
+    foreign_cores: Optional[float]  # cores used by processes outside the run
+    cores: float  # usable cores
+    workers: int
+    worker_busy: Optional[float]  # workers' CPU / (100% x workers)
+    device_busy: Optional[float]  # copy + compute time (CUDA events or host clock) / wall time
+
+
+def _num(row: pd.Series, key: str) -> Optional[float]:
+    v = row.get(key)
+    return float(v) if v is not None and v == v else None
+
+
+def evidence(row: pd.Series, cores: float) -> Evidence:
+    """The trial's own figures; busy cores fall back on the machine-wide CPU share."""
+    w = int(row["num_workers"])
+    main, workers = _num(row, "main_cpu_pct_mean"), _num(row, "workers_cpu_pct_mean")
+    run = _num(row, "run_cores_mean")
+    if run is None and main is not None:
+        run = (main + (workers or 0.0)) / 100
+    busy = _num(row, "usable_busy_cores_mean")
+    if busy is None and _num(row, "cpu_util_pct_mean") is not None:
+        busy = _num(row, "cpu_util_pct_mean") / 100 * cores
+    return Evidence(_num(row, "data_wait_frac"), busy, run, _num(row, "foreign_cores_mean"), cores, w,
+                    workers / (100 * w) if w and workers is not None else None, _num(row, "device_busy_frac"))
+
+
+def _saturated(ev: Evidence) -> bool:
+    return ev.busy_cores is not None and ev.busy_cores >= SATURATED * ev.cores
+
+
+def _busy_text(ev: Evidence) -> str:
+    own = f"the run {ev.run_cores:.1f}" if ev.run_cores is not None else "the run"
+    other = f", other processes {ev.foreign_cores:.1f}" if ev.foreign_cores and ev.foreign_cores >= 0.1 else ""
+    return f"{ev.busy_cores:.1f} of {ev.cores:g} usable cores busy ({own}{other})"
+
+
+def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str) -> tuple[str, str]:
+    """Which input bound: the step waits for data; the cores, the storage, the workers or the hand-off."""
+    waits = f"the step waits for data {ev.wait:.0%} of the time"
+    io, cpu = bounds.get("io"), bounds.get("cpu")
+    if _saturated(ev):
+        return "cores-bound", f"{waits} with {_busy_text(ev)}: more workers cannot help, more cores or a " \
+                              "cheaper pipeline would"
+    if _known(io) and (waits_on_storage(cpu, io) or rate >= (1 - 2 * BALANCED) * io):
+        return "io-bound", f"{waits}; the pipeline runs at the storage's rate ({io:,.0f} samples/s read alone)"
+    if ev.workers == 0:
+        return "cpu-bound", f"{waits}: with 0 workers the training process loads every batch itself"
+    if ev.worker_busy is None:
+        return (fallback, f"{waits}; workers' CPU not measured: from the isolated bounds") \
+            if fallback in INPUT_SIDE else ("input-bound", f"{waits}; workers' CPU not measured")
+    if ev.worker_busy >= WORKERS_BUSY:
+        return "cpu-bound", f"{waits}; the {ev.workers} workers compute {ev.worker_busy:.0%} of their time " \
+                            f"and {_busy_text(ev)}: more workers would help"
+    if _known(io):
+        return "loader-bound", f"{waits}, yet the workers compute only {ev.worker_busy:.0%} of their time and the " \
+                               f"storage keeps up ({io:,.0f} samples/s alone): batches do not get through " \
+                               "(collate, pinning, the main process)"
+    return "input-bound", f"{waits}; the workers compute only {ev.worker_busy:.0%} of their time, and the " \
+                          "storage was not measured, so slow reads cannot be told from the hand-off"
+
+
+def decide(ev: Evidence, bounds: dict, rate: float, device: str, from_bounds: str) -> tuple[str, str]:
+    """(verdict, basis): the trial's evidence first; ``from_bounds`` (bounds.classify) where it is silent."""
+    if ev.wait is None:
+        why = "no data-wait measurement"
+        return (from_bounds, f"{why}: from the isolated bounds") if from_bounds != "unknown" else \
+            ("unknown", f"{why}, and the step or loader bound was not measured")
+    if ev.workers == 0:  # loading and the step take turns in one process: the larger share binds
+        turns = f"0 workers: loading takes {ev.wait:.0%} of the time, the step the rest"
+        if ev.wait >= 0.5:
+            return _input_side(ev, bounds, rate, from_bounds)[0], turns
+        return step_verdict(device), turns
+    if from_bounds == "balanced" and ev.wait < WAIT_INPUT:
+        return "balanced", f"the loader alone and the step alone are within {BALANCED:.0%} of each other, and " \
+                           f"the step waits {ev.wait:.0%} of the time: speeding up one side alone gains little"
+    if ev.wait < WAIT_STEP:
+        if device != "cuda" and ev.workers > 0 and _saturated(ev):
+            return "cores-bound", f"the step waits only {ev.wait:.0%}, but it shares the cores with " \
+                                  f"{ev.workers} workers: {_busy_text(ev)}"
+        busy = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
+        return step_verdict(device), f"the step waits for data only {ev.wait:.0%} of the time{busy}"
+    if ev.wait >= WAIT_INPUT:
+        return _input_side(ev, bounds, rate, from_bounds)
+    between = f"the step waits {ev.wait:.0%} of the time (between {WAIT_STEP:.0%} and {WAIT_INPUT:.0%})"
+    if from_bounds != "unknown":
+        return from_bounds, f"{between}: from the isolated bounds"
+    return "balanced", f"{between}, and the isolated bounds were not both measured: neither side binds clearly"
+
+
+def side(verdict: str) -> Optional[str]:
+    return "step" if verdict in STEP_SIDE else "input" if verdict in INPUT_SIDE else None
+
+
+def disagreement(verdict: str, from_bounds: str, bounds: dict, rate: float, predicted: float,
+                 noise: Optional[float]) -> Optional[str]:
+    """Text when the isolated bounds point the other way, or predict a rate the trial did not reach."""
+    notes = []
+    if side(verdict) and side(from_bounds) and side(verdict) != side(from_bounds):
+        figures = ", ".join(f"{k} {v:,.0f}/s" for k, v in bounds.items() if _known(v))
+        notes.append(f"the isolated bounds say {from_bounds} ({figures} alone); the trial's own evidence says "
+                     f"{verdict}")
+    if _known(predicted) and rate and noise is not None:
+        err = predicted / rate - 1
+        if abs(err) > max(2 * noise, BALANCED):
+            notes.append(f"predicted {predicted:,.0f} vs measured {rate:,.0f} samples/s ({err:+.0%}), beyond the "
+                         f"measured noise (±{noise:.0%})")
+    return "; ".join(notes) or None
+
+
+def _noise(row: pd.Series) -> Optional[float]:
+    lo, hi, mid = _num(row, "samples_per_s_ci95_low"), _num(row, "samples_per_s_ci95_high"), _num(row, "samples_per_s")
+    return (hi - lo) / 2 / mid if None not in (lo, hi, mid) and mid else None
+
+
+def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list[str]) -> dict:
+    """One end-to-end trial's verdict, basis, isolated-bound prediction and its error."""
+    predicted, bounds = predict(row, ws, rates, cores)
+    from_bounds = classify(row, bounds, device)
+    rate, ev = row["samples_per_s"], evidence(row, cores)
+    verdict, basis = decide(ev, bounds, rate, device, from_bounds)
+    bound = bounds["io"] if verdict == "io-bound" else predicted
+    return {
+        "trial_id": row["trial_id"], **{k: _clean(row.get(k)) for k in keys},
+        "num_workers": ev.workers, "verdict": verdict, "verdict_basis": basis, "bounds_verdict": from_bounds,
+        "disagreement": disagreement(verdict, from_bounds, bounds, rate, predicted, _noise(row)),
+        "samples_per_s": rate, "samples_per_s_ci95_low": row.get("samples_per_s_ci95_low"),
+        "samples_per_s_ci95_high": row.get("samples_per_s_ci95_high"),
+        "predicted_samples_per_s": predicted,
+        "prediction_error_frac": (predicted - rate) / rate if _known(predicted) else None,
+        "of_binding_bound_frac": rate / bound if _known(bound) else None,
+        "step_bound_samples_per_s": bounds["step"], "cpu_bound_samples_per_s": bounds["cpu"],
+        "io_bound_samples_per_s": bounds["io"], "cores_bound_samples_per_s": bounds["cores"],
+        "data_wait_frac": ev.wait, "device_busy_frac": ev.device_busy, "busy_cores": ev.busy_cores,
+        "run_cores": ev.run_cores, "foreign_cores": ev.foreign_cores,
+        "gpu_util_pct_mean": row.get("gpu_util_pct_mean") if device == "cuda" else None,
+        "worker_cpu_util_frac": ev.worker_busy, "worker_capacity_samples_per_s": worker_capacity(row)}
+
+
+def verdicts(trials: pd.DataFrame, cores: float, device: str = "cuda") -> pd.DataFrame:
+    """One row per end-to-end trial: verdict, its basis, the isolated bounds' view, prediction and error."""
+    out = []
+    for _, group in groups(curves(trials)):
+        ws, rates = cpu_curve(trials, group.iloc[0])
+        keys = present_group_keys(group)
+        out += [verdict_row(row, ws, rates, cores, device, keys) for _, row in group.iterrows()]
+    return pd.DataFrame(out)
