@@ -29,6 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir")
     validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
     validate.add_argument("--out-dir", default="out")
+    validate.add_argument("--sizing", action="store_true",
+                          help="check the core-count predictions: re-run the sweep inside CPU masks of fewer cores")
+    validate.add_argument("--config", help="with --sizing: the experiment to size (default: a known-answer workload)")
+    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                          help="with --sizing: override a field of --config")
+    validate.add_argument("--cores", help="with --sizing: core counts to check, e.g. 4,8 (default: 1/4 and 1/2 "
+                                          "of the usable cores)")
+    validate.add_argument("--full-run", help="with --sizing: reuse this run folder as the all-cores run")
     pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
     pack.add_argument("src", help="dataset folder (class folders of images)")
     pack.add_argument("dst", help="folder for shard-000000.tar, ...")
@@ -99,6 +107,8 @@ def cmd_validate(args) -> int:
     from .validate import run_validation
 
     console = Console(width=None if Console().is_terminal else 140)
+    if args.sizing:
+        return _validate_sizing(args, console)
     df = run_validation(args.out_dir, progress=lambda c: console.print(f"running {c.name}", style="dim"))
     t = Table(title="pipeprof validate: known answers", title_justify="left")
     for h in ("case", "expected/s", "measured/s", "err", "expected verdict", "reported", "predicted/s", "pred err"):
@@ -109,10 +119,47 @@ def cmd_validate(args) -> int:
                   f"{r['predicted_samples_per_s']:.1f}", f"{r['prediction_error_frac']:+.1%}")
     console.print(t)
     agree = (df["expected_verdict"] == df["reported_verdict"]).sum()
-    console.print(f"verdicts agree in {agree} of {len(df)} cases; median |rate error| "
-                  f"{df['rate_error_frac'].abs().median():.1%}; median |prediction error| "
-                  f"{df['prediction_error_frac'].abs().median():.1%}")
-    return 0
+    console.print(f"verdicts agree in {agree} of {len(df)} cases, {int(df['passed'].sum())} of {len(df)} pass "
+                  f"(verdict and rate within ±15%); median |rate error| {df['rate_error_frac'].abs().median():.1%}; "
+                  f"median |prediction error| {df['prediction_error_frac'].abs().median():.1%}")
+    return 0 if df["passed"].all() else 1
+
+
+def _validate_sizing(args, console) -> int:
+    from rich.table import Table
+
+    from . import config as cfgmod
+    from . import sizing
+    from .env import usable_cores
+
+    raw: dict = dict(sizing.KNOWN)
+    if args.config:
+        cfgmod.load(args.config, args.overrides)  # bad input fails here, before any run
+        import yaml
+
+        raw = yaml.safe_load(open(args.config)) or {}
+    cores = [int(c) for c in args.cores.split(",")] if args.cores else \
+        sizing.default_core_counts(usable_cores()["usable"])
+    df = sizing.check(raw, cores, f"{args.out_dir}/sizing", args.overrides, args.full_run,
+                      progress=lambda text: console.print(f"running {text}", style="dim"))
+    t = Table(title="pipeprof validate --sizing: predicted from the all-cores run vs measured in a CPU mask",
+              title_justify="left")
+    for h in ("cores", "CPUs", "predicted/s", "measured/s", "at w", "err", "cores per GPU"):
+        t.add_column(h, justify="left" if h == "CPUs" else "right")
+    for _, r in df.iterrows():
+        pred = r.get("predicted_samples_per_s")
+        t.add_row(str(r["cores"]), r["cpus"], "–" if pred != pred or pred is None else
+                  f"{pred:,.1f}{' (extrap.)' if r.get('extrapolated') is True else ''}",
+                  f"{r['measured_samples_per_s']:,.1f}", str(r["measured_workers"]),
+                  "–" if r.get("rate_error_frac") != r.get("rate_error_frac") or r.get("rate_error_frac") is None
+                  else f"{r['rate_error_frac']:+.1%}", str(r["cores_per_gpu"]))
+    console.print(t)
+    s = sizing.summary(df)
+    spread = "–" if s["cores_per_gpu_spread_frac"] is None else f"{s['cores_per_gpu_spread_frac']:.0%}"
+    console.print(f"largest |predicted − measured| {s['max_rate_error_frac']:.1%} (target ≤ "
+                  f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
+                  f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}")
+    return 0 if s["passed"] else 1
 
 
 def cmd_pack(args) -> int:

@@ -171,6 +171,34 @@ def usable_cores() -> dict:
     }
 
 
+def parse_cpu_list(text: str) -> list[int]:
+    """Kernel CPU list syntax ("0-3,8,10-11") → sorted CPU numbers; [] for anything unparsable."""
+    cpus: set[int] = set()
+    try:
+        for part in filter(None, text.strip().split(",")):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        return []
+    return sorted(cpus)
+
+
+def cpu_groups() -> list[list[int]]:
+    """The CPUs this process may use, grouped by physical core (SMT siblings together), in CPU order.
+
+    A mask of C CPUs made of whole groups is a smaller machine of the same kind: the sizing
+    check uses it so that a measured per-CPU rate carries over to another core count.
+    """
+    allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    groups: list[list[int]] = []
+    for cpu in sorted(allowed):
+        if any(cpu in g for g in groups):
+            continue
+        sib = parse_cpu_list(_read_text(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") or "")
+        groups.append([c for c in sib if c in allowed] or [cpu])
+    return groups
+
+
 def cpu_model() -> str | None:
     for line in (_read_text("/proc/cpuinfo") or "").splitlines():
         if line.lower().startswith("model name"):
@@ -361,6 +389,7 @@ def snapshot(dataset_path=None) -> dict:
         "platform": _safe(platform.platform),
         "cpu_model": _safe(cpu_model),
         "cores": _safe(usable_cores),
+        "cpu_groups": _safe(cpu_groups),
         "memory": _safe(memory_info),
         "gpus": _safe(gpu_info, default=[]),
         "torch": _safe(torch_info),

@@ -1,4 +1,6 @@
 """Analysis on trial tables of known content: verdicts, predictions and advice are exact."""
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -87,32 +89,39 @@ WS, RATES = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0]), np.array([100.0, 200.0, 
 
 def test_what_if_reads_the_measured_curve_at_the_workers_c_cores_allow():
     rows = {(r["gpus"], r["cores"]): r for r in
-            what_if(5000.0, WS, RATES, 1.0, 32, io_mb_s=None, sample_mb=None, core_counts=(8, 16, 64),
+            what_if(5000.0, WS, RATES, 0.0, 32, io_mb_s=None, sample_mb=None, core_counts=(7, 16, 64),
                     gpus=(1, 2), storage_mb_s=(None,))}
-    # 8 cores: 7 workers, interpolated between 4 (400/s) and 8 (800/s). One efficiency taken at
+    # 7 cores: 7 workers, interpolated between 4 (400/s) and 8 (800/s). One efficiency taken at
     # 32 workers (56%) would have said 100 x 7 x 0.56 = 394: the 2x error the sizing check found
-    assert rows[(1, 8)]["predicted_samples_per_s"] == pytest.approx(700) and not rows[(1, 8)]["extrapolated"]
-    assert rows[(1, 16)]["predicted_samples_per_s"] == pytest.approx(800 + 7 / 8 * 700)
-    assert rows[(2, 16)]["predicted_samples_per_s"] == pytest.approx(800 + 6 / 8 * 700)  # two training processes
-    assert rows[(1, 64)]["extrapolated"] and rows[(1, 64)]["predicted_samples_per_s"] == pytest.approx(63 * 1800 / 32)
-    assert rows[(1, 8)]["binding"] == "cpu"
+    assert rows[(1, 7)]["predicted_samples_per_s"] == pytest.approx(700) and not rows[(1, 7)]["extrapolated"]
+    assert rows[(1, 16)]["predicted_samples_per_s"] == pytest.approx(1500)
+    assert rows[(1, 64)]["extrapolated"] and rows[(1, 64)]["predicted_samples_per_s"] == pytest.approx(64 * 1800 / 32)
+    assert rows[(1, 7)]["binding"] == "cpu"
+
+
+def test_the_training_process_takes_cpu_in_proportion_to_its_rate():
+    # 1 ms of main-process CPU per sample: with 8 cores r = 100 x (8 - 0.001 r), so r = 800 / 1.1
+    r = what_if(5000.0, WS, RATES, 1e-3, 32, None, None, core_counts=(8,), gpus=(1,), storage_mb_s=(None,))[0]
+    assert r["predicted_samples_per_s"] == pytest.approx(800 / 1.1, rel=1e-6)
 
 
 def test_the_curve_gives_the_same_answer_from_a_smaller_machine():
     # the same CPUs measured on 16 cores: the what-if at 8 cores must not change with where it was measured
-    small = what_if(5000.0, WS[:5], RATES[:5], 1.0, 16, None, None, core_counts=(8,), gpus=(1,), storage_mb_s=(None,))
-    assert small[0]["predicted_samples_per_s"] == pytest.approx(700)
+    big = what_if(5000.0, WS, RATES, 1e-3, 32, None, None, core_counts=(8,), gpus=(1,), storage_mb_s=(None,))
+    small = what_if(5000.0, WS[:5], RATES[:5], 1e-3, 16, None, None, core_counts=(8,), gpus=(1,),
+                    storage_mb_s=(None,))
+    assert small[0]["predicted_samples_per_s"] == pytest.approx(big[0]["predicted_samples_per_s"])
 
 
 def test_cores_needed_interpolates_then_extrapolates():
-    need = cores_needed(1000.0, WS, RATES, main_cores=1.0, cores=32)
+    need = cores_needed(1000.0, WS, RATES, main_s=1e-3, cores=32)
     assert need["workers_needed"] == pytest.approx(8 + 200 / 700 * 8) and need["cores_needed"] == 12
     assert not need["extrapolated"]
-    far = cores_needed(2700.0, WS, RATES, main_cores=1.0, cores=32)
+    far = cores_needed(2700.0, WS, RATES, main_s=1e-3, cores=32)
     assert far["extrapolated"] and far["workers_needed"] == pytest.approx(2700 / (1800 / 32))
-    assert far["cores_needed"] == 49 and "per worker at 32 workers" in far["basis"]
+    assert far["cores_needed"] == math.ceil(48 + 2.7) and "per worker at 32 workers" in far["basis"]
     # counts past the machine's cores measured oversubscription: extrapolate from the last one that fitted
-    over = cores_needed(2000.0, np.append(WS[:5], 32.0), np.append(RATES[:5], 1550.0), 1.0, cores=16)
+    over = cores_needed(2000.0, np.append(WS[:5], 32.0), np.append(RATES[:5], 1550.0), 0.0, cores=16)
     assert over["workers_needed"] == pytest.approx(2000 / (1500 / 16))
 
 

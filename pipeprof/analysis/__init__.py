@@ -19,8 +19,8 @@ import math
 
 import pandas as pd
 
-from .advice import (actions, cores_needed, rate_at_workers, recommend_workers, scaling, stage_overhead, what_if,
-                     workers_for_rate)
+from .advice import (actions, cores_needed, rate_at_workers, rate_for_cores, recommend_workers, scaling,
+                     stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, load_cost_s, ok, predict, present_group_keys, step_verdict,
                      worker_capacity)
@@ -29,7 +29,7 @@ from .verdict import evidence, verdicts
 
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "epoch_estimates", "evidence",
-           "groups", "load_cost_s", "ok", "predict", "present_group_keys", "rate_at_workers", "recommend_workers",
+           "groups", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
            "scaling", "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
 
@@ -74,34 +74,39 @@ def _unstable(trials: pd.DataFrame) -> dict:
     return {"unstable_trials": int(len(flagged)), "unstable_causes": {str(k): int(n) for k, n in causes.items()}}
 
 
-def _main_cores(curve: pd.DataFrame) -> float:
-    """Cores the training process used in the real loop (median over the end-to-end trials), else in
-    the step ceiling, else 1: what it takes from the workers on any machine."""
-    for col, scale in (("main_cpu_pct_mean", 100), ("main_cores_step", 1)):
-        vals = curve[col].dropna() if col in curve else pd.Series(dtype=float)
-        if len(vals):
-            return max(float(vals.median()) / scale, 0.1)
-    return 1.0
+def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
+    """CPU seconds the training process spends per sample in the real loop (median over the
+    end-to-end trials); else its CPU in the step ceiling at the ceiling's rate; else one core at it.
+    Per sample, because it receives, copies and launches per batch: fed more slowly, it uses less."""
+    if "main_cpu_pct_mean" in curve:
+        per = (curve["main_cpu_pct_mean"] / 100 / curve["samples_per_s"]).dropna()
+        if len(per):
+            return float(per.median())
+    step = curve["step_bound_samples_per_s"].dropna()
+    main = curve["main_cores_step"].dropna() if "main_cores_step" in curve else pd.Series(dtype=float)
+    if len(step):
+        return (float(main.iloc[0]) if len(main) else 1.0) / float(step.iloc[0])
+    return 0.0
 
 
 def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float, device: str, smt: float) -> dict:
     ws, rates = cpu
     step = curve["step_bound_samples_per_s"].dropna()
-    main_cores = _main_cores(curve)
+    main_s = main_cpu_s_per_sample(curve)
     best = curve.loc[curve["samples_per_s"].idxmax()]
     mine = v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v
-    advice = {"actions": actions(best, ws, rates, cores, device), "main_cores_step": main_cores}
+    advice = {"actions": actions(best, ws, rates, cores, device), "main_cpu_s_per_sample": main_s}
     if device != "cuda":
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
                                          "and the what-if for GPU machines do not apply; run on the GPU machine")
     elif len(ws) and (ws > 0).any() and len(step):
-        need = cores_needed(float(step.iloc[0]), ws, rates, main_cores, cores)
+        need = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores)
         if smt > 1:
             need["physical_cores_needed"] = math.ceil(need["cores_needed"] / smt)
             need["basis"] += f"; on CPUs like these ({smt:g} logical CPUs per physical core): " \
                              f"{need['physical_cores_needed']} physical cores"
         advice["cores_needed"] = need
-        advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_cores, cores, _io_mb_s(curve),
+        advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve))
         advice["scaling"] = scaling(ws, rates)
     rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine

@@ -91,34 +91,52 @@ def workers_for_rate(target: float, ws: np.ndarray, rates: np.ndarray, cores: fl
     return CurveRead(float(x[i - 1] + frac * (x[i] - x[i - 1])) if i else 0.0, False)
 
 
-def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_cores: float, cores: float) -> dict:
+def rate_for_cores(cores_avail: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float) -> CurveRead:
+    """Pipeline samples/s with ``cores_avail`` cores, the training process taking ``main_s`` CPU
+    seconds per sample: the workers get what it leaves, and it takes more the faster they feed it,
+    so the rate is the fixed point r = curve(cores_avail - main_s * r), found by bisection."""
+    top = rate_at_workers(cores_avail, ws, rates, cores)
+    if not top.value == top.value:
+        return top
+    lo, hi = 0.0, top.value
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if rate_at_workers(max(cores_avail - main_s * mid, 0.0), ws, rates, cores).value >= mid:
+            lo = mid
+        else:
+            hi = mid
+    return CurveRead(lo, rate_at_workers(max(cores_avail - main_s * lo, 0.0), ws, rates, cores).extrapolated)
+
+
+def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float) -> dict:
     """Cores one GPU needs to be fed at its ceiling: workers read off the measured CPU curve
-    (interpolated, or extrapolated past its end) plus the training process's measured CPU."""
+    (interpolated, or extrapolated past its end) plus the training process's CPU at that rate."""
     need = workers_for_rate(step_rate, ws, rates, cores)
     x, y = _envelope(ws, rates)
     base, per = _per_worker_at_top(x, y, cores)
+    main = main_s * step_rate
     how = (f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
            if need.extrapolated else "interpolated on the measured cpu_pipeline curve")
-    return {"cores_needed": math.ceil(need.value + main_cores), "workers_needed": need.value,
+    return {"cores_needed": math.ceil(need.value + main), "workers_needed": need.value,
             "extrapolated": need.extrapolated,
             "basis": f"{need.value:.1f} workers reach the step's {step_rate:,.0f} samples/s, {how}; "
-                     f"+ {main_cores:.1f} core(s) for the training process"}
+                     f"+ {main:.1f} core(s) for the training process ({main_s * 1e3:.2f} ms CPU per sample)"}
 
 
-def what_if(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_cores: float, cores: float,
+def what_if(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float,
             io_mb_s: float | None, sample_mb: float | None, core_counts=(4, 8, 16, 32, 64, 128),
             gpus=(1, 2, 4, 8), storage_mb_s=(None, 125.0, 500.0, 3000.0)) -> list[dict]:
     """Predicted samples/s for other machines: min(GPUs × ceiling, CPU curve at the workers the
     cores allow, storage / sample size).
 
-    With C cores and N GPUs, N training processes take ``N × main_cores`` and the workers get
-    the rest; the CPU figure is read off the measured curve (``extrapolated`` past its end).
-    ``storage_mb_s`` None means "as measured". Linear GPU scaling is an upper bound (no
-    all-reduce cost); every row is labelled a prediction.
+    With C cores the training processes take ``main_s`` CPU seconds per sample they train on
+    and the workers get the rest (:func:`rate_for_cores`); the CPU figure is read off the
+    measured curve (``extrapolated`` past its end). ``storage_mb_s`` None means "as measured".
+    Linear GPU scaling is an upper bound (no all-reduce cost); every row is labelled a prediction.
     """
     rows = []
     for n_gpu, c, mb_s in product(gpus, core_counts, storage_mb_s):
-        cpu = rate_at_workers(max(c - n_gpu * main_cores, 0.0), ws, rates, cores)
+        cpu = rate_for_cores(c, ws, rates, main_s, cores)
         bw = io_mb_s if mb_s is None else mb_s
         bounds = {"gpu": n_gpu * step_rate, "cpu": cpu.value,
                   "io": bw / sample_mb if bw and sample_mb else float("inf")}

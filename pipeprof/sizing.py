@@ -1,0 +1,163 @@
+"""``pipeprof validate --sizing``: check the core-count predictions by measuring them.
+
+A full run on all usable cores predicts, from its measured CPU curve, the end-to-end rate
+with fewer cores (``analysis.what_if``) and the cores one GPU needs (``analysis.cores_needed``).
+This re-runs the same sweep inside CPU affinity masks of fewer cores and prints predicted vs
+measured for each, and the cores-per-GPU each run's own curve gives: a sizing claim that
+cannot be checked is a guess.
+
+How a mask is made: ``os.sched_setaffinity`` in the child process before it starts
+pipeprof, so the training process and every DataLoader worker it forks are confined to
+the mask (no external tool). A mask is whole physical cores (SMT siblings together,
+``env.cpu_groups``): a smaller machine of the same kind, whose per-CPU rate carries over.
+Each run is a separate ``python -m pipeprof run`` process writing its own run folder.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import yaml
+
+from .analysis import cores_needed, cpu_curve, curves, main_cpu_s_per_sample, ok, what_if
+from .results import Run, load_run
+
+#: The known-answer sizing config: 10 ms of CPU per sample (100 samples/s per core) feeding a
+#: 5 ms step that uses no CPU (1,600 samples/s at batch 8), on the CPU device.
+KNOWN = {
+    "device": "cpu", "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"],
+    "data": {"kind": "factory", "factory": "pipeprof.calibrate:burn_dataset_10ms"},
+    "model": {"name": ["pipeprof.calibrate:fixed_step_model_5ms"], "threads": 1},
+    "loader": {"batch_size": [8]},
+    "measure": {"warmup_batches": 3, "warmup_s": 0.5, "window_s": 0.75, "window_batches": 3, "windows": 4,
+                "max_windows": 8, "cpu_reference_s": 0},
+}
+TARGET_RATE_ERR = 0.10  # predicted vs measured at each restricted core count
+TARGET_CORES_SPREAD = 0.15  # cores-per-GPU from runs at different core counts
+
+
+def default_core_counts(usable: int) -> list[int]:
+    """A quarter and a half of the machine (at least 1, fewer than all)."""
+    return sorted({c for c in (usable // 4, usable // 2) if 1 <= c < usable}) or ([1] if usable > 1 else [])
+
+
+def mask_for(cores: int, groups: list[list[int]]) -> list[int]:
+    """``cores`` CPUs taken as whole SMT sibling groups in order (the last group cut if it must be)."""
+    cpus: list[int] = []
+    for group in groups:
+        cpus += group[:cores - len(cpus)]
+        if len(cpus) >= cores:
+            break
+    return cpus
+
+
+def masked_workers(cores: int) -> list[int]:
+    """Worker counts for a run on ``cores`` CPUs: half of them, all but the training process's, all."""
+    return sorted({w for w in (cores // 2, cores - 1, cores) if w >= 1})
+
+
+def launch(config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]],
+           log_path: Path) -> Run:
+    """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given); its run folder."""
+    sets = [f"out_dir={out_dir}", f"name={name}", *overrides]
+    cmd = [sys.executable, "-m", "pipeprof", "run", str(config_path)] + [a for s in sets for a in ("--set", s)]
+    confine = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # noqa: E731 - runs in the child
+    with open(log_path, "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=confine).returncode
+    runs = sorted(out_dir.glob(f"{name}-*"))
+    if rc not in (0, 1) or not runs:
+        raise RuntimeError(f"sizing run {name} failed (exit {rc}); its output is in {log_path}")
+    return load_run(runs[-1])
+
+
+def _group_row(run: Run) -> Optional[pd.Series]:
+    """The best end-to-end trial of the run's first group (a sizing config has one group)."""
+    cv = curves(run.trials)
+    return cv.loc[cv["samples_per_s"].idxmax()] if len(cv) else None
+
+
+def _main_s(run: Run) -> float:
+    return main_cpu_s_per_sample(curves(run.trials))
+
+
+def step_rate(run: Run) -> Optional[float]:
+    ceiling = ok(run.trials, "gpu_ceiling")
+    return float(ceiling["samples_per_s"].iloc[0]) if len(ceiling) else None
+
+
+def cores_per_gpu(run: Run, step: float) -> Optional[dict]:
+    """Cores one GPU needs, from this run's own CPU curve and the training process's CPU."""
+    best = _group_row(run)
+    if best is None:
+        return None
+    ws, rates = cpu_curve(run.trials, best)
+    return cores_needed(step, ws, rates, _main_s(run), run.meta["machine"]["cores"]["usable"]) \
+        if (ws > 0).any() else None
+
+
+def predict_at(full: Run, step: float, cores: int) -> dict:
+    """The full run's prediction for ``cores`` cores (one GPU, storage as measured)."""
+    best = _group_row(full)
+    ws, rates = cpu_curve(full.trials, best)
+    row = what_if(step, ws, rates, _main_s(full), full.meta["machine"]["cores"]["usable"], None, None,
+                  core_counts=(cores,), gpus=(1,), storage_mb_s=(None,))[0]
+    return {"predicted_samples_per_s": row["predicted_samples_per_s"], "binding": row["binding"],
+            "extrapolated": row["extrapolated"]}
+
+
+def measured(run: Run) -> dict:
+    best = _group_row(run)
+    if best is None:
+        return {"measured_samples_per_s": float("nan"), "measured_workers": None}
+    return {"measured_samples_per_s": float(best["samples_per_s"]), "measured_workers": int(best["num_workers"]),
+            "measured_ci95_low": best.get("samples_per_s_ci95_low"),
+            "measured_ci95_high": best.get("samples_per_s_ci95_high")}
+
+
+def check(raw: dict, core_counts: list[int], out_dir: str | Path, overrides: list[str] = (),
+          full_run: Optional[str] = None, groups: Optional[list[list[int]]] = None,
+          progress=lambda text: None) -> pd.DataFrame:
+    """One row per core count: the full run's prediction, the masked run's measurement, cores-per-GPU."""
+    from .env import cpu_groups
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = out / "sizing-config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    if full_run:
+        full = load_run(full_run)
+    else:
+        progress("full run on all usable cores")
+        full = launch(config, out, "sizing-all", list(overrides), None, out / "sizing-all.log")
+    step = step_rate(full)
+    if step is None:
+        raise RuntimeError(f"the full run {full.path} has no step ceiling (gpu_ceiling trial): nothing to size against")
+    all_cores = int(full.meta["machine"]["cores"]["usable"])
+    rows = [{"cores": all_cores, "cpus": "all", "run": str(full.path), **measured(full),
+             "cores_per_gpu": (cores_per_gpu(full, step) or {}).get("cores_needed")}]
+    for c in core_counts:
+        cpus = mask_for(c, groups or cpu_groups())
+        progress(f"{c} cores (CPUs {','.join(map(str, cpus))})")
+        workers = ",".join(map(str, masked_workers(c)))
+        run = launch(config, out, f"sizing-{c}", [*overrides, f"loader.num_workers=[{workers}]",
+                                                   "trials=[cpu_pipeline,end_to_end]"], cpus, out / f"sizing-{c}.log")
+        got = measured(run) | predict_at(full, step, c)
+        got["rate_error_frac"] = got["predicted_samples_per_s"] / got["measured_samples_per_s"] - 1
+        rows.append({"cores": c, "cpus": ",".join(map(str, cpus)), "run": str(run.path), **got,
+                     "cores_per_gpu": (cores_per_gpu(run, step) or {}).get("cores_needed")})
+    return pd.DataFrame(rows)
+
+
+def summary(df: pd.DataFrame) -> dict:
+    """The two figures the check is judged by, against their targets."""
+    errors = df["rate_error_frac"].dropna().abs() if "rate_error_frac" in df else pd.Series(dtype=float)
+    needs = df["cores_per_gpu"].dropna()
+    spread = (needs.max() - needs.min()) / needs.min() if len(needs) > 1 and needs.min() > 0 else None
+    return {"max_rate_error_frac": float(errors.max()) if len(errors) else None,
+            "cores_per_gpu_spread_frac": None if spread is None else float(spread),
+            "passed": bool(len(errors) and errors.max() <= TARGET_RATE_ERR
+                           and (spread is None or spread <= TARGET_CORES_SPREAD + 1e-9))}
