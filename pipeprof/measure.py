@@ -135,7 +135,7 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     m.warmup_s = start - t0
     on_phase("measure")
     while _more_windows(m, policy) and clock() - t0 < policy.max_trial_s:
-        m.windows.append(_window(step, policy, clock, sync, start, batch_multiple))
+        m.windows.append(window(step, policy, clock, sync, start, batch_multiple))
         start = m.windows[-1].t_end
     m.t_measure_end = start
     on_phase("done")
@@ -154,7 +154,7 @@ def _more_windows(m: Measurement, policy) -> bool:
     return n < max(policy.max_windows, policy.windows) and (ci_half_frac(m.rates()) or 0.0) > policy.ci_target
 
 
-def _window(step, policy, clock, sync, start: float, multiple: int = 1) -> Window:
+def window(step, policy, clock, sync, start: float, multiple: int = 1) -> Window:
     samples = batches = 0
     while batches < policy.window_batches or clock() - start < policy.window_s or batches % multiple:
         samples += step()
@@ -163,3 +163,60 @@ def _window(step, policy, clock, sync, start: float, multiple: int = 1) -> Windo
     return Window(start, clock(), samples, batches)
 
 
+
+
+@dataclass
+class Paired:
+    """Windows of two settings measured in alternation (A B B A A B ...) on one running loader."""
+
+    a: list[Window] = field(default_factory=list)
+    b: list[Window] = field(default_factory=list)
+
+    def cost(self) -> dict:
+        """Relative cost of A against B (1 - rate A / rate B) per pair of windows: mean and 95% CI."""
+        costs = [1 - wa.rate / wb.rate for wa, wb in zip(self.a, self.b)]
+        if not costs:
+            return {"cost_frac": None, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 0}
+        mean = statistics.fmean(costs)
+        sd = statistics.stdev(costs) if len(costs) > 1 else 0.0
+        t = _T95[len(costs) - 2] if 1 < len(costs) <= 11 else 1.96
+        half = t * sd / len(costs) ** 0.5
+        return {"cost_frac": mean, "cost_ci95_low": mean - half, "cost_ci95_high": mean + half, "pairs": len(costs)}
+
+
+def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, *, drain_batches: int,
+                batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
+                on_phase: Callable[[str], None] = lambda phase: None) -> Paired:
+    """Warm up, then time windows with ``set_mode(True)`` (A) and ``set_mode(False)`` (B) in ABBA order.
+
+    After each switch ``drain_batches`` batches are run untimed: a loader's workers have that
+    many batches in flight, made under the previous mode. Alternating on one loader at one
+    setting cancels the machine's slow drift, which two separate trials would mix into the
+    difference. Pairs are added up to ``max_windows`` / 2 while the cost's interval is wider
+    than ``ci_target`` (and within ``max_trial_s``).
+    """
+    on_phase("warmup")
+    t0 = clock()
+    set_mode(True)
+    n = 0
+    while n < policy.warmup_batches + drain_batches or clock() - t0 < policy.warmup_s:
+        step()
+        n += 1
+    p = Paired()
+    on_phase("measure")
+    while _more_pairs(p, policy) and clock() - t0 < policy.max_trial_s:
+        for mode in ((True, False) if len(p.a) % 2 == 0 else (False, True)):
+            set_mode(mode)
+            for _ in range(drain_batches):
+                step()
+            (p.a if mode else p.b).append(window(step, policy, clock, lambda: None, clock(), batch_multiple))
+    on_phase("done")
+    return p
+
+
+def _more_pairs(p: Paired, policy) -> bool:
+    if len(p.a) < policy.windows:
+        return True
+    c = p.cost()
+    return len(p.a) < max(policy.max_windows // 2, policy.windows) and \
+        (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > policy.ci_target / 2

@@ -23,9 +23,9 @@ import torch
 from .augment import load_preset
 from .confounders import step_threads, torch_threads
 from .data import cache
-from .data.dataset import PipelineDataset, RawBytesDataset, collate_bytes, collate_pipeline
+from .data.dataset import PipelineDataset, RawBytesDataset, TimingSwitch, collate_bytes, collate_pipeline
 from .loader import access_order, build_loader, prefetch_depth, shutdown, worker_pids
-from .measure import steady_state
+from .measure import alternating, steady_state, summarize_rates
 from .monitors import total_pss_mb
 from .models import build as build_model
 from .step import Step
@@ -57,6 +57,10 @@ TIMED_REGIONS = {
                                 "measured time",
     "trial_s": "the whole trial as the sweep saw it: model build, loader start-up, warm-up, windows, monitor "
                "summary, clean-up",
+    "stage_clock_overhead_frac": "cpu_pipeline at the most workers on one loader, stage clocks switched on and off "
+                                 "between windows (ABBA order; the batches in flight after each switch are run "
+                                 "untimed): 1 - clocked rate / unclocked rate per pair of windows, mean and 95% CI; "
+                                 "the row's samples_per_s is the unclocked windows' median",
 }
 
 
@@ -398,6 +402,8 @@ def gpu_ceiling(bench: Bench, spec: TrialSpec) -> dict:
 
 
 def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
+    if spec.stage_timing is False:
+        return clock_overhead(bench, spec)
     dataset = pipeline_dataset(bench, spec)
     records: list = []
 
@@ -409,6 +415,31 @@ def cpu_pipeline(bench: Bench, spec: TrialSpec) -> dict:
 
     m, extra = _loader_trial(bench, spec, dataset, one_batch)
     return m.stats() | _stages(dataset, records, m) | extra
+
+
+def clock_overhead(bench: Bench, spec: TrialSpec) -> dict:
+    """What the stage clocks cost: one loader, clocks switched on and off between windows."""
+    switch = TimingSwitch(True)
+    dataset = PipelineDataset(bench.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch)
+    it = _open_loader(bench, spec, dataset, collate_pipeline)
+    rounds = max(spec.num_workers or 1, 1)
+
+    def on_phase(p: str) -> None:
+        bench.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
+
+    try:
+        paired = alternating(lambda: next(it)["image"].shape[0], switch.set, bench.measure, on_phase=on_phase,
+                             drain_batches=prefetch_depth(spec.num_workers, bench.prefetch_factor) + rounds,
+                             batch_multiple=rounds)
+    finally:
+        _close_loader(bench, it)
+    off = summarize_rates([w.rate for w in paired.b])
+    cost = paired.cost()
+    return off | {"windows": len(paired.a) + len(paired.b), "t_measure_start_s": paired.a[0].t_start,
+                  "t_measure_end_s": max(w.t_end for w in paired.a + paired.b),
+                  "clocked_samples_per_s": summarize_rates([w.rate for w in paired.a])["samples_per_s"],
+                  "stage_clock_overhead_frac": cost["cost_frac"], "stage_clock_overhead_ci95_low": cost["cost_ci95_low"],
+                  "stage_clock_overhead_ci95_high": cost["cost_ci95_high"], "unstable": False}
 
 
 def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,

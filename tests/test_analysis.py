@@ -210,11 +210,14 @@ def test_actions_rank_the_costliest_transform_first():
     assert top["gain_frac"] == pytest.approx(1.0)  # half the worker time gone: CPU bound doubles, GPU far away
 
 
-def test_stage_overhead_pairs_timed_and_untimed_pipelines():
+def test_stage_overhead_reads_the_alternating_trial_and_its_interval():
     df = table(cpu={4: 380}, e2e={4: 370})
-    twin = trial("cpu_pipeline", 400.0, 4, stage_timing=False)
-    out = stage_overhead(pd.concat([df, pd.DataFrame([twin])], ignore_index=True))
-    assert out[0]["overhead_frac"] == pytest.approx(0.05) and out[0]["resolved"]
+    twin = trial("cpu_pipeline", 400.0, 4, stage_timing=False, clocked_samples_per_s=380.0,
+                 stage_clock_overhead_frac=0.05, stage_clock_overhead_ci95_low=0.02, stage_clock_overhead_ci95_high=0.08)
+    noisy = twin | {"preset": "q", "stage_clock_overhead_ci95_low": -0.01}
+    out = stage_overhead(pd.DataFrame([*df.to_dict("records"), twin, noisy]))
+    assert [(o["overhead_frac"], o["resolved"]) for o in out] == [(0.05, True), (0.05, False)]
+    assert out[0]["timed_samples_per_s"] == 380 and out[0]["untimed_samples_per_s"] == 400
 
 
 def test_failed_and_unstable_trials_are_counted_not_used():

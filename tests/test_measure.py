@@ -2,7 +2,7 @@
 import pytest
 
 from pipeprof.config import MeasureConfig
-from pipeprof.measure import instability, steady_state, summarize_rates
+from pipeprof.measure import alternating, instability, steady_state, summarize_rates
 
 
 class FakeClock:
@@ -134,3 +134,35 @@ def test_windows_of_whole_worker_rounds_are_stable_under_bursts():
     assert rounds.stats()["samples_per_s_cv"] == pytest.approx(0.0, abs=1e-9)
     assert rounds.stats()["samples_per_s"] == pytest.approx(32 / 0.043)
     assert all(w.batches % 4 == 0 for w in rounds.windows)
+
+
+def test_alternating_windows_measure_the_cost_of_a_mode_exactly():
+    # mode A costs 10% more per batch than mode B: 1 - rate A / rate B = 1 - 1/1.1
+    clock, mode, modes_seen = FakeClock(), {"on": True}, []
+
+    def step():
+        clock.t += 0.011 if mode["on"] else 0.010
+        return 8
+
+    def set_mode(on):
+        mode["on"] = on
+        modes_seen.append(on)
+    p = alternating(step, set_mode, policy(windows=4, max_windows=8), drain_batches=3, clock=clock)
+    c = p.cost()
+    assert c["pairs"] == 4 and c["cost_frac"] == pytest.approx(1 - 1 / 1.1)
+    assert c["cost_ci95_high"] - c["cost_ci95_low"] == pytest.approx(0, abs=1e-9)
+    assert modes_seen[1:9] == [True, False, False, True, True, False, False, True]  # ABBA cancels drift
+
+
+def test_alternating_cancels_a_steady_drift():
+    # the machine slows 1% per window whatever the mode; the modes cost the same: ABBA reads ~0, not a bias
+    clock, n = FakeClock(), {"i": 0}
+
+    def step():
+        n["i"] += 1
+        clock.t += 0.01 * (1 + 0.01 * (n["i"] // 100))
+        return 8
+    p = alternating(step, lambda on: None, policy(windows=6, max_windows=6, window_batches=100, window_s=1e-9),
+                    drain_batches=0, clock=clock)
+    c = p.cost()
+    assert abs(c["cost_frac"]) < 0.002 and c["cost_ci95_low"] < 0 < c["cost_ci95_high"]

@@ -37,7 +37,7 @@ def test_trials_have_every_kind_with_numeric_units(run_dir):
     # 3 windows planned; more were added only while the 95% interval was wider than ±5% (up to 15)
     assert df["windows"].between(3, 15).all()
     half = (df["samples_per_s_ci95_high"] - df["samples_per_s_ci95_low"]) / 2 / df["samples_per_s"]
-    stopped_early = df["windows"].between(4, 14)
+    stopped_early = df["windows"].between(4, 14) & df["stage_clock_overhead_frac"].isna()  # not the ABBA trial
     assert (half[stopped_early] <= 0.05 + 1e-9).all()
     assert (df.loc[df["unstable"].astype(bool), "unstable_reason"].str.contains("likely cause")).all()
     ceiling = df[df["kind"] == "gpu_ceiling"].iloc[0]  # no loader there: no data wait is reported, not a 0
@@ -77,6 +77,33 @@ def test_run_json_records_config_machine_and_timers(run_dir):
     assert ref["drift"]["largest_frac"] == pytest.approx(
         max((e["decodes_per_s"] / s["decodes_per_s"] - 1 for s, e in zip(ref["start"]["points"], ref["end"]["points"])),
             key=abs))
+
+
+def test_cpu_run_gives_the_step_its_own_threads_and_speaks_of_the_step(run_dir):
+    df = pd.read_parquet(run_dir / "trials.parquet")
+    meta = json.loads((run_dir / "run.json").read_text())
+    cores = meta["machine"]["cores"]["usable"]
+    e2e = df[df["kind"] == "end_to_end"].set_index("num_workers")
+    # the step gets the cores the workers leave; alone (the ceiling) it gets them all
+    assert [e2e.loc[w, "step_threads"] for w in (0, 1)] == [cores, max(1, cores - 1)]
+    assert df.loc[df["kind"] == "gpu_ceiling", "step_threads"].iloc[0] == cores
+    verdicts = meta["analysis"]["verdicts"]
+    assert len(verdicts) == 2 and not any(v["verdict"] == "gpu-bound" for v in verdicts)
+    assert all(v["verdict_basis"] for v in verdicts)
+    summary = (run_dir / "summary.md").read_text()
+    for gpu_words in ("GPU/s", "GPU%", "gpu-bound", "the GPU is the limit", "cores per GPU to reach", "GPU decode"):
+        assert gpu_words not in summary
+    assert "step/s" in summary and "no cores-per-GPU or what-if: no GPU" in summary
+
+
+def test_stage_clock_cost_is_measured_on_one_loader_with_an_interval(run_dir):
+    meta = json.loads((run_dir / "run.json").read_text())
+    (o,) = meta["analysis"]["stage_timing_overhead"]
+    assert o["overhead_ci95_low"] <= o["overhead_frac"] <= o["overhead_ci95_high"]
+    assert o["untimed_samples_per_s"] > 0 and o["timed_samples_per_s"] > 0
+    # the cost is 1 - clocked / unclocked per pair of windows, so it agrees with the two rates in sign
+    assert (o["overhead_frac"] > 0) == (o["timed_samples_per_s"] < o["untimed_samples_per_s"]) or \
+        o["overhead_ci95_low"] < 0 < o["overhead_ci95_high"]
 
 
 def test_summary_and_report_show_the_table(run_dir, capsys):

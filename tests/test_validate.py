@@ -1,19 +1,29 @@
-"""The issue's known answers through the whole tool: isolation trials, analysis and verdict.
+"""The known answers through the whole tool: isolation trials, analysis and verdict.
 
-10 ms of CPU per sample, 2 workers, batch 8: the CPU can prepare 200 samples/s.
-A 5 ms step could take 1,600/s, so the run is cpu-bound at about 200/s; an 80 ms
-step takes only 100/s, so the same loader is then gpu-bound at about 100/s.
+Each case is a calibrated workload (``pipeprof.calibrate``): samples that cost a known CPU
+time, a step of known duration (sleeping like a GPU, or burning a core like a CPU step), a
+model of 10 outputs or with a tuple output, more workers than cores. Its rate and verdict
+are known in advance from the machine's usable cores (``Case.expected``).
 """
 import pytest
 
-from pipeprof.validate import Case, run_case
+from pipeprof.validate import CASES, Case, run_case
+
+BY_NAME = {c.name.split(":")[0]: c for c in CASES}
 
 
-@pytest.mark.parametrize("step_ms, verdict, rate", [(5, "cpu-bound", 200.0), (80, "gpu-bound", 100.0)])
-def test_verdict_and_rate_for_a_known_workload(tmp_path, step_ms, verdict, rate):
-    case = Case(f"{verdict}", cost_ms=10, workers=2, batch=8, step_ms=step_ms)
-    assert case.expected() == (pytest.approx(rate), verdict)
-    row = run_case(case, str(tmp_path))
-    assert row["reported_verdict"] == verdict
-    assert row["measured_samples_per_s"] == pytest.approx(rate, rel=0.15)
-    assert abs(row["prediction_error_frac"]) < 0.1
+@pytest.mark.parametrize("name", ["user model of 10 outputs", "tuple output (logits, aux)", "CPU step",
+                                  "cores", "step", "no workers"])
+def test_known_answer_case(tmp_path, name):
+    row = run_case(BY_NAME[name], str(tmp_path))
+    assert row["reported_verdict"] == row["expected_verdict"], row["verdict_basis"]
+    assert row["measured_samples_per_s"] == pytest.approx(row["expected_samples_per_s"], rel=0.15)
+    assert row["passed"]
+
+
+@pytest.mark.parametrize("cores, workers, verdict, rate", [(2, 1, "cpu-bound", 100.0), (16, 2, "cpu-bound", 200.0),
+                                                           (2, 2, "cores-bound", 200.0), (2, None, "cores-bound", 200.0)])
+def test_expected_answers_follow_the_cores(cores, workers, verdict, rate):
+    # 10 ms of CPU per sample: a worker makes 100/s while it has a core; all cores busy is cores-bound
+    assert Case("c", 10, workers, 8, 5).expected(cores) == (pytest.approx(rate), verdict)
+    assert Case("s", 10, workers, 8, 160).expected(16) == (pytest.approx(50.0), "step-bound")

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from .bounds import NEAR_BEST, _known, ok, predict, BOUND_KEYS
+from .bounds import NEAR_BEST, _known, predict
 
 # ---- recommendations ---------------------------------------------------------------
 
@@ -178,7 +178,8 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, dev
     if costly and costly[1] < 1:
         name, share = costly
         if name == "decode":  # decoding cannot be dropped; a 2x faster path is the realistic change
-            add(f"halve decode time (OpenCV/SIMD decoder, smaller stored JPEGs, GPU decode): decode is "
+            how = "OpenCV/SIMD decoder, smaller stored JPEGs" + (", GPU decode" if device == "cuda" else "")
+            add(f"halve decode time ({how}): decode is "
                 f"{share:.0%} of worker time", _cheaper_cpu(row, ws, rates, share / 2, cores),
                 "worker time less half of decode's measured share (the 2x is an assumption)")
         else:
@@ -201,14 +202,15 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, dev
         r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, rates, cores).value
         add(f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
             "the measured cpu_pipeline curve, extrapolated past its last point")
-    if _known(bounds.get("step")) and now >= 0.9 * bounds["step"]:
-        if device == "cuda":
-            add("the GPU is the limit: lower precision, a larger batch or a faster GPU", bounds["step"],
-                "already at the measured GPU ceiling; CPU-side changes cannot help")
-        else:
-            add("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
-                bounds["step"], "already at the measured step ceiling on these cores")
-    return _ranked(out, base, now, row)
+    ranked = _ranked(out, base, now, row)
+    if _known(bounds.get("step")) and now >= 0.9 * bounds["step"]:  # a finding, not a change with a gain
+        text = ("the GPU is the limit: lower precision, a larger batch or a faster GPU", "already at the measured "
+                "GPU ceiling; CPU-side changes cannot help") if device == "cuda" else \
+            ("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
+             "already at the measured step ceiling on these cores")
+        ranked.insert(0, {"action": text[0], "predicted_samples_per_s": None, "basis": text[1], "gain_frac": None,
+                          "within_noise": False})
+    return ranked
 
 
 def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[dict]:
@@ -223,24 +225,18 @@ def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[di
 
 
 def stage_overhead(trials: pd.DataFrame) -> list[dict]:
-    """cpu_pipeline with vs without per-stage clocks at the same settings: the cost of measuring."""
-    if "stage_timing" not in trials:
+    """The stage clocks' cost, measured by alternating clocked and unclocked windows on one loader
+    (the ``stage_timing=False`` cpu_pipeline trial): overhead with its 95% interval."""
+    if "stage_clock_overhead_frac" not in trials:
         return []
-    cp = trials[(trials["kind"] == "cpu_pipeline") & (trials["status"] == "ok")]
-    off = cp[cp["stage_timing"].astype("boolean").fillna(True) == False]  # noqa: E712 - nullable boolean
-    on = ok(trials, "cpu_pipeline")
-    keys = [k for k in BOUND_KEYS["cpu_pipeline"] if k in cp]
+    rows = trials[(trials["kind"] == "cpu_pipeline") & (trials["status"] == "ok")
+                  & trials["stage_clock_overhead_frac"].notna()]
     out = []
-    for _, r in off.iterrows():
-        match = on
-        for k in keys:
-            match = match[match[k].eq(r[k]) | (match[k].isna() & pd.isna(r[k]))]
-        if len(match):
-            timed = float(match["samples_per_s"].iloc[0])
-            noise = math.hypot(float(match["samples_per_s_cv"].iloc[0]), float(r["samples_per_s_cv"]))
-            overhead = 1 - timed / float(r["samples_per_s"])
-            out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
-                        "timed_samples_per_s": timed, "untimed_samples_per_s": float(r["samples_per_s"]),
-                        "overhead_frac": overhead, "noise_frac": noise,
-                        "resolved": abs(overhead) > 2 * noise})
+    for _, r in rows.iterrows():
+        lo, hi = float(r["stage_clock_overhead_ci95_low"]), float(r["stage_clock_overhead_ci95_high"])
+        out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
+                    "timed_samples_per_s": float(r["clocked_samples_per_s"]),
+                    "untimed_samples_per_s": float(r["samples_per_s"]),
+                    "overhead_frac": float(r["stage_clock_overhead_frac"]), "overhead_ci95_low": lo,
+                    "overhead_ci95_high": hi, "resolved": lo > 0 or hi < 0})
     return out

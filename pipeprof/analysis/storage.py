@@ -169,11 +169,12 @@ def _more_workers_for_latency(trials: pd.DataFrame, row: pd.Series, bounds: dict
 
 
 def merge_actions(actions_: list[dict], extra: list[dict]) -> list[dict]:
-    """Both lists, ranked by gain; a RAM-cache action in ``extra`` (measured, or from the stage clocks)
-    replaces :func:`actions`' own, which took the storage-limited loader bound as the CPU bound."""
+    """Both lists, findings (no gain: "the GPU is the limit") first, then ranked by gain; a RAM-cache
+    action in ``extra`` (measured, or from the stage clocks) replaces :func:`actions`' own, which took the
+    storage-limited loader bound as the CPU bound."""
     if any(a["action"].startswith("cache the dataset in RAM") for a in extra):
         actions_ = [a for a in actions_ if not a["action"].startswith("cache the dataset in RAM")]
-    return sorted(actions_ + extra, key=lambda a: -(a["gain_frac"] or 0))
+    return sorted(actions_ + extra, key=lambda a: (a["gain_frac"] is not None, -(a["gain_frac"] or 0)))
 
 
 def epoch_estimates(trials: pd.DataFrame, samples: int, fits: bool) -> list[dict]:

@@ -18,6 +18,26 @@ from .sources import Source
 FIXED_STAGES = ("read", "decode")
 
 
+class TimingSwitch:
+    """Stage clocks on or off, shared with forked DataLoader workers (a byte in shared memory).
+
+    One running loader can then alternate clocked and unclocked windows: the clocks' cost is
+    measured at one setting on the same workers, not as two trials apart in time. Only for
+    fork-started workers (Linux's default): a spawned worker would get a copy, not the byte.
+    """
+
+    def __init__(self, on: bool = True):
+        import multiprocessing as mp
+
+        self._flag = mp.RawValue("b", on)
+
+    def __bool__(self) -> bool:
+        return bool(self._flag.value)
+
+    def set(self, on: bool) -> None:
+        self._flag.value = on
+
+
 class PipelineDataset(Dataset):
     """Sample ``i`` → ``(image_tensor, label, stage_seconds)``.
 
@@ -25,7 +45,7 @@ class PipelineDataset(Dataset):
     then each top-level transform by class name); it is all zeros with timing off.
     """
 
-    def __init__(self, source: Source, decoder: str, transform, stage_timing: bool = True):
+    def __init__(self, source: Source, decoder: str, transform, stage_timing: "bool | TimingSwitch" = True):
         from ..augment import stage_names
 
         self.source = source

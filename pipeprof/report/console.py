@@ -33,11 +33,17 @@ ISOLATION_COLUMNS = [
 ]
 LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
           "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
-          "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s (step/s without a GPU): the loader alone, the raw reads alone "
-          "and the step alone, at the same settings · pred/s: predicted from those bounds "
-          "(err: prediction − measured, relative) · verdict: the bound the trial sits on, from its own data wait and busy cores first · "
-          "p50/p99 ms: per-read latency of the raw reads · disk: share of the bytes read that came from the "
-          "disk, not the page cache · (emulated): a throttled source's speed is imposed, not measured")
+          "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s: the loader "
+          "alone, the raw reads alone and the step alone, at the same settings · pred/s: predicted from those "
+          "bounds (err: prediction − measured, relative) · verdict: the bound the trial sits on, from its own data "
+          "wait and busy cores first · p50/p99 ms: per-read latency of the raw reads · disk: share of the bytes "
+          "read that came from the disk, not the page cache · (emulated): a throttled source's speed is imposed, "
+          "not measured")
+
+
+def legend(device: str) -> str:
+    """The legend in the device's words: a machine without a GPU has a step, not a GPU."""
+    return LEGEND if device == "cuda" else LEGEND.replace("GPU%/CPU%", "CPU%").replace("GPU/s", "step/s")
 
 
 def si(value: float) -> str:
@@ -117,6 +123,10 @@ def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
     return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{where}{tail}"
 
 
+def _device(run) -> str:
+    return run.meta.get("config", {}).get("device", "cuda")
+
+
 def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[str]]:
     """The report's tables as (title, headers, rows), and the footnotes they refer to."""
     df, out, notes = run.trials, [], []
@@ -127,7 +137,7 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
     if len(verdicts) and len(cv):
         stored = ["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac", "disagreement"]
         cv = cv.merge(verdicts[[c for c in stored if c in verdicts]], on="trial_id", how="left")
-    device = run.meta.get("config", {}).get("device", "cuda")
+    device = _device(run)
     for key, curve in groups(cv):
         out.append((_group_title(key, curve, device), *table(curve, curve_columns(device), notes)))
     failed_e2e = df[(df["kind"] == "end_to_end") & (df["status"] != "ok")]
@@ -157,7 +167,9 @@ def recommendation_lines(run) -> list[str]:
         if g.get("cpu_figures_skipped"):
             lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
         for a in g.get("actions", [])[:3]:
-            if a["gain_frac"] is not None:
+            if a["gain_frac"] is None and a.get("predicted_samples_per_s") is None:
+                lines.append(f"{head}: {a['action']} ({a['basis']})")
+            elif a["gain_frac"] is not None:
                 noise = ", within the measured noise: not shown to help" if a.get("within_noise") else ""
                 lines.append(f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
                              f"({a['gain_frac']:+.0%}{noise}; {a['basis']})")
@@ -176,10 +188,13 @@ def recommendation_lines(run) -> list[str]:
         lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
                      f"{len(analysis.get('verdicts', []))} end-to-end trials")
     for o in analysis.get("stage_timing_overhead", []):
-        verdict = "" if o.get("resolved") else f", within the run-to-run noise of ±{2 * o['noise_frac']:.0%}"
-        lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} of the {o['preset']} pipeline rate at "
-                     f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} timed vs "
-                     f"{o['untimed_samples_per_s']:,.1f} untimed samples/s{verdict})")
+        if "overhead_ci95_low" not in o:  # a run from before the alternating measurement
+            continue
+        verdict = "" if o.get("resolved") else ": not distinguishable from zero"
+        lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} (95% interval {o['overhead_ci95_low']:+.1%} to "
+                     f"{o['overhead_ci95_high']:+.1%}{verdict}) of the {o['preset']} pipeline rate at "
+                     f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} clocked vs "
+                     f"{o['untimed_samples_per_s']:,.1f} unclocked samples/s, windows alternated on one loader)")
     ref = summary_line(run.meta.get("cpu_reference"))
     return lines + ([ref] if ref else [])
 
@@ -190,7 +205,7 @@ def render_markdown(run) -> str:
     for title, headers, rows in tables:
         parts += [f"## {title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         parts += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows] + [""]
-    parts += [f"{n}  " for n in notes] + ["", f"_{LEGEND}_", ""]
+    parts += [f"{n}  " for n in notes] + ["", f"_{legend(_device(run))}_", ""]
     recs = recommendation_lines(run)
     if recs:
         parts += ["## Recommendations", ""] + [f"- {line}" for line in recs] + [""]
@@ -214,7 +229,7 @@ def render_console(run, console=None) -> None:
         console.print(t)
     for n in notes:
         console.print(f"  {n}", style="yellow", highlight=False)
-    console.print(LEGEND, style="dim", highlight=False)
+    console.print(legend(_device(run)), style="dim", highlight=False)
     for line in recommendation_lines(run):
         console.print(f"[bold]→[/bold] {line}", highlight=False)
     console.print(f"run folder: {run.path}", highlight=False)

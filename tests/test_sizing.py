@@ -1,0 +1,38 @@
+"""The sizing check: masks of whole physical cores, and a real re-run inside a 1-core mask."""
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeprof import sizing
+from pipeprof.env import parse_cpu_list
+
+
+def test_masks_take_whole_smt_sibling_groups():
+    groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert sizing.mask_for(4, groups) == [0, 4, 1, 5]
+    assert sizing.mask_for(3, groups) == [0, 4, 1]
+    assert parse_cpu_list("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11] and parse_cpu_list("x") == []
+
+
+@pytest.mark.parametrize("usable, counts", [(32, [8, 16]), (16, [4, 8]), (2, [1]), (1, [])])
+def test_default_core_counts_are_a_quarter_and_a_half(usable, counts):
+    assert sizing.default_core_counts(usable) == counts
+
+
+def test_masked_runs_sweep_half_all_but_one_and_all():
+    assert sizing.masked_workers(8) == [4, 7, 8] and sizing.masked_workers(1) == [1]
+
+
+def test_a_one_core_mask_measures_what_the_full_run_predicts(tmp_path):
+    # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core
+    df = sizing.check(sizing.KNOWN, [1], tmp_path).set_index("cores")
+    one = df.loc[1]
+    assert one["cpus"] == "0"
+    meta = json.loads((Path(one["run"]) / "run.json").read_text())
+    assert meta["machine"]["cores"]["affinity"] == 1  # the child and its workers ran inside the mask
+    assert one["measured_samples_per_s"] == pytest.approx(100, rel=0.2)
+    assert one["predicted_samples_per_s"] == pytest.approx(one["measured_samples_per_s"], rel=0.2)
+    # both runs' own curves say a 1,600 samples/s step needs about 16 cores of this pipeline
+    assert df["cores_per_gpu"].between(13, 21).all()
+    assert sizing.summary(df)["max_rate_error_frac"] == pytest.approx(abs(one["rate_error_frac"]))
