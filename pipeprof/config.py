@@ -328,7 +328,7 @@ class MeasureConfig(_Strict):
     window_s: float = Field(1.0, gt=0)
     window_batches: PositiveInt = 5
     windows: int = Field(5, ge=2)  # planned windows; more are added while the interval is too wide
-    max_windows: int = Field(15, ge=2)  # at most this many windows (and max_trial_s) per trial
+    max_windows: int = Field(10, ge=2)  # at most this many windows (and max_trial_s) per trial
     max_trial_s: float = Field(120.0, gt=0)
     ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off

@@ -72,7 +72,7 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
         return e2e
     for kind, keys in BOUND_KEYS.items():
         bound, col = ok(trials, kind), BOUND_COLUMN[kind]
-        extra = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step"},
+        extra = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
                  "storage_fetch": {"mean_sample_kb": "mean_sample_kb"}}.get(kind, {})
         if bound.empty:
             e2e[col] = float("nan")
@@ -150,7 +150,7 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
     cores / (step CPU s + worker CPU s per sample). The last one matters where the step
     itself burns CPU (CPU training, or a small machine); on a GPU box it is rarely the lowest.
     """
-    step, io, w = row.get("step_bound_samples_per_s"), row.get("io_bound_samples_per_s"), row["num_workers"]
+    step, io, w = step_bound(row), row.get("io_bound_samples_per_s"), row["num_workers"]
     main = row.get("main_cores_step")
     main = 1.0 if main is None or main != main else main
     if w == 0:
@@ -166,6 +166,16 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
     if not (_known(step) and _known(cpu)):
         return float("nan"), bounds
     return min(b for b in bounds.values() if _known(b)), bounds
+
+
+def step_bound(row: pd.Series) -> float | None:
+    """The step's bound in this trial: the ceiling, scaled down when a CPU step had fewer threads here
+    than in the ceiling trial (``confounders.step_threads``). Linear in threads: a lower estimate, as one
+    thread of two usually does more than half the work (mobilenet_v3_small on 2 cores: 0.60-0.78)."""
+    step, threads, alone = (row.get(k) for k in ("step_bound_samples_per_s", "step_threads", "ceiling_threads"))
+    if _known(step) and _known(threads) and _known(alone) and threads < alone:
+        return step * threads / alone
+    return step
 
 
 def step_verdict(device: str) -> str:
