@@ -186,8 +186,7 @@ def parse_cpu_list(text: str) -> list[int]:
 def cpu_groups() -> list[list[int]]:
     """The CPUs this process may use, grouped by physical core (SMT siblings together), in CPU order.
 
-    A mask of C CPUs made of whole groups is a smaller machine of the same kind: the sizing
-    check uses it so that a measured per-CPU rate carries over to another core count.
+    The sizing check makes its CPU masks from these: one CPU per physical core before any sibling.
     """
     allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     groups: list[list[int]] = []

@@ -203,9 +203,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     if storage:
         storage["epochs"] = epoch_estimates(run.trials, storage["dataset_samples"],
                                             storage["fits_in_page_cache"]["fits"])
-    phys, logical = env["cores"].get("physical"), env["cores"].get("logical")
-    smt = logical / phys if phys and logical and logical > phys else 1.0
-    run.meta["analysis"] = analyse(run.trials, cores=cores, device=cfg.device, smt=smt)
+    run.meta["analysis"] = analyse(run.trials, cores=cores, device=cfg.device)
     run.save_meta()
     return run
 

@@ -8,8 +8,8 @@ cannot be checked is a guess.
 
 How a mask is made: ``os.sched_setaffinity`` in the child process before it starts
 pipeprof, so the training process and every DataLoader worker it forks are confined to
-the mask (no external tool). A mask is whole physical cores (SMT siblings together,
-``env.cpu_groups``): a smaller machine of the same kind, whose per-CPU rate carries over.
+the mask (no external tool). A mask takes one CPU per physical core (``env.cpu_groups``)
+before any SMT sibling, as the scheduler places workers on the unrestricted machine.
 Each run is a separate ``python -m pipeprof run`` process writing its own run folder.
 """
 from __future__ import annotations
@@ -46,13 +46,14 @@ def default_core_counts(usable: int) -> list[int]:
 
 
 def mask_for(cores: int, groups: list[list[int]]) -> list[int]:
-    """``cores`` CPUs taken as whole SMT sibling groups in order (the last group cut if it must be)."""
-    cpus: list[int] = []
-    for group in groups:
-        cpus += group[:cores - len(cpus)]
-        if len(cpus) >= cores:
-            break
-    return cpus
+    """``cores`` CPUs, one per physical core first and SMT siblings only past the physical count.
+
+    The scheduler of the all-cores run also gives w workers w separate physical cores while
+    w is at most the physical count, so the masked run matches the curve's point at its
+    worker count, and siblings enter both the same way.
+    """
+    order = [g[k] for k in range(max(map(len, groups), default=0)) for g in groups if k < len(g)]
+    return order[:cores]
 
 
 def masked_workers(cores: int) -> list[int]:

@@ -8,10 +8,11 @@ from pipeprof import sizing
 from pipeprof.env import parse_cpu_list
 
 
-def test_masks_take_whole_smt_sibling_groups():
+def test_masks_take_one_cpu_per_physical_core_before_siblings():
     groups = [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert sizing.mask_for(4, groups) == [0, 4, 1, 5]
-    assert sizing.mask_for(3, groups) == [0, 4, 1]
+    assert sizing.mask_for(4, groups) == [0, 1, 2, 3]
+    assert sizing.mask_for(6, groups) == [0, 1, 2, 3, 4, 5]
+    assert sizing.mask_for(2, [[0], [1]]) == [0, 1]
     assert parse_cpu_list("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11] and parse_cpu_list("x") == []
 
 

@@ -15,8 +15,6 @@ and run.json stores. One module per question, :func:`analyse` the facade:
 """
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from .advice import (actions, cores_needed, rate_at_workers, rate_for_cores, recommend_workers, scaling,
@@ -35,11 +33,10 @@ __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP",
 
 # ---- the whole run -----------------------------------------------------------------
 
-def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", smt: float = 1.0) -> dict:
+def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda") -> dict:
     """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group.
 
-    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ);
-    ``smt``: logical CPUs per physical core of the machine (sizing says both counts).
+    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ).
     """
     v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     cv = curves(trials)
@@ -47,7 +44,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", smt:
     for key, curve in groups(cv):
         entry = key | recommend_workers(curve)
         cpu = cpu_curve(trials, curve.iloc[0])
-        advice = _group_advice(curve, cpu, v, cores, device, smt)
+        advice = _group_advice(curve, cpu, v, cores, device)
         best = curve.loc[curve["samples_per_s"].idxmax()]
         advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
@@ -89,7 +86,7 @@ def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
     return 0.0
 
 
-def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float, device: str, smt: float) -> dict:
+def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float, device: str) -> dict:
     ws, rates = cpu
     step = curve["step_bound_samples_per_s"].dropna()
     main_s = main_cpu_s_per_sample(curve)
@@ -100,12 +97,7 @@ def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
                                          "and the what-if for GPU machines do not apply; run on the GPU machine")
     elif len(ws) and (ws > 0).any() and len(step):
-        need = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores)
-        if smt > 1:
-            need["physical_cores_needed"] = math.ceil(need["cores_needed"] / smt)
-            need["basis"] += f"; on CPUs like these ({smt:g} logical CPUs per physical core): " \
-                             f"{need['physical_cores_needed']} physical cores"
-        advice["cores_needed"] = need
+        advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores)
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve))
         advice["scaling"] = scaling(ws, rates)
