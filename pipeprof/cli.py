@@ -152,11 +152,16 @@ def _validate_sizing(args, console) -> int:
                   f"{pred:,.1f}{' (extrap.)' if r.get('extrapolated') is True else ''}",
                   f"{r['measured_samples_per_s']:,.1f}", str(r["measured_workers"]),
                   "–" if r.get("rate_error_frac") != r.get("rate_error_frac") or r.get("rate_error_frac") is None
-                  else f"{r['rate_error_frac']:+.1%}", str(r["cores_per_gpu"]))
+                  else f"{r['rate_error_frac']:+.1%}",
+                  "unreachable" if r["cores_per_gpu"] is None or r["cores_per_gpu"] != r["cores_per_gpu"]
+                  else f"{r['cores_per_gpu']:.0f}")
     console.print(t)
+    for _, r in df.iterrows():
+        console.print(f"cores per GPU from the {r['cores']}-core run: {r['cores_per_gpu_basis']}", highlight=False)
     s = sizing.summary(df)
-    spread = "–" if s["cores_per_gpu_spread_frac"] is None else f"{s['cores_per_gpu_spread_frac']:.0%}"
-    console.print(f"largest |predicted − measured| {s['max_rate_error_frac']:.1%} (target ≤ "
+    spread = f"{s['cores_per_gpu_spread_frac']:.0%}"
+    worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
+    console.print(f"largest |predicted − measured| {worst} (target ≤ "
                   f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
                   f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}")
     return 0 if s["passed"] else 1

@@ -232,3 +232,20 @@ def test_a_run_with_no_end_to_end_trial_still_analyses():
     a = analyse(table(cpu={2: 200}), cores=8)
     assert a["groups"] == [] and a["verdicts"] == [] and a["trials"] == 2
     assert analyse(pd.DataFrame(), cores=8)["trials"] == 0
+
+
+def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound():
+    # the 32-core H200 box: the loader alone gave 3,483 and 3,488 samples/s at 16 and 32 workers with its
+    # main process at 101% of a core both times; workers idle 40%: no core count feeds a 4,688/s GPU
+    rows = [trial("gpu_ceiling", 4688.0, main_cpu_pct_mean=101.0)]
+    for w, rate, main in ((4, 1096.0, 27.8), (8, 1688.0, 48.3), (16, 3483.0, 101.0), (32, 3488.0, 101.5)):
+        rows.append(trial("cpu_pipeline", rate, w, main_cpu_pct_mean=main))
+    rows.append(e2e_row(32, 3695.0, 0.30, busy=20.8, workers_cpu=1916.0, main_cpu_pct_mean=154.0, ci=0.07))
+    df = frame(*rows)
+    assert verdicts(df, 32).iloc[0]["verdict"] == "loader-bound"
+    need = analyse(df, cores=32)["groups"][0]["cores_needed"]
+    assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(3483 / 1.01, rel=0.02)
+    assert 12 <= need["cores_to_handoff_limit"] <= 17 and "not reachable by adding cores" in need["basis"]
+    caps = what_if(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, None, None,
+                   core_counts=(64,), gpus=(1, 2), storage_mb_s=(None,), cap=3450.0)
+    assert [r["predicted_samples_per_s"] for r in caps] == [pytest.approx(3450), pytest.approx(6900)]  # a loader each

@@ -20,14 +20,14 @@ import pandas as pd
 from .advice import (actions, cores_needed, rate_at_workers, rate_for_cores, recommend_workers, scaling,
                      stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
-                     cpu_curve, curves, groups, load_cost_s, ok, predict, present_group_keys, step_verdict,
-                     worker_capacity)
+                     cpu_curve, curves, groups, handoff_limit, load_cost_s, ok, predict, present_group_keys,
+                     step_verdict, worker_capacity)
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
 from .verdict import evidence, verdicts
 
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "epoch_estimates", "evidence",
-           "groups", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
+           "groups", "handoff_limit", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
            "scaling", "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
 
@@ -44,7 +44,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda") -> d
     for key, curve in groups(cv):
         entry = key | recommend_workers(curve)
         cpu = cpu_curve(trials, curve.iloc[0])
-        advice = _group_advice(curve, cpu, v, cores, device)
+        advice = _group_advice(trials, curve, cpu, v, cores, device)
         best = curve.loc[curve["samples_per_s"].idxmax()]
         advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
@@ -75,8 +75,9 @@ def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
     """CPU seconds the training process spends per sample in the real loop (median over the
     end-to-end trials); else its CPU in the step ceiling at the ceiling's rate; else one core at it.
     Per sample, because it receives, copies and launches per batch: fed more slowly, it uses less."""
-    if "main_cpu_pct_mean" in curve:
-        per = (curve["main_cpu_pct_mean"] / 100 / curve["samples_per_s"]).dropna()
+    if "main_cpu_pct_mean" in curve:  # 0 workers: the main process loads too, not a training-only figure
+        fed = curve[curve["num_workers"] > 0]
+        per = (fed["main_cpu_pct_mean"] / 100 / fed["samples_per_s"]).dropna()
         if len(per):
             return float(per.median())
     step = curve["step_bound_samples_per_s"].dropna()
@@ -86,7 +87,8 @@ def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
     return 0.0
 
 
-def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float, device: str) -> dict:
+def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float,
+                  device: str) -> dict:
     ws, rates = cpu
     step = curve["step_bound_samples_per_s"].dropna()
     main_s = main_cpu_s_per_sample(curve)
@@ -97,9 +99,10 @@ def _group_advice(curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
                                          "and the what-if for GPU machines do not apply; run on the GPU machine")
     elif len(ws) and (ws > 0).any() and len(step):
-        advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores)
+        cap = handoff_limit(trials, curve.iloc[0])
+        advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap)
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
-                                    _sample_mb(curve))
+                                    _sample_mb(curve), cap=cap)
         advice["scaling"] = scaling(ws, rates)
     rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine
     if len(rec):

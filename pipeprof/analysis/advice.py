@@ -10,12 +10,14 @@ import pandas as pd
 
 from .bounds import NEAR_BEST, _known, predict
 
+TIE_FLOOR = 0.90  # a count below 90% of the best is never called tied with it, whatever its interval
+
 # ---- recommendations ---------------------------------------------------------------
 
 def recommend_workers(curve: pd.DataFrame, near: float = NEAR_BEST) -> dict:
     """Smallest ``num_workers`` not shown to be slower than the best: within ``near`` of the best
-    rate, or with a 95% interval that overlaps the best's (one count beats another only when
-    their intervals separate).
+    rate, or within ``TIE_FLOOR`` of it with a 95% interval that overlaps the best's (one count
+    beats another only when their intervals separate).
 
     ``curve`` has columns num_workers and samples_per_s (one row per count), and the
     ``samples_per_s_ci95_low/high`` of each trial when they were measured.
@@ -26,13 +28,14 @@ def recommend_workers(curve: pd.DataFrame, near: float = NEAR_BEST) -> dict:
     high = curve["samples_per_s_ci95_high"].fillna(rate) if "samples_per_s_ci95_high" in curve else rate
     top_low = top.get("samples_per_s_ci95_low", top["samples_per_s"])
     top_low = top["samples_per_s"] if top_low != top_low else top_low
-    tied = curve[(rate >= near * top["samples_per_s"]) | (high >= top_low)]
+    # overlapping intervals tie only nearby counts: a wide interval far below is not evidence of a tie
+    tied = curve[(rate >= near * top["samples_per_s"]) | ((high >= top_low) & (rate >= TIE_FLOOR * top["samples_per_s"]))]
     pick = tied.iloc[0]
     return {"recommended_workers": int(pick["num_workers"]), "recommended_samples_per_s": float(pick["samples_per_s"]),
             "best_workers": int(top["num_workers"]), "best_samples_per_s": float(top["samples_per_s"]),
             "tied_with_best": [int(w) for w in tied["num_workers"]],
-            "criterion": f"smallest num_workers within {1 - near:.0%} of the best end-to-end rate or not "
-                         "separable from it (95% intervals overlap)"}
+            "criterion": f"smallest num_workers within {1 - near:.0%} of the best end-to-end rate, or within "
+                         f"{1 - TIE_FLOOR:.0%} and not separable from it (95% intervals overlap)"}
 
 
 def scaling(ws: np.ndarray, rates: np.ndarray) -> dict | None:
@@ -53,90 +56,109 @@ class CurveRead(NamedTuple):
     extrapolated: bool
 
 
-def _envelope(ws: np.ndarray, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _envelope(ws: np.ndarray, rates: np.ndarray, cores: float) -> tuple[np.ndarray, np.ndarray]:
     """Worker counts from 0 with the best rate reached at or below each: with C cores a user can
-    pick any count up to C, and 0 workers (loading in the main process) is not on this line."""
-    pos = ws > 0
+    pick any count up to C, and 0 workers (loading in the main process) is not on this line.
+    Counts past the machine's cores measured oversubscription, not more cores: left out."""
+    pos = (ws > 0) & (ws <= max(cores, 1))
+    if not pos.any():
+        pos = ws > 0
     return np.concatenate([[0.0], ws[pos]]), np.concatenate([[0.0], np.maximum.accumulate(rates[pos])])
 
 
-def _per_worker_at_top(x: np.ndarray, y: np.ndarray, cores: float) -> tuple[float, float]:
-    """(workers, samples/s per worker) at the largest count that had a core each: the base for
-    extrapolating to a bigger machine of the same CPUs (same SMT arrangement)."""
-    fit = x[(x > 0) & (x <= max(cores, 1))]
-    base = float(fit[-1]) if len(fit) else float(x[-1])
-    return base, float(np.interp(base, x, y)) / base
+def _per_worker_at_top(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(workers, samples/s per worker) at the curve's largest count: the base for extrapolating to a
+    bigger machine of the same CPUs."""
+    return float(x[-1]), float(y[-1]) / float(x[-1])
 
 
-def rate_at_workers(workers: float, ws: np.ndarray, rates: np.ndarray, cores: float) -> CurveRead:
-    """Pipeline samples/s with ``workers``: interpolated on the curve, extrapolated past its end
-    at the per-worker rate of its largest point within the machine's cores."""
-    x, y = _envelope(ws, rates)
+def rate_at_workers(workers: float, ws: np.ndarray, rates: np.ndarray, cores: float,
+                    cap: float = math.inf) -> CurveRead:
+    """Pipeline samples/s with ``workers``: interpolated on the curve, extrapolated past its end at
+    the per-worker rate of its largest point, and never above the hand-off limit ``cap``."""
+    x, y = _envelope(ws, rates, cores)
     if len(x) < 2:
         return CurveRead(float("nan"), True)
     if workers <= x[-1]:
-        return CurveRead(float(np.interp(max(workers, 0.0), x, y)), False)
-    return CurveRead(workers * _per_worker_at_top(x, y, cores)[1], True)
+        return CurveRead(min(float(np.interp(max(workers, 0.0), x, y)), cap), False)
+    return CurveRead(min(workers * _per_worker_at_top(x, y)[1], cap), True)
 
 
-def workers_for_rate(target: float, ws: np.ndarray, rates: np.ndarray, cores: float) -> CurveRead:
-    """Fewest (fractional) workers whose pipeline rate reaches ``target``: the inverse of :func:`rate_at_workers`."""
-    x, y = _envelope(ws, rates)
+def workers_for_rate(target: float, ws: np.ndarray, rates: np.ndarray, cores: float,
+                     cap: float = math.inf) -> CurveRead:
+    """Fewest (fractional) workers whose pipeline rate reaches ``target``: the inverse of
+    :func:`rate_at_workers`; inf when ``target`` is above the hand-off limit ``cap``."""
+    x, y = _envelope(ws, rates, cores)
     if len(x) < 2:
         return CurveRead(float("nan"), True)
+    if target > cap:
+        return CurveRead(math.inf, True)
     if target > y[-1]:
-        return CurveRead(target / _per_worker_at_top(x, y, cores)[1], True)
+        return CurveRead(target / _per_worker_at_top(x, y)[1], True)
     i = int(np.argmax(y >= target))
     frac = (target - y[i - 1]) / (y[i] - y[i - 1]) if i and y[i] > y[i - 1] else 1.0
     return CurveRead(float(x[i - 1] + frac * (x[i] - x[i - 1])) if i else 0.0, False)
 
 
-def rate_for_cores(cores_avail: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float) -> CurveRead:
+def rate_for_cores(cores_avail: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float,
+                   cap: float = math.inf) -> CurveRead:
     """Pipeline samples/s with ``cores_avail`` cores, the training process taking ``main_s`` CPU
     seconds per sample: the workers get what it leaves, and it takes more the faster they feed it,
     so the rate is the fixed point r = curve(cores_avail - main_s * r), found by bisection."""
-    top = rate_at_workers(cores_avail, ws, rates, cores)
+    def at(r: float) -> CurveRead:
+        return rate_at_workers(max(cores_avail - main_s * r, 0.0), ws, rates, cores, cap)
+
+    top = at(0.0)
     if not top.value == top.value:
         return top
     lo, hi = 0.0, top.value
     for _ in range(60):
         mid = (lo + hi) / 2
-        if rate_at_workers(max(cores_avail - main_s * mid, 0.0), ws, rates, cores).value >= mid:
-            lo = mid
-        else:
-            hi = mid
-    return CurveRead(lo, rate_at_workers(max(cores_avail - main_s * lo, 0.0), ws, rates, cores).extrapolated)
+        lo, hi = (mid, hi) if at(mid).value >= mid else (lo, mid)
+    return CurveRead(lo, at(lo).extrapolated)
 
 
-def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float) -> dict:
+def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float,
+                 cap: float = math.inf) -> dict:
     """Cores one GPU needs to be fed at its ceiling: workers read off the measured CPU curve
-    (interpolated, or extrapolated past its end) plus the training process's CPU at that rate."""
-    need = workers_for_rate(step_rate, ws, rates, cores)
-    x, y = _envelope(ws, rates)
-    base, per = _per_worker_at_top(x, y, cores)
+    (interpolated, or extrapolated past its end) plus the training process's CPU at that rate;
+    None when the loader's hand-off limit ``cap`` is below the ceiling (no core count reaches it)."""
+    need = workers_for_rate(step_rate, ws, rates, cores, cap)
+    if need.value == math.inf:
+        near = workers_for_rate(NEAR_BEST * cap, ws, rates, cores)
+        at = math.ceil(near.value + main_s * cap)
+        return {"cores_needed": None, "workers_needed": None, "extrapolated": True, "handoff_limit": cap,
+                "cores_to_handoff_limit": at,
+                "basis": f"not reachable by adding cores: the loader's main process hands off at most "
+                         f"{cap:,.0f} samples/s (one core at its measured CPU per sample), below the step's "
+                         f"{step_rate:,.0f}; about {at} cores reach {NEAR_BEST:.0%} of that limit and more add "
+                         "nothing; smaller batches in bytes (uint8, normalise on the GPU) raise it"}
+    x, y = _envelope(ws, rates, cores)
+    base, per = _per_worker_at_top(x, y)
     main = main_s * step_rate
     how = (f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
            if need.extrapolated else "interpolated on the measured cpu_pipeline curve")
     return {"cores_needed": math.ceil(need.value + main), "workers_needed": need.value,
-            "extrapolated": need.extrapolated,
+            "extrapolated": need.extrapolated, "handoff_limit": cap if cap < math.inf else None,
             "basis": f"{need.value:.1f} workers reach the step's {step_rate:,.0f} samples/s, {how}; "
                      f"+ {main:.1f} core(s) for the training process ({main_s * 1e3:.2f} ms CPU per sample)"}
 
 
 def what_if(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float,
             io_mb_s: float | None, sample_mb: float | None, core_counts=(4, 8, 16, 32, 64, 128),
-            gpus=(1, 2, 4, 8), storage_mb_s=(None, 125.0, 500.0, 3000.0)) -> list[dict]:
+            gpus=(1, 2, 4, 8), storage_mb_s=(None, 125.0, 500.0, 3000.0), cap: float = math.inf) -> list[dict]:
     """Predicted samples/s for other machines: min(GPUs × ceiling, CPU curve at the workers the
     cores allow, storage / sample size).
 
     With C cores the training processes take ``main_s`` CPU seconds per sample they train on
     and the workers get the rest (:func:`rate_for_cores`); the CPU figure is read off the
-    measured curve (``extrapolated`` past its end). ``storage_mb_s`` None means "as measured".
+    measured curve (``extrapolated`` past its end) and capped at N loaders' hand-off limit
+    ``cap`` (one loader per GPU process). ``storage_mb_s`` None means "as measured".
     Linear GPU scaling is an upper bound (no all-reduce cost); every row is labelled a prediction.
     """
     rows = []
     for n_gpu, c, mb_s in product(gpus, core_counts, storage_mb_s):
-        cpu = rate_for_cores(c, ws, rates, main_s, cores)
+        cpu = rate_for_cores(c, ws, rates, main_s, cores, n_gpu * cap)  # one loader per GPU process
         bw = io_mb_s if mb_s is None else mb_s
         bounds = {"gpu": n_gpu * step_rate, "cpu": cpu.value,
                   "io": bw / sample_mb if bw and sample_mb else float("inf")}
@@ -200,8 +222,9 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, dev
     if device == "cuda" and len(ws) and more > max(ws.max(), row["num_workers"]):  # measured counts speak for themselves
         r = row.copy()
         r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, rates, cores).value
-        add(f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
-            "the measured cpu_pipeline curve, extrapolated past its last point")
+        if r["cpu_bound_samples_per_s"] == r["cpu_bound_samples_per_s"]:
+            add(f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
+                "the measured cpu_pipeline curve, extrapolated past its last point")
     ranked = _ranked(out, base, now, row)
     if _known(bounds.get("step")) and now >= 0.9 * bounds["step"]:  # a finding, not a change with a gain
         text = ("the GPU is the limit: lower precision, a larger batch or a faster GPU", "already at the measured "
@@ -218,7 +241,8 @@ def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[di
     noise = (hi - lo) / 2 / now if _known(lo) and _known(hi) and now else 0.0
     for a in out:
         # predictions are relative to the model's own figure for today, so model error cancels
-        a["gain_frac"] = a["predicted_samples_per_s"] / base - 1 if _known(base) else None
+        a["gain_frac"] = a["predicted_samples_per_s"] / base - 1 if _known(base) and \
+            _known(a["predicted_samples_per_s"]) else None
         a["predicted_samples_per_s"] = now * (1 + a["gain_frac"]) if a["gain_frac"] is not None else None
         a["within_noise"] = a["gain_frac"] is not None and abs(a["gain_frac"]) <= 2 * noise
     return sorted(out, key=lambda a: -(a["gain_frac"] or 0))

@@ -63,7 +63,8 @@ def _clean(value):
 
 def curves(trials: pd.DataFrame) -> pd.DataFrame:
     """End-to-end trials with ``step_bound_/cpu_bound_/io_bound_samples_per_s`` joined on,
-    plus ``main_cores_step``: CPU the training process used in the gpu_ceiling trial.
+    plus ``main_cores_step``: CPU the training process used in the gpu_ceiling trial, and
+    ``loader_main_cpu_pct``: CPU of the main process in the cpu_pipeline trial (the hand-off).
 
     A bound missing (trial kind switched off or failed) is NaN.
     """
@@ -73,6 +74,7 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
     for kind, keys in BOUND_KEYS.items():
         bound, col = ok(trials, kind), BOUND_COLUMN[kind]
         extra = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
+                 "cpu_pipeline": {"main_cpu_pct_mean": "loader_main_cpu_pct"},
                  "storage_fetch": {"mean_sample_kb": "mean_sample_kb"}}.get(kind, {})
         if bound.empty:
             e2e[col] = float("nan")
@@ -100,10 +102,26 @@ def waits_on_storage(cpu: float, io: float) -> bool:
     return _known(cpu) and _known(io) and cpu >= (1 - 2 * BALANCED) * io
 
 
+HANDOFF_BUSY = 0.90  # the loader's main process at >= 90% of a core: the hand-off is the limit
+
+
+def handoff_saturated(row: pd.Series) -> bool:
+    """The loader alone kept its main process (the hand-off) near one full core."""
+    pct = row.get("loader_main_cpu_pct")
+    return _known(pct) and pct >= 100 * HANDOFF_BUSY
+
+
 def worker_capacity(row: pd.Series) -> float | None:
     """Samples/s the workers' own CPU time allows: workers / (stage seconds per sample)."""
     cost = stage_cost_s(row)
     return max(row["num_workers"], 1) / cost if cost else None
+
+
+def _same_pipeline(c: pd.DataFrame, like: pd.Series) -> pd.DataFrame:
+    for k in BOUND_KEYS["cpu_pipeline"]:
+        if k != "num_workers" and k in c and k in like:
+            c = c[c[k].eq(like[k]) | (c[k].isna() & pd.isna(like[k]))]
+    return c
 
 
 def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -112,12 +130,20 @@ def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.nda
     Taken from the cpu_pipeline trials themselves, not the end-to-end rows, so
     worker counts measured only in isolation still shape the curve.
     """
-    c = ok(trials, "cpu_pipeline")
-    for k in BOUND_KEYS["cpu_pipeline"]:
-        if k != "num_workers" and k in c and k in like:
-            c = c[c[k].eq(like[k]) | (c[k].isna() & pd.isna(like[k]))]
+    c = _same_pipeline(ok(trials, "cpu_pipeline"), like)
     c = c[["num_workers", "samples_per_s"]].dropna().drop_duplicates("num_workers").sort_values("num_workers")
     return c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float)
+
+
+def handoff_limit(trials: pd.DataFrame, like: pd.Series) -> float:
+    """Samples/s the loader's main process can hand off with one core, at ``like``'s settings: the
+    median of :func:`handoff_cap` over the cpu_pipeline trials with workers (inf when unmeasured)."""
+    c = _same_pipeline(ok(trials, "cpu_pipeline"), like)
+    if "main_cpu_pct_mean" not in c:
+        return math.inf
+    caps = [handoff_cap(r, m) for r, m, w in zip(c["samples_per_s"], c["main_cpu_pct_mean"], c["num_workers"]) if w > 0]
+    caps = [x for x in caps if x]
+    return float(np.median(caps)) if caps else math.inf
 
 
 def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:
@@ -151,21 +177,46 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
     itself burns CPU (CPU training, or a small machine); on a GPU box it is rarely the lowest.
     """
     step, io, w = step_bound(row), row.get("io_bound_samples_per_s"), row["num_workers"]
-    main = row.get("main_cores_step")
-    main = 1.0 if main is None or main != main else main
     if w == 0:
         cpu = row.get("cpu_bound_samples_per_s")
         bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
         serial = [step, cpu] if _known(step) and _known(cpu) else []
         return (1 / sum(1 / b for b in serial) if serial else float("nan")), bounds
+    main, main_s = _step_cpu(row)
     w_eff = min(w, max(cores - main, 1.0))
     cpu = cpu_at(w_eff, ws, rates) if w_eff < w else row.get("cpu_bound_samples_per_s")
     load = load_cost_s(row, ws, rates, cores)
-    budget = cores / (main / step + load) if _known(step) and load else None
+    budget = cores / (main_s + load) if main_s is not None and load else None
     bounds = {"step": step, "cpu": cpu, "io": io, "cores": budget}
     if not (_known(step) and _known(cpu)):
         return float("nan"), bounds
     return min(b for b in bounds.values() if _known(b)), bounds
+
+
+def _step_cpu(row: pd.Series) -> tuple[float, float | None]:
+    """(cores the training process holds in this trial, its CPU seconds per sample).
+
+    A CPU step holds its threads (``step_threads``); a GPU step about what it used in the
+    ceiling trial. Per sample: its CPU in the ceiling over the ceiling's rate (unscaled: the
+    work per sample does not change with the threads that share it).
+    """
+    main = row.get("main_cores_step")
+    main = 1.0 if not _known(main) else float(main)
+    ceiling = row.get("step_bound_samples_per_s")
+    per_sample = main / ceiling if _known(ceiling) else None
+    threads = row.get("step_threads")
+    return (float(threads) if _known(threads) else main), per_sample
+
+
+def handoff_cap(rate: float, main_cpu_pct: float) -> float | None:
+    """Samples/s the loader's main process could hand off with one whole core: rate / its cores.
+
+    The main process receives each batch from the workers, unpickles and pins it, mostly under
+    the GIL, so about one core is its limit: when the loader alone keeps it near 100%, more
+    workers or cores do not raise the rate (a 32-core H200 box: 3,488 samples/s at 16 and at 32
+    workers, the main process at 101% both times).
+    """
+    return rate / (main_cpu_pct / 100) if _known(rate) and _known(main_cpu_pct) else None
 
 
 def step_bound(row: pd.Series) -> float | None:
@@ -196,9 +247,9 @@ def classify(row: pd.Series, bounds: dict, device: str = "cuda") -> str:
     cpu, io = bounds.get("cpu"), bounds.get("io")
     if side == "cpu" and waits_on_storage(cpu, io):
         side = "io"  # the pipeline runs at the speed its bytes arrive: storage, not CPU, binds
-    if side == "cpu" and _known(cpu) and cpu <= low * (1 + BALANCED):
+    if side == "cpu" and _known(cpu) and cpu <= low * (1 + BALANCED) and row["num_workers"] > 0:
         cap = worker_capacity(row)
-        if cap and row["num_workers"] > 0 and cpu < LOADER_GAP * cap:
+        if (cap and cpu < LOADER_GAP * cap) or handoff_saturated(row):
             return "loader-bound"
     # the loader chain (cpu, io) against the step: balanced when the two ends are close
     chain = {"cpu", "io"}

@@ -10,8 +10,9 @@ An end-to-end trial measures directly how long the step waited for data
   step shares them with the workers: ``cores-bound``;
 * the step waits much (>= ``WAIT_INPUT``): the input binds — ``cores-bound`` when the usable
   cores are all busy (more workers cannot help), ``io-bound`` when the pipeline runs at the
-  storage's measured rate, ``cpu-bound`` when the workers compute most of the time (more
-  workers would help), ``loader-bound`` when they idle although the storage keeps up, and
+  storage's measured rate, ``loader-bound`` when the workers idle while the loader's main
+  process (the hand-off) runs near a full core, ``cpu-bound`` when the workers compute most
+  of the time (more workers would help), ``loader-bound`` when they idle although the storage keeps up, and
   ``input-bound`` when the storage was not measured and so cannot be told from the hand-off;
 * in between, the isolated bounds decide (``bounds.classify``); ``balanced`` when they are
   close (and the step does not wait much) or missing;
@@ -28,8 +29,8 @@ from typing import NamedTuple, Optional
 
 import pandas as pd
 
-from .bounds import (BALANCED, _clean, _known, classify, cpu_curve, curves, groups, predict, present_group_keys,
-                     step_verdict, waits_on_storage, worker_capacity)
+from .bounds import (BALANCED, _clean, _known, classify, cpu_curve, curves, groups, handoff_saturated, predict,
+                     present_group_keys, step_verdict, waits_on_storage, worker_capacity)
 
 WAIT_INPUT = 0.20  # the step waits >= 20% of the wall time: input-bound
 WAIT_STEP = 0.05  # the step waits < 5%: the step binds
@@ -67,6 +68,9 @@ def evidence(row: pd.Series, cores: float) -> Evidence:
     busy = _num(row, "usable_busy_cores_mean")
     if busy is None and _num(row, "cpu_util_pct_mean") is not None:
         busy = _num(row, "cpu_util_pct_mean") / 100 * cores
+    cpus = _num(row, "usable_cores")
+    if cpus is not None and cpus > cores + 0.5:  # a CPU quota below the CPUs it may run on: others' load on
+        busy = run  # those CPUs does not take the run's quota, so only the run's own use counts
     return Evidence(_num(row, "data_wait_frac"), busy, run, _num(row, "foreign_cores_mean"), cores, w,
                     workers / (100 * w) if w and workers is not None else None, _num(row, "device_busy_frac"))
 
@@ -76,12 +80,14 @@ def _saturated(ev: Evidence) -> bool:
 
 
 def _busy_text(ev: Evidence) -> str:
+    if ev.busy_cores is None:
+        return "busy cores not measured"
     own = f"the run {ev.run_cores:.1f}" if ev.run_cores is not None else "the run"
     other = f", other processes {ev.foreign_cores:.1f}" if ev.foreign_cores and ev.foreign_cores >= 0.1 else ""
     return f"{ev.busy_cores:.1f} of {ev.cores:g} usable cores busy ({own}{other})"
 
 
-def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str) -> tuple[str, str]:
+def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str, row: pd.Series) -> tuple[str, str]:
     """Which input bound: the step waits for data; the cores, the storage, the workers or the hand-off."""
     waits = f"the step waits for data {ev.wait:.0%} of the time"
     io, cpu = bounds.get("io"), bounds.get("cpu")
@@ -95,6 +101,11 @@ def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str) -> tuple
     if ev.worker_busy is None:
         return (fallback, f"{waits}; workers' CPU not measured: from the isolated bounds") \
             if fallback in INPUT_SIDE else ("input-bound", f"{waits}; workers' CPU not measured")
+    if ev.worker_busy < WORKERS_BUSY and handoff_saturated(row):
+        return "loader-bound", f"{waits}; the workers compute only {ev.worker_busy:.0%} of their time while the " \
+                               f"loader alone kept its main process {row['loader_main_cpu_pct']:.0f}% busy: the " \
+                               "hand-off (receive, unpickle, pin: about one core) is the limit; send smaller " \
+                               "batches (uint8) rather than adding workers or cores"
     if ev.worker_busy >= WORKERS_BUSY:
         return "cpu-bound", f"{waits}; the {ev.workers} workers compute {ev.worker_busy:.0%} of their time " \
                             f"and {_busy_text(ev)}: more workers would help"
@@ -106,8 +117,9 @@ def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str) -> tuple
                           "storage was not measured, so slow reads cannot be told from the hand-off"
 
 
-def decide(ev: Evidence, bounds: dict, rate: float, device: str, from_bounds: str) -> tuple[str, str]:
+def decide(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds: str) -> tuple[str, str]:
     """(verdict, basis): the trial's evidence first; ``from_bounds`` (bounds.classify) where it is silent."""
+    rate = row["samples_per_s"]
     if ev.wait is None:
         why = "no data-wait measurement"
         return (from_bounds, f"{why}: from the isolated bounds") if from_bounds != "unknown" else \
@@ -115,7 +127,7 @@ def decide(ev: Evidence, bounds: dict, rate: float, device: str, from_bounds: st
     if ev.workers == 0:  # loading and the step take turns in one process: the larger share binds
         turns = f"0 workers: loading takes {ev.wait:.0%} of the time, the step the rest"
         if ev.wait >= 0.5:
-            return _input_side(ev, bounds, rate, from_bounds)[0], turns
+            return _input_side(ev, bounds, rate, from_bounds, row)[0], turns
         return step_verdict(device), turns
     if from_bounds == "balanced" and ev.wait < WAIT_INPUT:
         return "balanced", f"the loader alone and the step alone are within {BALANCED:.0%} of each other, and " \
@@ -127,7 +139,7 @@ def decide(ev: Evidence, bounds: dict, rate: float, device: str, from_bounds: st
         busy = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
         return step_verdict(device), f"the step waits for data only {ev.wait:.0%} of the time{busy}"
     if ev.wait >= WAIT_INPUT:
-        return _input_side(ev, bounds, rate, from_bounds)
+        return _input_side(ev, bounds, rate, from_bounds, row)
     between = f"the step waits {ev.wait:.0%} of the time (between {WAIT_STEP:.0%} and {WAIT_INPUT:.0%})"
     if from_bounds != "unknown":
         return from_bounds, f"{between}: from the isolated bounds"
@@ -164,7 +176,7 @@ def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list
     predicted, bounds = predict(row, ws, rates, cores)
     from_bounds = classify(row, bounds, device)
     rate, ev = row["samples_per_s"], evidence(row, cores)
-    verdict, basis = decide(ev, bounds, rate, device, from_bounds)
+    verdict, basis = decide(ev, bounds, row, device, from_bounds)
     bound = bounds["io"] if verdict == "io-bound" else predicted
     return {
         "trial_id": row["trial_id"], **{k: _clean(row.get(k)) for k in keys},

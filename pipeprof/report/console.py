@@ -161,7 +161,9 @@ def recommendation_lines(run) -> list[str]:
                      f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
                      f"{g['best_workers']}{tie}; {g['criterion']})")
         need = g.get("cores_needed")
-        if need:
+        if need and need.get("cores_needed") is None:
+            lines.append(f"{head}: no core count feeds the step ceiling: {need['basis']}")
+        elif need:
             extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
             lines.append(f"{head}: {need['cores_needed']} cores per GPU to reach the step ceiling ({need['basis']}{extra})")
         if g.get("cpu_figures_skipped"):
