@@ -28,7 +28,7 @@ def run(config=None, overrides=(), **kwargs):
 
 def profile(dataset=None, model="auto", batch_size=None, num_workers=None, precision=None, *,
             mode="train", trials=None, measure=None, out_dir="out", name="profile", log=print, loss_fn=None,
-            **sections):
+            threads=None, **sections):
     """Profile ``dataset`` (any map-style Dataset of ``(CHW tensor, label)``; None: the synthetic one)
     feeding ``model`` (an ``nn.Module``, a model name, or "auto") over worker counts.
 
@@ -36,7 +36,8 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     metric columns carry their units (``samples_per_s``, ``data_wait_frac``...).
     ``measure`` takes MeasureConfig fields (e.g. ``{"window_s": 1}``).
     ``loss_fn(raw model output, labels) -> scalar tensor`` replaces the default cross-entropy
-    (which needs labels in ``[0, model outputs)``).
+    (which needs labels in ``[0, model outputs)``). ``threads``: the CPU step's intra-op threads
+    (``model.threads``; default: the cores the workers leave).
     """
     from .config import build
     from .runner import execute
@@ -48,7 +49,8 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
         template, model = model, f"user:{type(model).__name__}"
         models[model] = lambda: copy.deepcopy(template)
     raw = {"name": name, "out_dir": out_dir, **sections,
-           "model": {"name": None if model == "auto" else model, "precision": precision, "mode": mode},
+           "model": {"name": None if model == "auto" else model, "precision": precision, "mode": mode,
+                     "threads": threads},
            "loader": {"num_workers": num_workers, "batch_size": batch_size}, "measure": measure or {}}
     if trials is not None:
         raw["trials"] = trials

@@ -167,19 +167,39 @@ def window(step, policy, clock, sync, start: float, multiple: int = 1) -> Window
 
 @dataclass
 class Paired:
-    """Windows of two settings measured in alternation (A B B A A B ...) on one running loader."""
+    """Windows of two settings measured in alternation (A B B A A B ...) on one running loader.
+
+    ``a`` and ``b`` always hold the same number of windows (whole pairs). ``planned_pairs``: the
+    pairs the policy asked for; ``time_capped``: ``max_trial_s`` stopped the pairs; warm-up ran
+    ``warmup_batches`` of the ``warmup_wanted`` untimed batches (fewer: cut short by the cap).
+    """
 
     a: list[Window] = field(default_factory=list)
     b: list[Window] = field(default_factory=list)
+    planned_pairs: int = 0
+    time_capped: bool = False
+    warmup_batches: int = 0
+    warmup_wanted: int = 0
+
+    @staticmethod
+    def plan(policy) -> tuple[int, int]:
+        """Planned and most pairs: ``max(2, windows // 2)`` and ``max(planned, max_windows // 2)``."""
+        planned = max(2, policy.windows // 2)
+        return planned, max(planned, policy.max_windows // 2)
 
     def cost(self) -> dict:
-        """Relative cost of A against B (1 - rate A / rate B) per pair of windows: mean and 95% CI."""
+        """Relative cost of A against B (1 - rate A / rate B) per pair of windows: mean and 95% CI.
+
+        With fewer than 2 pairs the spread is unknown: the mean alone, the interval None.
+        """
         costs = [1 - wa.rate / wb.rate for wa, wb in zip(self.a, self.b)]
         if not costs:
             return {"cost_frac": None, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 0}
         mean = statistics.fmean(costs)
-        sd = statistics.stdev(costs) if len(costs) > 1 else 0.0
-        t = _T95[len(costs) - 2] if 1 < len(costs) <= 11 else 1.96
+        if len(costs) < 2:
+            return {"cost_frac": mean, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 1}
+        sd = statistics.stdev(costs)
+        t = _T95[len(costs) - 2] if len(costs) <= 11 else 1.96
         half = t * sd / len(costs) ** 0.5
         return {"cost_frac": mean, "cost_ci95_low": mean - half, "cost_ci95_high": mean + half, "pairs": len(costs)}
 
@@ -192,31 +212,55 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     After each switch ``drain_batches`` batches are run untimed: a loader's workers have that
     many batches in flight, made under the previous mode. Alternating on one loader at one
     setting cancels the machine's slow drift, which two separate trials would mix into the
-    difference. Pairs are added up to ``max_windows`` / 2 while the cost's interval is wider
-    than ``ci_target`` (and within ``max_trial_s``).
+    difference. ``max(2, windows // 2)`` pairs are planned; more are added, up to
+    ``max_windows // 2``, while the cost's 95% half-width is wider than ``ci_target / 2``.
+
+    ``max_trial_s`` bounds it all: warm-up stops at half of it; a new pair starts only while the
+    time left is at least what the previous pair took, and a pair's second window only before the
+    cap (an unfinished pair is dropped), so the cap is passed by at most one window (and its drain).
     """
     on_phase("warmup")
     t0 = clock()
+    p = Paired(planned_pairs=Paired.plan(policy)[0], warmup_wanted=policy.warmup_batches + drain_batches)
     set_mode(True)
-    n = 0
-    while n < policy.warmup_batches + drain_batches or clock() - t0 < policy.warmup_s:
+    while p.warmup_batches < p.warmup_wanted or clock() - t0 < policy.warmup_s:
         step()
-        n += 1
-    p = Paired()
+        p.warmup_batches += 1
+        if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget
+            break
     on_phase("measure")
-    while _more_pairs(p, policy) and clock() - t0 < policy.max_trial_s:
+    last_pair_s = 0.0
+    while _more_pairs(p, policy):
+        t_pair = clock()
+        left = policy.max_trial_s - (t_pair - t0)
+        if left <= 0 or left < last_pair_s:
+            p.time_capped = True
+            break
+        done = []
         for mode in ((True, False) if len(p.a) % 2 == 0 else (False, True)):
+            if done and clock() - t0 >= policy.max_trial_s:
+                break  # no time for this pair's second window
             set_mode(mode)
             for _ in range(drain_batches):
                 step()
-            (p.a if mode else p.b).append(window(step, policy, clock, lambda: None, clock(), batch_multiple))
+            done.append((mode, window(step, policy, clock, lambda: None, clock(), batch_multiple)))
+        if len(done) < 2:
+            p.time_capped = True
+            break
+        for mode, w in done:
+            (p.a if mode else p.b).append(w)
+        last_pair_s = clock() - t_pair
     on_phase("done")
     return p
 
 
 def _more_pairs(p: Paired, policy) -> bool:
-    if len(p.a) < policy.windows:
+    """The planned pairs first; then more, up to the most, while the cost's half-width > ``ci_target / 2``."""
+    planned, most = Paired.plan(policy)
+    n = len(p.a)
+    if n < planned:
         return True
+    if n >= most:
+        return False
     c = p.cost()
-    return len(p.a) < max(policy.max_windows // 2, policy.windows) and \
-        (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > policy.ci_target / 2
+    return c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > policy.ci_target / 2

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-FOREIGN_MIN_CORES = 0.10  # outside processes using a tenth of a core or more on the run's CPUs
+FOREIGN_MIN_CORES = 0.10  # outside processes using a tenth of a core or more on the run's CPUs ...
+FOREIGN_MIN_FRAC = 0.02  # ... and 2% of them: the kernel's own threads take ~0.1-0.2 cores of a busy 32-core box
 STEAL_MIN_PCT = 1.0  # the hypervisor took 1% of CPU time or more
 THROTTLE_MIN_FRAC = 0.05  # the GPU was throttled in 5% of the samples or more
 OVERSUBSCRIBED = 0.97  # the run's own processes kept the usable cores this busy
@@ -28,7 +29,7 @@ def causes(row: dict) -> list[tuple[str, str]]:
     foreign, steal = _num(row, "foreign_cores_mean"), _num(row, "cpu_steal_pct_mean")
     run, cores = _num(row, "run_cores_mean"), _num(row, "usable_cores")
     throttled = _num(row, "gpu_throttled_frac")
-    if foreign is not None and foreign >= FOREIGN_MIN_CORES:
+    if foreign is not None and foreign >= max(FOREIGN_MIN_CORES, FOREIGN_MIN_FRAC * (cores or 0)):
         found.append(("foreign load", f"foreign load {foreign:.0%} of a core on the run's CPUs"))
     if steal is not None and steal >= STEAL_MIN_PCT:
         found.append(("steal", f"CPU steal {steal:.0f}%"))
@@ -47,6 +48,8 @@ def attribute(row: dict) -> dict:
     if found:
         cause, text = found[0][0], "; ".join(t for _, t in found)
     else:
-        cause, text = "own variation", "no outside load, steal or throttling seen: the pipeline's own variation"
+        cause, text = "unseen", ("no steal, outside load or throttling seen from inside the machine: the host's "
+                                 "contention (the run's CPU reference shows how far the machine moved) or the "
+                                 "pipeline's own variation")
     reason = row.get("unstable_reason") or "unstable"
     return {"noise_cause": cause, "unstable_reason": f"{reason}; likely cause: {text}"}

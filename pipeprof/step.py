@@ -176,7 +176,8 @@ class Step:
         """One forward pass on the first 2 samples of ``images`` (host or device), before any timing.
 
         Learns ``num_outputs`` (the class dimension, dim 1, of the main output; None when the
-        output has none, or when a ``loss_fn`` takes an output :func:`main_output` cannot read),
+        output has none, or when :func:`main_output` cannot read it and no default loss needs it:
+        a ``loss_fn`` is given, or ``mode="inference"``),
         materialises lazy modules, then sets the memory format and makes the optimizer, which
         must see the real parameters. BatchNorm statistics are restored. Runs once; returns
         ``num_outputs``.
@@ -196,8 +197,8 @@ class Step:
         try:
             main = main_output(out)
         except TypeError:
-            if self.loss_fn is None:
-                raise
+            if self.loss_fn is None and self.mode != "inference":
+                raise  # the default loss needs that tensor; inference computes no loss
             return None
         return int(main.shape[1]) if main.ndim >= 2 else None
 

@@ -435,11 +435,23 @@ def clock_overhead(bench: Bench, spec: TrialSpec) -> dict:
         _close_loader(bench, it)
     off = summarize_rates([w.rate for w in paired.b])
     cost = paired.cost()
-    return off | {"windows": len(paired.a) + len(paired.b), "t_measure_start_s": paired.a[0].t_start,
-                  "t_measure_end_s": max(w.t_end for w in paired.a + paired.b),
+    pairs, windows = cost["pairs"], paired.a + paired.b
+    reasons = []
+    if pairs < 2:
+        reasons.append(f"only {pairs} pair{'' if pairs == 1 else 's'} of clocked/unclocked windows fitted in "
+                       f"max_trial_s ({bench.measure.max_trial_s:g} s)")
+    elif pairs < paired.planned_pairs:
+        reasons.append(f"only {pairs} of {paired.planned_pairs} planned pairs of clocked/unclocked windows fitted "
+                       f"in max_trial_s ({bench.measure.max_trial_s:g} s)")
+    if paired.warmup_batches < paired.warmup_wanted:
+        reasons.append(f"warm-up cut short at {paired.warmup_batches} of {paired.warmup_wanted} batches")
+    return off | {"windows": len(windows),
+                  "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
+                  "t_measure_end_s": max(w.t_end for w in windows) if windows else None,
                   "clocked_samples_per_s": summarize_rates([w.rate for w in paired.a])["samples_per_s"],
                   "stage_clock_overhead_frac": cost["cost_frac"], "stage_clock_overhead_ci95_low": cost["cost_ci95_low"],
-                  "stage_clock_overhead_ci95_high": cost["cost_ci95_high"], "unstable": False}
+                  "stage_clock_overhead_ci95_high": cost["cost_ci95_high"],
+                  "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
 
 
 def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,

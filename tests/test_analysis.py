@@ -244,8 +244,10 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
     df = frame(*rows)
     assert verdicts(df, 32).iloc[0]["verdict"] == "loader-bound"
     need = analyse(df, cores=32)["groups"][0]["cores_needed"]
-    assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(3483 / 1.01, rel=0.02)
-    assert 12 <= need["cores_to_handoff_limit"] <= 17 and "not reachable by adding cores" in need["basis"]
+    # the limit is the largest rate / main-process cores seen (4 workers: 1,096 / 0.278), since the box moves
+    assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(1096 / 0.278)
+    # the curve flattened below 95% of that limit, so reaching it lies past the 32 cores measured
+    assert need["cores_to_handoff_limit"] > 32 and "not reachable by adding cores" in need["basis"]
     caps = what_if(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, None, None,
                    core_counts=(64,), gpus=(1, 2), storage_mb_s=(None,), cap=3450.0)
     assert [r["predicted_samples_per_s"] for r in caps] == [pytest.approx(3450), pytest.approx(6900)]  # a loader each

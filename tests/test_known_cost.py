@@ -17,6 +17,7 @@ def e2e(tmp_path, workers, step_s, cost_s=0.01, batch=8):
     with single_threaded():
         run = pipeprof.profile(BurnDataset(256, cost_s), model=FixedStepModel(step_s), batch_size=batch,
                                num_workers=workers, trials=["end_to_end"], measure=MEASURE, out_dir=str(tmp_path),
+                               threads=1,
                                device="cpu", log=lambda *a: None)
     return run.trials.set_index("num_workers")
 

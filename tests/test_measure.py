@@ -147,7 +147,7 @@ def test_alternating_windows_measure_the_cost_of_a_mode_exactly():
     def set_mode(on):
         mode["on"] = on
         modes_seen.append(on)
-    p = alternating(step, set_mode, policy(windows=4, max_windows=8), drain_batches=3, clock=clock)
+    p = alternating(step, set_mode, policy(windows=8, max_windows=8), drain_batches=3, clock=clock)
     c = p.cost()
     assert c["pairs"] == 4 and c["cost_frac"] == pytest.approx(1 - 1 / 1.1)
     assert c["cost_ci95_high"] - c["cost_ci95_low"] == pytest.approx(0, abs=1e-9)
@@ -162,7 +162,125 @@ def test_alternating_cancels_a_steady_drift():
         n["i"] += 1
         clock.t += 0.01 * (1 + 0.01 * (n["i"] // 100))
         return 8
-    p = alternating(step, lambda on: None, policy(windows=6, max_windows=6, window_batches=100, window_s=1e-9),
+    p = alternating(step, lambda on: None, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
                     drain_batches=0, clock=clock)
     c = p.cost()
     assert abs(c["cost_frac"]) < 0.002 and c["cost_ci95_low"] < 0 < c["cost_ci95_high"]
+
+
+def slow_modes(clock, cost_s=0.5):
+    """A step of ``cost_s`` whatever the mode, and a set_mode that records the modes asked for."""
+    modes = []
+
+    def step():
+        clock.t += cost_s
+        return 8
+    return step, modes.append, modes
+
+
+def test_alternating_stops_within_max_trial_s_with_the_pairs_that_fit():
+    # warm-up 3 batches (1.5 s); a pair is 2 × (1 drained + 5 timed batches) = 6 s: pairs ending at 7.5 s and
+    # 13.5 s fit in 19 s; a third would end at 19.5 s: not started (5.5 s left < 6 s the last pair took)
+    clock = FakeClock()
+    step, set_mode, _ = slow_modes(clock)
+    pol = policy(warmup_batches=2, windows=8, max_windows=8, max_trial_s=19.0)
+    p = alternating(step, set_mode, pol, drain_batches=1, clock=clock)
+    assert len(p.a) == len(p.b) == 2 and p.planned_pairs == 4 and p.time_capped
+    assert clock.t <= 19.0 and p.warmup_batches == p.warmup_wanted == 3
+    assert p.cost()["pairs"] == 2 and p.cost()["cost_ci95_low"] is not None
+
+
+def test_alternating_bounds_warm_up_and_drops_an_unfinished_pair():
+    # each step takes 3 s: warm-up stops past half the 10 s cap (2 of 4 batches, at 6 s); the first A window
+    # (drain + 5 batches) ends at 24 s, past the cap, so its B window is never started and no pair is kept
+    clock = FakeClock()
+    step, set_mode, modes = slow_modes(clock, cost_s=3.0)
+    p = alternating(step, set_mode, policy(warmup_batches=3, max_trial_s=10.0), drain_batches=1, clock=clock)
+    assert p.warmup_batches == 2 < p.warmup_wanted == 4
+    assert p.a == p.b == [] and p.time_capped and modes == [True, True]
+    assert clock.t <= 10.0 + 3.0 * 6  # past the cap by one window (and its drain) at most
+    assert p.cost() == {"cost_frac": None, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 0}
+
+
+def test_one_pair_gives_a_cost_without_an_interval():
+    # warm-up 1.5 s, one pair of 6 s ends at 7.5 s; 2.5 s left < 6 s: no second pair
+    clock = FakeClock()
+    step, set_mode, _ = slow_modes(clock)
+    p = alternating(step, set_mode, policy(warmup_batches=2, max_trial_s=10.0), drain_batches=1, clock=clock)
+    c = p.cost()
+    assert c["pairs"] == 1 and c["cost_frac"] == pytest.approx(0.0, abs=1e-9)
+    assert c["cost_ci95_low"] is None and c["cost_ci95_high"] is None
+
+
+def noisy_pairs(clock, factors):
+    """Mode B costs 10 ms a batch, mode A ``factors[i]`` times that in pair i: pair costs 1 - 1/factor."""
+    state = {"on": True, "calls": 0}
+
+    def step():
+        pair = max(0, (state["calls"] - 2) // 2)
+        clock.t += 0.010 * (factors[pair] if state["on"] else 1.0)
+        return 8
+
+    def set_mode(on):
+        state["on"] = on
+        state["calls"] += 1
+    return step, set_mode
+
+
+@pytest.mark.parametrize("ci_target, pairs", [(0.08, 5), (0.05, 6)])
+def test_pairs_are_added_beyond_the_plan_until_narrow_or_at_the_most(ci_target, pairs):
+    # half-widths of the cost after 2..6 pairs: 0.45, 0.093, 0.052, 0.035, 0.026. Planned: max(2, 4 // 2) = 2;
+    # most: 12 // 2 = 6. ci_target 0.08 stops at 5 (0.035 <= 0.04); 0.05 runs to the most (0.026 > 0.025).
+    factors = [1.10, 1.02, 1.08, 1.04, 1.06, 1.06, 1.05, 1.07]
+    clock = FakeClock()
+    step, set_mode = noisy_pairs(clock, factors)
+    pol = policy(windows=4, max_windows=12, window_batches=100, window_s=1e-9, ci_target=ci_target)
+    p = alternating(step, set_mode, pol, drain_batches=0, clock=clock)
+    c = p.cost()
+    assert p.planned_pairs == 2 and c["pairs"] == pairs and not p.time_capped
+    assert c["cost_frac"] == pytest.approx(sum(1 - 1 / f for f in factors[:pairs]) / pairs, rel=1e-6)
+    half = (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2
+    assert (half <= ci_target / 2) == (pairs < 6)
+
+
+def test_default_policy_plans_fewer_pairs_than_it_may_add():
+    from pipeprof.measure import Paired
+    assert Paired.plan(MeasureConfig()) == (2, 5)
+
+
+def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
+    """trials.clock_overhead on a fake loader (``cost_s`` a batch) and the fake clock: its row and the closes."""
+    from types import SimpleNamespace
+
+    from pipeprof import measure, trials
+    clock, closed = FakeClock(), []
+
+    def batches():
+        while True:
+            clock.t += cost_s
+            yield {"image": SimpleNamespace(shape=(8,))}
+    monkeypatch.setattr(trials, "load_preset", lambda *a: None)
+    monkeypatch.setattr(trials, "PipelineDataset", lambda *a: None)
+    monkeypatch.setattr(trials, "_open_loader", lambda *a: batches())
+    monkeypatch.setattr(trials, "_close_loader", lambda bench, it: closed.append(it))
+    monkeypatch.setattr(trials, "alternating", lambda *a, **kw: measure.alternating(*a, clock=clock, **kw))
+    bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2,
+                            measure=policy(warmup_batches=2, max_trial_s=max_trial_s),
+                            monitor=SimpleNamespace(set_trial=lambda *a: None))
+    spec = SimpleNamespace(decoder=None, preset="p", image_size=8, num_workers=0, trial_id="t")
+    return trials.clock_overhead(bench, spec), closed
+
+
+def test_clock_overhead_row_says_why_with_too_few_pairs(monkeypatch):
+    # 0 workers: drain 1 batch; warm-up 3 batches (1.5 s), then a drained batch before the first window; a pair 6 s
+    none, closed = fake_clock_overhead(monkeypatch, cost_s=0.5, max_trial_s=4.0)
+    assert none["samples_per_s"] is None and none["stage_clock_overhead_frac"] is None and len(closed) == 1
+    assert none["windows"] == 0 and none["t_measure_start_s"] is None and none["t_measure_end_s"] is None
+    assert none["unstable"] and "only 0 pairs of clocked/unclocked windows" in none["unstable_reason"]
+    one, _ = fake_clock_overhead(monkeypatch, cost_s=0.5, max_trial_s=10.0)
+    assert one["unstable"]
+    assert "only 1 pair of clocked/unclocked windows fitted in max_trial_s" in one["unstable_reason"]
+    assert one["stage_clock_overhead_frac"] == pytest.approx(0.0, abs=1e-9)
+    assert one["stage_clock_overhead_ci95_low"] is None and one["t_measure_start_s"] == pytest.approx(2.0)
+    two, _ = fake_clock_overhead(monkeypatch, cost_s=0.5, max_trial_s=1e9)
+    assert not two["unstable"] and two["unstable_reason"] is None and two["windows"] == 4

@@ -197,6 +197,28 @@ def test_user_loss_takes_float_targets_and_outputs_main_output_cannot_read():
         Step(Pair(), "cpu").synthetic_batch(2, 8)
 
 
+def test_inference_takes_outputs_main_output_cannot_read_without_a_loss():
+    class Boxes:
+        """A detection-style result: no tensor main_output could find."""
+
+        def __init__(self, scores):
+            self.scores = scores
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 2, 1)
+
+        def forward(self, x):
+            return Boxes(self.conv(x).mean((2, 3)))
+
+    step = Step(Detector(), "cpu", mode="inference")
+    marks = step.run(torch.rand(2, 3, 8, 8), torch.tensor([0, 1]))
+    assert len(marks) == 3 and step.probed and step.num_outputs is None
+    with pytest.raises(TypeError, match="Boxes"):
+        Step(Detector(), "cpu").run(torch.rand(2, 3, 8, 8), torch.tensor([0, 1]))  # train: the loss needs it
+
+
 class TenClasses(torch.utils.data.Dataset):
     def __init__(self, labels: int = 10, n: int = 24):
         self.labels, self.n = labels, n

@@ -315,7 +315,7 @@ def throttle_demo(jpeg_folder, tmp_path_factory):
     """ImageNet-like JPEGs behind a 20 MB/s throttle, and the same files unthrottled, feeding a 5 ms step."""
     tmp = tmp_path_factory.mktemp("demo")
     raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 20}],
-                     model={"name": "pipeprof.calibrate:fixed_step_model_5ms"},
+                     model={"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
                      loader={"num_workers": [2], "batch_size": 8},
                      measure={"warmup_s": 0.5, "window_s": 0.75, "window_batches": 4, "windows": 3})
     with single_threaded():

@@ -257,10 +257,13 @@ def stage_overhead(trials: pd.DataFrame) -> list[dict]:
                   & trials["stage_clock_overhead_frac"].notna()]
     out = []
     for _, r in rows.iterrows():
-        lo, hi = float(r["stage_clock_overhead_ci95_low"]), float(r["stage_clock_overhead_ci95_high"])
+        lo, hi = r.get("stage_clock_overhead_ci95_low"), r.get("stage_clock_overhead_ci95_high")
+        if pd.isna(lo) or pd.isna(hi):  # one pair of windows fitted: no interval
+            lo = hi = None
         out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
                     "timed_samples_per_s": float(r["clocked_samples_per_s"]),
                     "untimed_samples_per_s": float(r["samples_per_s"]),
-                    "overhead_frac": float(r["stage_clock_overhead_frac"]), "overhead_ci95_low": lo,
-                    "overhead_ci95_high": hi, "resolved": lo > 0 or hi < 0})
+                    "overhead_frac": float(r["stage_clock_overhead_frac"]),
+                    "overhead_ci95_low": None if lo is None else float(lo),
+                    "overhead_ci95_high": None if hi is None else float(hi), "resolved": lo is not None and (lo > 0 or hi < 0)})
     return out

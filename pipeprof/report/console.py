@@ -193,8 +193,9 @@ def recommendation_lines(run) -> list[str]:
         if "overhead_ci95_low" not in o:  # a run from before the alternating measurement
             continue
         verdict = "" if o.get("resolved") else ": not distinguishable from zero"
-        lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} (95% interval {o['overhead_ci95_low']:+.1%} to "
-                     f"{o['overhead_ci95_high']:+.1%}{verdict}) of the {o['preset']} pipeline rate at "
+        interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
+            f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
+        lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
                      f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} clocked vs "
                      f"{o['untimed_samples_per_s']:,.1f} unclocked samples/s, windows alternated on one loader)")
     ref = summary_line(run.meta.get("cpu_reference"))
