@@ -251,3 +251,14 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
     caps = what_if(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, None, None,
                    core_counts=(64,), gpus=(1, 2), storage_mb_s=(None,), cap=3450.0)
     assert [r["predicted_samples_per_s"] for r in caps] == [pytest.approx(3450), pytest.approx(6900)]  # a loader each
+
+
+def test_bounds_within_their_noise_are_balanced_not_ranked():
+    # the loader alone 1,000/s and the step alone 1,080/s: 8% apart, but each measured to ±4%
+    rows = [trial("gpu_ceiling", 1080.0, samples_per_s_ci95_low=1037.0, samples_per_s_ci95_high=1123.0),
+            trial("cpu_pipeline", 1000.0, 4, samples_per_s_ci95_low=960.0, samples_per_s_ci95_high=1040.0),
+            e2e_row(4, 990.0, 0.10)]
+    assert verdicts(frame(*rows), 16).iloc[0]["verdict"] == "balanced"
+    tight = [r | {"samples_per_s_ci95_low": r["samples_per_s"] * 0.995, "samples_per_s_ci95_high": r["samples_per_s"]
+                  * 1.005} for r in rows[:2]]
+    assert verdicts(frame(*tight, rows[2]), 16).iloc[0]["verdict"] == "cpu-bound"

@@ -80,12 +80,21 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
             e2e[col] = float("nan")
             continue
         on = [k for k in keys if k in e2e and k in bound]
-        cols = ["samples_per_s"] + [c for c in extra if c in bound]
-        right = bound[on + cols].drop_duplicates(on).rename(columns={"samples_per_s": col, **extra})
+        bound = bound.assign(_noise=_half_frac(bound))
+        cols = ["samples_per_s", "_noise"] + [c for c in extra if c in bound]
+        right = bound[on + cols].drop_duplicates(on).rename(columns={"samples_per_s": col, "_noise": f"{col}_noise",
+                                                                     **extra})
         e2e = e2e.merge(right, on=on, how="left")
     if "main_cores_step" in e2e:
         e2e["main_cores_step"] = e2e["main_cores_step"] / 100
     return e2e.sort_values(present_group_keys(e2e) + ["num_workers"]).reset_index(drop=True)
+
+
+def _half_frac(df: pd.DataFrame) -> pd.Series:
+    """Half-width of each trial's 95% interval relative to its rate (NaN where not recorded)."""
+    if "samples_per_s_ci95_high" not in df:
+        return pd.Series(float("nan"), index=df.index)
+    return (df["samples_per_s_ci95_high"] - df["samples_per_s_ci95_low"]) / 2 / df["samples_per_s"]
 
 
 # ---- per-trial verdicts ------------------------------------------------------------
@@ -233,6 +242,14 @@ def step_bound(row: pd.Series) -> float | None:
     return step
 
 
+def _noise(row: pd.Series, bound: str) -> float:
+    """Relative half-width of the interval of the trial behind a bound (0 when unknown)."""
+    col = {"step": "step_bound_samples_per_s", "cpu": "cpu_bound_samples_per_s",
+           "io": "io_bound_samples_per_s"}.get(bound)
+    v = row.get(f"{col}_noise") if col else None
+    return float(v) if v is not None and v == v else 0.0
+
+
 def step_verdict(device: str) -> str:
     """What the step binding is called: the GPU on a GPU, the CPU step on a machine without one."""
     return "gpu-bound" if device == "cuda" else "step-bound"
@@ -255,9 +272,10 @@ def classify(row: pd.Series, bounds: dict, device: str = "cuda") -> str:
         cap = worker_capacity(row)
         if (cap and cpu < LOADER_GAP * cap) or handoff_saturated(row):
             return "loader-bound"
-    # the loader chain (cpu, io) against the step: balanced when the two ends are close
+    # the loader chain (cpu, io) against the step: balanced when the two ends are within 5%, or
+    # their measured intervals overlap (neither is shown to be the lower)
     chain = {"cpu", "io"}
-    other = [v for v, k in known if (k in chain) != (side in chain)]
-    if other and other[0] <= (1 + BALANCED) * low:
+    other = [(v, k) for v, k in known if (k in chain) != (side in chain)]
+    if other and other[0][0] <= (1 + max(BALANCED, _noise(row, side) + _noise(row, other[0][1]))) * low:
         return "balanced"
     return step_verdict(device) if side == "step" else f"{side}-bound"

@@ -130,8 +130,9 @@ def decide(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds:
             return _input_side(ev, bounds, rate, from_bounds, row)[0], turns
         return step_verdict(device), turns
     if from_bounds == "balanced" and ev.wait < WAIT_INPUT:
-        return "balanced", f"the loader alone and the step alone are within {BALANCED:.0%} of each other, and " \
-                           f"the step waits {ev.wait:.0%} of the time: speeding up one side alone gains little"
+        return "balanced", f"the loader alone and the step alone are within {BALANCED:.0%} of each other or " \
+                           f"within their measured noise, and the step waits {ev.wait:.0%} of the time: speeding " \
+                           "up one side alone gains little"
     if ev.wait < WAIT_STEP:
         if device != "cuda" and ev.workers > 0 and _saturated(ev):
             return "cores-bound", f"the step waits only {ev.wait:.0%}, but it shares the cores with " \
