@@ -10,7 +10,7 @@ Python API::
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .confounders import quiet_albumentations
 

@@ -1,40 +1,19 @@
 """Augmentation presets: albumentations pipelines stored in its own YAML serialisation.
 
-Presets live in the repository's ``augmentations/`` folder (override with the
-``PIPEPROF_PRESETS`` environment variable); a user can also point at any YAML
-written by ``albumentations.save``. To add a preset, build the ``A.Compose`` and
-``A.save(compose, "augmentations/NAME.yaml", data_format="yaml")``.
+Preset names resolve in ``presets`` (no albumentations import there). To add a
+preset, build the ``A.Compose`` and ``A.save(compose, "augmentations/NAME.yaml",
+data_format="yaml")``.
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from .confounders import quiet_albumentations
+from .presets import preset_path
 
 quiet_albumentations()
 import albumentations as A  # noqa: E402  (after the update check is switched off)
 
-PRESET_DIR = Path(os.environ.get("PIPEPROF_PRESETS", Path(__file__).resolve().parents[1] / "augmentations"))
 # keys albumentations uses for output size: rewritten when a model wants another input side
 _SIZE_KEYS = ("height", "width")
-
-
-def available() -> list[str]:
-    """Names of the presets shipped in the preset folder."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def preset_path(name: str) -> Path:
-    """Resolve a preset name or a YAML path; ValueError names the available presets."""
-    candidate = Path(name)
-    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
-        return candidate
-    shipped = PRESET_DIR / f"{name}.yaml"
-    if shipped.is_file():
-        return shipped
-    raise ValueError(f"unknown augmentation preset {name!r}; available: {', '.join(available())} "
-                     "or a path to an albumentations YAML file")
 
 
 def load_preset(name: str, size: int | None = None) -> A.Compose:

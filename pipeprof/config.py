@@ -16,9 +16,10 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                       ValidationError, field_validator, model_validator)
 
+from .schema import TRIAL_KINDS
+
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
-TrialKind = Literal["end_to_end", "gpu_ceiling", "cpu_pipeline", "storage_fetch"]
-TRIAL_KINDS: tuple[str, ...] = ("end_to_end", "gpu_ceiling", "cpu_pipeline", "storage_fetch")
+TrialKindName = Literal[TRIAL_KINDS]  # the values of schema.TrialKind
 
 
 class ConfigError(ValueError):
@@ -128,6 +129,9 @@ class ShardsSpec(_SourceSpec):
     kind: Literal["shards"]
     path: Optional[str] = None  # folder, glob or brace range of .tar shards; None: pack the dataset
     shard_size_mb: Optional[PositiveFloat] = None  # automatic packing; None: ~8 shards, at most 100 MB each
+    # pipeprof: one pread per sample at its indexed offset; webdataset: the webdataset library's own
+    # sequential tar iteration, per worker and shard (label suffix '-webdataset', so both can be swept)
+    reader: Literal["pipeprof", "webdataset"] = "pipeprof"
 
     @model_validator(mode="after")
     def _size_only_when_packing(self):
@@ -138,8 +142,10 @@ class ShardsSpec(_SourceSpec):
 
     def _auto_label(self) -> str:
         if self.shard_size_mb is not None:
-            return f"shards-{_num(self.shard_size_mb)}MB"
-        return _path_label("shards", self.path)
+            label = f"shards-{_num(self.shard_size_mb)}MB"
+        else:
+            label = _path_label("shards", self.path)
+        return label if self.reader == "pipeprof" else f"{label}-{self.reader}"
 
     @property
     def file_backed(self) -> bool:
@@ -274,7 +280,7 @@ class AugmentConfig(_Strict):
     @field_validator("preset")
     @classmethod
     def _known_presets(cls, v):
-        from .augment import preset_path  # deferred: augment imports albumentations
+        from .presets import preset_path
 
         for name in v:
             preset_path(name)  # raises ValueError naming the available presets
@@ -338,7 +344,7 @@ class RunConfig(_Strict):
     name: str = "run"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     out_dir: str = "out"
-    trials: list[TrialKind] = list(TRIAL_KINDS)
+    trials: list[TrialKindName] = list(TRIAL_KINDS)
     monitor_hz: float = Field(10.0, gt=0, le=100)
     stage_timing: bool = True  # per-transform timing inside workers
     data: DataConfig = DataConfig()

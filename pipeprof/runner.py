@@ -14,7 +14,8 @@ from typing import Callable, Optional
 
 import torch
 
-from . import __version__, reference
+from . import reference
+from ._version import __version__
 from .analysis import analyse, epoch_estimates
 from .config import ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
@@ -24,7 +25,7 @@ from .env import snapshot
 from .monitors import Monitor, summarize
 from .results import Run, new_run_dir
 from .sweep import expand, run_sweep
-from .trials import TIMED_REGIONS, Bench
+from .trials import TrialContext, timed_regions
 
 
 def dataset_folder(cfg: RunConfig, log: Callable[[str], None]) -> tuple[Optional[str], dict]:
@@ -169,7 +170,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     run.meta = {"pipeprof_version": __version__, "status": "running", "started": started,
                 "config": cfg.model_dump(), "machine": env, "dataset": data_facts,
                 "source": source.describe() if source is not None else None, "storage": storage,
-                "timed_regions": TIMED_REGIONS, "worker_policy": WORKER_POLICY,
+                "timed_regions": timed_regions(), "worker_policy": WORKER_POLICY,
                 "trials_planned": len(specs)}
     run.save_meta()
     log(f"run folder: {run.path}  ({len(specs)} trials on {cfg.device})")
@@ -180,7 +181,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
                                      "start": reference.measure(int(cores), ref_s)}
         run.save_meta()
     with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
-        bench = Bench(torch.device(cfg.device), source, cfg.measure, monitor, user_dataset=user_dataset,
+        ctx = TrialContext(torch.device(cfg.device), source, cfg.measure, monitor, user_dataset=user_dataset,
                       stage_timing=cfg.stage_timing, prefetch_factor=cfg.loader.prefetch_factor,
                       num_classes=cfg.model.num_classes, channels_last=cfg.model.channels_last,
                       cudnn_benchmark=cfg.model.cudnn_benchmark, loss_fn=loss_fn,
@@ -188,7 +189,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
                       models=models or {}, sources=sources,
                       source_info=source_info(cfg, sources) if sources else {})
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
-        rows, interrupted = run_sweep(bench, specs, timeline_of, on_row=run.save_trials,
+        rows, interrupted = run_sweep(ctx, specs, timeline_of, on_row=run.save_trials,
                                       progress=progress or (lambda spec, i, n: None))
         run.meta["monitor_gpu_error"] = monitor.gpu_error
     run.save_trials(rows)

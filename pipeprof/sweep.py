@@ -23,7 +23,8 @@ import torch
 from . import noise
 from .augment import load_preset, output_dtype
 from .models import input_size
-from .trials import Bench, TrialSpec, run_trial
+from .schema import TrialKind
+from .trials import KINDS, TrialContext, TrialSpec, run_trial
 
 
 @functools.cache  # it runs the preset on an image: once per (preset, size), not per model x precision x batch
@@ -40,7 +41,9 @@ def storage_points(cfg) -> list[tuple[str, str]]:
 
 def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
            user_dataset: bool = False) -> list[TrialSpec]:
-    """All trials of a resolved config, deduplicated, in run order.
+    """All trials of a resolved config, deduplicated, in run order, planned from each kind's
+    registry entry (``trials.KINDS``): step kinds once per model × precision × preset × batch,
+    loader kinds per storage point × worker count.
 
     ``probe(preset, model_input_size) -> (dtype, side)`` says what the loader will
     produce; with ``user_dataset`` the presets do not apply and the probe answers
@@ -48,36 +51,30 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
     """
     probe = probe or preset_probe
     specs: list[TrialSpec] = []
-    kinds = set(cfg.trials)
+    kinds = {k: v for k, v in KINDS.items() if k in set(cfg.trials) and not (user_dataset and v.own_source)}
     presets = [None] if user_dataset else cfg.augment.preset
     storage = [(None, None)] if user_dataset else storage_points(cfg)
     for model, precision, preset, bs in product(cfg.model.name, cfg.model.precision, presets,
                                                 cfg.loader.batch_size):
         dtype, size = probe(preset, input_size(model))
         step = dict(model=model, precision=precision, mode=cfg.model.mode)
-        if "gpu_ceiling" in kinds:
-            specs.append(TrialSpec("gpu_ceiling", batch_size=bs, image_size=size,
-                                   input_dtype=dtype, **step))
+        specs += [TrialSpec(k.value, batch_size=bs, image_size=size, input_dtype=dtype, **step)
+                  for k, kind in kinds.items() if not kind.loader]
 
         def pipe_at(source, cache_state) -> dict:
             return dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
                         pin_memory=cfg.loader.pin_memory, image_size=size, source=source, cache_state=cache_state)
 
-        for source, cache_state in storage:
-            where = dict(source=source, cache_state=cache_state)
+        for (source, cache_state), w in product(storage, cfg.loader.num_workers):
             pipe = pipe_at(source, cache_state)
-            for w in cfg.loader.num_workers:
-                if "storage_fetch" in kinds and not user_dataset:
-                    specs.append(TrialSpec("storage_fetch", num_workers=w, batch_size=bs, **where))
-                if "cpu_pipeline" in kinds:
-                    specs.append(TrialSpec("cpu_pipeline", num_workers=w, **pipe))
-                if "end_to_end" in kinds:
-                    specs.append(TrialSpec("end_to_end", num_workers=w, **pipe, **step))
-        if "cpu_pipeline" in kinds and cfg.stage_timing and not user_dataset:
-            # the same pipeline with the stage clocks off, at the most workers and the first storage
-            # point: their cost, measured (once per preset; it does not depend on the storage)
-            specs.append(TrialSpec("cpu_pipeline", num_workers=max(cfg.loader.num_workers), stage_timing=False,
-                                   **pipe_at(*storage[0])))
+            bare = dict(batch_size=bs, source=source, cache_state=cache_state)
+            specs += [TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
+                      for k, kind in kinds.items() if kind.loader]
+        if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and not user_dataset:
+            # the same pipeline at the most workers and the first storage point, stage clocks switched on
+            # and off between windows: their cost (once per preset; it does not depend on the storage)
+            specs.append(TrialSpec(TrialKind.CPU_PIPELINE.value, num_workers=max(cfg.loader.num_workers),
+                                   stage_timing=False, **pipe_at(*storage[0])))
     return list(dict.fromkeys(specs))
 
 
@@ -98,15 +95,15 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
     return text[:limit]
 
 
-def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
+def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     """One row: the trial's settings, status, error, metrics and monitor summary."""
     t0 = time.perf_counter()
-    row = spec.columns() | bench.source_info.get(spec.source, {}) | {"status": "ok", "error": None}
+    row = spec.columns() | ctx.source_info.get(spec.source, {}) | {"status": "ok", "error": None}
     # a trial that outlives its whole time budget is stuck somewhere (a step, cuDNN autotuning,
     # a worker): print every thread's stack to stderr then, so a log tells where, and carry on
-    faulthandler.dump_traceback_later(bench.measure.max_trial_s + 30, repeat=False)
+    faulthandler.dump_traceback_later(ctx.measure.max_trial_s + 30, repeat=False)
     try:
-        metrics = run_trial(bench, spec)
+        metrics = run_trial(ctx, spec)
         row |= metrics
         row |= summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
         row |= noise.attribute(row)
@@ -116,13 +113,13 @@ def run_one(bench: Bench, spec: TrialSpec, summarize_monitor: Callable) -> dict:
         row |= {"status": "error", "error": error_text(exc)}
     finally:
         faulthandler.cancel_dump_traceback_later()
-        bench.monitor.set_trial(None)
-        _release(bench.device)
+        ctx.monitor.set_trial(None)
+        _release(ctx.device)
     row["trial_s"] = time.perf_counter() - t0
     return row
 
 
-def run_sweep(bench: Bench, specs: list[TrialSpec], summarize_monitor: Callable,
+def run_sweep(ctx: TrialContext, specs: list[TrialSpec], summarize_monitor: Callable,
               on_row: Callable[[list[dict]], None] = lambda rows: None,
               progress: Callable[[TrialSpec, int, int], None] = lambda spec, i, n: None) -> tuple[list[dict], bool]:
     """Run every trial; ``on_row`` gets all rows so far after each. Returns (rows, interrupted)."""
@@ -130,7 +127,7 @@ def run_sweep(bench: Bench, specs: list[TrialSpec], summarize_monitor: Callable,
     for i, spec in enumerate(specs):
         progress(spec, i, len(specs))
         try:
-            rows.append(run_one(bench, spec, summarize_monitor))
+            rows.append(run_one(ctx, spec, summarize_monitor))
         except KeyboardInterrupt:
             return rows, True
         on_row(rows)

@@ -8,9 +8,9 @@ An end-to-end trial measures directly how long the step waited for data
 * the step waits little (< ``WAIT_STEP``): the step binds — ``gpu-bound`` on a GPU,
   ``step-bound`` on a machine without one; on a CPU device whose cores are all busy the
   step shares them with the workers: ``cores-bound``;
-* the step waits much (>= ``WAIT_INPUT``): the input binds — ``cores-bound`` when the usable
-  cores are all busy (more workers cannot help), ``io-bound`` when the pipeline runs at the
-  storage's measured rate, ``loader-bound`` when the workers idle while the loader's main
+* the step waits much (>= ``WAIT_INPUT``): the input binds — ``io-bound`` when the pipeline
+  runs at the storage's measured rate, ``cores-bound`` when the usable cores are all busy
+  (more workers cannot help), ``loader-bound`` when the workers idle while the loader's main
   process (the hand-off) runs near a full core, ``cpu-bound`` when the workers compute most
   of the time (more workers would help), ``loader-bound`` when they idle although the storage keeps up, and
   ``input-bound`` when the storage was not measured and so cannot be told from the hand-off;
@@ -91,11 +91,11 @@ def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str, row: pd.
     """Which input bound: the step waits for data; the cores, the storage, the workers or the hand-off."""
     waits = f"the step waits for data {ev.wait:.0%} of the time"
     io, cpu = bounds.get("io"), bounds.get("cpu")
+    if _known(io) and (waits_on_storage(cpu, io) or rate >= (1 - 2 * BALANCED) * io):
+        return "io-bound", f"{waits}; the pipeline runs at the storage's rate ({io:,.0f} samples/s read alone)"
     if _saturated(ev):
         return "cores-bound", f"{waits} with {_busy_text(ev)}: more workers cannot help, more cores or a " \
                               "cheaper pipeline would"
-    if _known(io) and (waits_on_storage(cpu, io) or rate >= (1 - 2 * BALANCED) * io):
-        return "io-bound", f"{waits}; the pipeline runs at the storage's rate ({io:,.0f} samples/s read alone)"
     if ev.workers == 0:
         return "cpu-bound", f"{waits}: with 0 workers the training process loads every batch itself"
     if ev.worker_busy is None:

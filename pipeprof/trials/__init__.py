@@ -1,0 +1,9 @@
+"""Trials: one steady-state measurement each, returning a row.
+
+``spec`` (settings, shared context) → ``skeleton`` (dataset, step, loader lifecycle, cache
+state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``).
+"""
+from .kinds import KINDS, Kind, one_pass_plan, run_trial, timed_regions
+from .spec import TrialContext, TrialSpec
+
+__all__ = ["KINDS", "Kind", "TrialContext", "TrialSpec", "one_pass_plan", "run_trial", "timed_regions"]

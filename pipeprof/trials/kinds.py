@@ -1,0 +1,249 @@
+"""The trial kinds, each registered once in :data:`KINDS`.
+
+| kind           | timed region of one step                                   |
+|----------------|------------------------------------------------------------|
+| end_to_end     | next(loader) + host→device copy + model step               |
+| gpu_ceiling    | model step on a batch already on the device (no loader)    |
+| cpu_pipeline   | next(loader): read → decode → augment → collate (→ pin)    |
+| storage_fetch  | next(loader) over a dataset that only reads the bytes      |
+
+To add a kind: write ``fn(ctx, spec) -> dict`` here and add one :class:`Kind` entry to
+:data:`KINDS` (its timed region, and which axes of the sweep it takes); ``sweep.expand``
+plans it from the entry and run.json's ``timed_regions`` lists it.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from ..augment import load_preset
+from ..confounders import step_threads, torch_threads
+from ..data.dataset import PipelineDataset, RawBytesDataset, TimingSwitch, collate_bytes, collate_pipeline
+from ..loader import prefetch_depth
+from ..measure import alternating, summarize_rates
+from ..schema import TIMED_REGIONS, TrialKind
+from .columns import StepRecord, stage_totals, step_columns
+from .skeleton import close_loader, loader_trial, loop_with, make_step, open_loader, pipeline_dataset
+from .spec import TrialContext, TrialSpec
+
+
+def end_to_end(ctx: TrialContext, spec: TrialSpec) -> dict:
+    dataset = pipeline_dataset(ctx, spec)
+    step = make_step(ctx, spec)
+    records: list = []
+
+    def one_batch(it, measuring: bool) -> int:
+        t0 = time.perf_counter()
+        batch = next(it)
+        wait = time.perf_counter() - t0
+        marks = step.run(batch["image"], batch["label"])
+        if measuring:
+            records.append(StepRecord(wait, marks, batch.get("stage_s")))
+        return batch["image"].shape[0]
+
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, step.clock.sync)
+    return m.stats() | step_columns(step, records, m) | stage_totals(dataset, records, m) | extra
+
+
+def gpu_ceiling(ctx: TrialContext, spec: TrialSpec) -> dict:
+    step = make_step(ctx, spec)
+    x, y = step.synthetic_batch(spec.batch_size, spec.image_size, getattr(torch, spec.input_dtype))
+    records: list = []
+    phase = {"now": "warmup"}
+
+    def one() -> int:
+        marks = step.run(x, y, on_device=True)
+        if phase["now"] == "measure":
+            records.append(StepRecord(None, marks))
+        return spec.batch_size
+
+    m = loop_with(ctx, spec, one, phase, step.clock.sync, 0)
+    return m.stats() | step_columns(step, records, m)
+
+
+def cpu_pipeline(ctx: TrialContext, spec: TrialSpec) -> dict:
+    if spec.stage_timing is False:
+        return clock_overhead(ctx, spec)
+    dataset = pipeline_dataset(ctx, spec)
+    records: list = []
+
+    def one_batch(it, measuring: bool) -> int:
+        batch = next(it)
+        if measuring:
+            records.append(StepRecord(None, (), batch.get("stage_s")))
+        return batch["image"].shape[0]
+
+    m, extra = loader_trial(ctx, spec, dataset, one_batch)
+    return m.stats() | stage_totals(dataset, records, m) | extra
+
+
+def clock_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """What the stage clocks cost: one loader, clocks switched on and off between windows."""
+    switch = TimingSwitch(True)
+    dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch)
+    it = open_loader(ctx, spec, dataset, collate_pipeline)
+    rounds = max(spec.num_workers or 1, 1)
+
+    def on_phase(p: str) -> None:
+        ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
+
+    try:
+        paired = alternating(lambda: next(it)["image"].shape[0], switch.set, ctx.measure, on_phase=on_phase,
+                             drain_batches=prefetch_depth(spec.num_workers, ctx.prefetch_factor) + rounds,
+                             batch_multiple=rounds)
+    finally:
+        close_loader(ctx, it)
+    off = summarize_rates([w.rate for w in paired.b])
+    cost = paired.cost()
+    pairs, windows = cost["pairs"], paired.a + paired.b
+    reasons = []
+    if pairs < 2:
+        reasons.append(f"only {pairs} pair{'' if pairs == 1 else 's'} of clocked/unclocked windows fitted in "
+                       f"max_trial_s ({ctx.measure.max_trial_s:g} s)")
+    elif pairs < paired.planned_pairs:
+        reasons.append(f"only {pairs} of {paired.planned_pairs} planned pairs of clocked/unclocked windows fitted "
+                       f"in max_trial_s ({ctx.measure.max_trial_s:g} s)")
+    if paired.warmup_batches < paired.warmup_wanted:
+        reasons.append(f"warm-up cut short at {paired.warmup_batches} of {paired.warmup_wanted} batches")
+    return off | {"windows": len(windows),
+                  "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
+                  "t_measure_end_s": max(w.t_end for w in windows) if windows else None,
+                  "clocked_samples_per_s": summarize_rates([w.rate for w in paired.a])["samples_per_s"],
+                  "stage_clock_overhead_frac": cost["cost_frac"], "stage_clock_overhead_ci95_low": cost["cost_ci95_low"],
+                  "stage_clock_overhead_ci95_high": cost["cost_ci95_high"],
+                  "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
+
+
+def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,
+                  window_batches: int, warm_rate: Optional[float], window_s: float) -> dict:
+    """Window sizes (in batches) that keep a cold measurement inside the first pass over the dataset.
+
+    Batches consumed in warm-up and windows, plus the ``depth`` batches the workers have
+    in flight when the last window closes, must not exceed one pass. Windows aim at
+    ``window_s`` at the warm-up's rate (at least ``window_batches``), are shrunk (and
+    reduced to no fewer than 2) to fit, and hold whole rounds of ``workers`` batches.
+    """
+    rounds = max(workers, 1)
+    warmup = depth + rounds
+    budget = samples // batch_size - warmup - depth
+    want = max(window_batches, math.ceil((warm_rate or 0) * window_s / batch_size))
+    per_window = -(-want // rounds) * rounds
+    fit = (budget // windows) // rounds * rounds if budget > 0 else 0
+    if fit >= rounds:
+        per_window = min(per_window, fit)
+    else:
+        windows = max(2, min(windows, budget // rounds if budget > 0 else 0))
+        per_window = rounds
+    in_pass = (warmup + windows * per_window + depth) * batch_size <= samples
+    return {"warmup_batches": warmup, "window_batches": per_window, "windows": windows, "in_first_pass": in_pass}
+
+
+def storage_fetch(ctx: TrialContext, spec: TrialSpec) -> dict:
+    source = ctx.source_for(spec)
+    if source is None:
+        raise ValueError("storage_fetch needs a pipeprof source; a user Dataset hides its storage")
+    dataset = RawBytesDataset(source)
+    totals = {"bytes": 0, "read_s": 0.0, "n": 0}
+    times: list[float] = []
+
+    def one_batch(it, measuring: bool) -> int:
+        batch = next(it)
+        if measuring:
+            for k in totals:
+                totals[k] += batch[k]
+            times.extend(batch["read_times"])
+        return batch["n"]
+
+    depth = prefetch_depth(spec.num_workers, ctx.prefetch_factor)
+    plan: dict = {}
+
+    def loop(one, phase, check, it):
+        if not check.cold:
+            return loop_with(ctx, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
+        # the cache is cold only until each file has been read once: warm up by hand, size the
+        # windows from the warm-up's rate and the batches left in this pass, then measure
+        ctx.monitor.set_trial(spec.trial_id, "warmup")
+        rounds = max(spec.num_workers or 1, 1)
+        t0, n = time.perf_counter(), 0
+        for _ in range(depth + rounds):
+            n += one()
+        warm_s = time.perf_counter() - t0
+        plan.update(one_pass_plan(len(dataset), spec.batch_size, spec.num_workers, depth, ctx.measure.windows,
+                                  ctx.measure.window_batches, n / warm_s if warm_s > 0 else None,
+                                  ctx.measure.window_s))
+        policy = ctx.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
+                                                  "window_batches": plan["window_batches"],
+                                                  "windows": plan["windows"],
+                                                  "max_windows": plan["windows"]})  # more would leave the pass
+        m = loop_with(ctx, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
+        m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
+        return m
+
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_bytes, loop=loop)
+    measured = m.t_measure_end - m.t_measure_start
+    lat = np.asarray(times) * 1e3
+    cols = {"read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
+            "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
+    if measured > 0:  # no window fits when warm-up spent the whole budget: the row says unstable, no rate
+        cols |= {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured}
+    if len(lat):
+        cols |= {f"read_latency_ms_p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)}
+    if plan:
+        cols["in_first_pass"] = plan["in_first_pass"]
+    out = m.stats() | cols | extra
+    if plan and not plan["in_first_pass"]:
+        note = (f"dataset too small for a cold measurement within one pass ({len(dataset)} samples, batch "
+                f"{spec.batch_size}, {depth} batches in flight): part of the windows re-read cached files")
+        out["cache_note"] = "; ".join(filter(None, [out.get("cache_note"), note]))
+    return out
+
+@dataclass(frozen=True)
+class Kind:
+    """A trial kind: how it runs, what its clock sees, and which sweep axes it takes."""
+
+    run: Callable[[TrialContext, TrialSpec], dict]
+    timed_region: str
+    step: bool  # runs the model (model, precision, mode, batch, image size)
+    loader: bool  # runs a DataLoader over the worker counts and storage points
+    pipeline: bool = False  # the loader runs the augmentation pipeline (preset, decoder, image size)
+    own_source: bool = False  # needs pipeprof's own source (not a user's Dataset)
+
+
+KINDS: dict[TrialKind, Kind] = {
+    TrialKind.GPU_CEILING: Kind(gpu_ceiling, "train/inference step on a device-resident synthetic batch, same shape "
+                                "and dtype as the loader's; windows closed by device sync", step=True, loader=False),
+    TrialKind.STORAGE_FETCH: Kind(storage_fetch, "next(loader) over a dataset that reads each sample's bytes and "
+                                  "nothing else; same worker count. With cache_state cold/cold-system the page cache "
+                                  "only stays cold for the first pass over the dataset, so warm-up (prefetch depth + "
+                                  "one round of workers) and windows are counted in batches such that warm-up + "
+                                  "windows + the batches in flight stay within one pass (samples_read vs "
+                                  "dataset_samples, in_first_pass); windows then aim at window_s from the warm-up's "
+                                  "rate", step=False, loader=True, own_source=True),
+    TrialKind.CPU_PIPELINE: Kind(cpu_pipeline, "next(loader) only: read, decode, augment, collate in workers (or main "
+                                 "when 0 workers), plus pinning when pin_memory is on; no model", step=False,
+                                 loader=True, pipeline=True),
+    TrialKind.END_TO_END: Kind(end_to_end, "next(loader) [data wait] + host->device copy + train/inference step; "
+                               "windows closed by device sync", step=True, loader=True, pipeline=True),
+}
+
+
+def timed_regions() -> dict:
+    """run.json's ``timed_regions``: each kind's, then the figures' that are not a kind."""
+    return {str(k): v.timed_region for k, v in KINDS.items()} | TIMED_REGIONS
+
+
+def run_trial(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """Run one trial; returns its metrics (raises on failure: the sweep records it).
+
+    The training process's thread count is part of what is measured: set per trial by
+    ``confounders.step_threads`` and recorded as ``step_threads`` (None: torch's default).
+    """
+    n = step_threads(spec.kind, ctx.device.type, ctx.cores, spec.num_workers, ctx.step_threads)
+    with torch_threads(n):
+        metrics = KINDS[TrialKind(spec.kind)].run(ctx, spec)
+    return metrics | ({"step_threads": n} if n is not None else {})

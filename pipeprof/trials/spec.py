@@ -1,0 +1,66 @@
+"""A trial's settings (:class:`TrialSpec`) and what every trial of a sweep shares (:class:`TrialContext`)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One point of the sweep; fields that do not affect a kind are None for it."""
+
+    kind: str
+    num_workers: Optional[int] = None
+    batch_size: int = 1
+    model: Optional[str] = None
+    precision: Optional[str] = None
+    mode: Optional[str] = None
+    preset: Optional[str] = None
+    decoder: Optional[str] = None
+    source: Optional[str] = None  # the source spec's label (config.DataConfig.source)
+    cache_state: Optional[str] = None  # warm, cold, cold-system; 'n/a' for sources without local files
+    pin_memory: Optional[bool] = None
+    image_size: Optional[int] = None
+    input_dtype: Optional[str] = None  # what the loader hands the step: 'uint8' or 'float32'
+    stage_timing: Optional[bool] = None  # None: the run's setting; False: the overhead-check twin
+
+    @property
+    def trial_id(self) -> str:
+        cache_state = None if self.cache_state == "n/a" else self.cache_state  # no '/' inside a part
+        parts = [self.kind, self.model, self.precision, self.preset, self.source, cache_state,
+                 f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}"]
+        if self.stage_timing is False:
+            parts.append("untimed")
+        return "/".join(str(p) for p in parts if p is not None)
+
+    def columns(self) -> dict:
+        return asdict(self) | {"trial_id": self.trial_id}
+
+
+@dataclass
+class TrialContext:
+    """What every trial of a sweep shares: device, data, policies, monitor, the step's threads."""
+
+    device: torch.device
+    source: Any  # a pipeprof Source, or None when the user passed their own Dataset
+    measure: Any  # config.MeasureConfig
+    monitor: Any  # monitors.Monitor
+    user_dataset: Any = None
+    stage_timing: bool = True
+    prefetch_factor: int = 2
+    num_classes: int = 1000
+    loss_fn: Any = None  # fn(raw model output, labels) -> scalar tensor; None: cross-entropy (see step.Step)
+    channels_last: bool = False
+    cudnn_benchmark: Optional[bool] = None  # None: step.configure_precision decides per precision
+    seed: int = 0
+    cores: int = 1  # usable cores of the run (affinity and cgroup aware)
+    step_threads: Optional[int] = None  # model.threads: the CPU step's threads; None: confounders.step_threads
+    models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
+    sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep
+    source_info: dict = field(default_factory=dict)  # source label -> columns every trial on it carries
+
+    def source_for(self, spec: "TrialSpec"):
+        """The Source a trial reads: the one its label names, else the sweep's only source."""
+        return self.sources.get(spec.source, self.source) if spec.source is not None else self.source
