@@ -94,20 +94,3 @@ def drift(start: dict, end: dict) -> dict:
                for p, q in zip(start["points"], end["points"]) if p["processes"] == q["processes"]}
     worst = max(changes.values(), key=abs) if changes else None
     return {"by_processes": changes, "largest_frac": worst}
-
-
-def summary_line(ref: dict) -> str | None:
-    """One console line: the machine's decode rates at start and end, and its drift."""
-    if not ref or "start" not in ref:
-        return None
-
-    def fmt(m: dict) -> str:
-        return ", ".join(f"{p['processes']} proc {p['decodes_per_s']:,.0f}/s"
-                         + (f" ({p['per_process_min']:,.0f}–{p['per_process_max']:,.0f} per proc)"
-                            if p["processes"] > 1 else "") for p in m["points"])
-    text = f"machine CPU reference (fixed JPEG decode): start {fmt(ref['start'])}"
-    d = ref.get("drift", {}).get("largest_frac")
-    if "end" in ref and d is not None:
-        text += (f"; end {fmt(ref['end'])}; drift {d:+.1%} (CPU-bound rates of two runs that differ by no "
-                 "more than the machine moved do not show a change in the pipeline)")
-    return text

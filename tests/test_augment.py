@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from pipeprof.augment import A, available, load_preset, output_dtype, preset_path, stage_names
+from pipeprof.augment import A, load_preset, output_dtype, stage_names
+from pipeprof.presets import available, preset_path
 
 
 @pytest.fixture

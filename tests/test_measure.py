@@ -252,7 +252,8 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
     """trials.clock_overhead on a fake loader (``cost_s`` a batch) and the fake clock: its row and the closes."""
     from types import SimpleNamespace
 
-    from pipeprof import measure, trials
+    from pipeprof import measure
+    from pipeprof.trials import kinds as trials
     clock, closed = FakeClock(), []
 
     def batches():
@@ -261,8 +262,8 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
             yield {"image": SimpleNamespace(shape=(8,))}
     monkeypatch.setattr(trials, "load_preset", lambda *a: None)
     monkeypatch.setattr(trials, "PipelineDataset", lambda *a: None)
-    monkeypatch.setattr(trials, "_open_loader", lambda *a: batches())
-    monkeypatch.setattr(trials, "_close_loader", lambda bench, it: closed.append(it))
+    monkeypatch.setattr(trials, "open_loader", lambda *a: batches())
+    monkeypatch.setattr(trials, "close_loader", lambda ctx, it: closed.append(it))
     monkeypatch.setattr(trials, "alternating", lambda *a, **kw: measure.alternating(*a, clock=clock, **kw))
     bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2,
                             measure=policy(warmup_batches=2, max_trial_s=max_trial_s),

@@ -2,6 +2,7 @@
 import pytest
 
 from pipeprof import reference
+from pipeprof.report.console import reference_line
 
 
 def test_decode_rate_counts_real_decodes_in_each_process():
@@ -32,9 +33,9 @@ def test_summary_line_names_start_end_and_drift():
     point = {"processes": 1, "decodes_per_s": 400.0}
     ref = {"start": {"points": [point]}, "end": {"points": [point | {"decodes_per_s": 300.0}]}}
     ref["drift"] = reference.drift(ref["start"], ref["end"])
-    line = reference.summary_line(ref)
+    line = reference_line(ref)
     assert "start 1 proc 400/s" in line and "end 1 proc 300/s" in line and "drift -25.0%" in line
-    assert reference.summary_line({}) is None
+    assert reference_line({}) is None
 
 
 @pytest.mark.parametrize("processes, seconds", [(0, 1.0), (1, 0.0)])

@@ -33,8 +33,10 @@ __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP",
 
 # ---- the whole run -----------------------------------------------------------------
 
-def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda") -> dict:
-    """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group.
+def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", storage: dict | None = None) -> dict:
+    """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group, the
+    curve rows the report prints, and (with the run's ``storage`` facts) the epoch estimates. The one
+    entry point of the analysis: renderers print what it returned and never call it again.
 
     ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ).
     """
@@ -56,10 +58,31 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda") -> d
         out.append(entry | advice)
     errors = v["prediction_error_frac"].dropna().abs() if len(v) else pd.Series(dtype=float)
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]
-    return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [],
+    epochs = epoch_estimates(trials, storage["dataset_samples"], storage["fits_in_page_cache"]["fits"]) \
+        if storage else []
+    return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [], "curves": curve_rows(cv, v),
+            "epochs": epochs,
             "prediction_error_abs_median": float(errors.median()) if len(errors) else None,
             "stage_timing_overhead": stage_overhead(trials), "cores": cores, "device": device,
             "trials": int(len(trials)), "failed_trials": int(len(failed)), **_unstable(trials)}
+
+
+CURVE_ROW_COLUMNS = ["trial_id", "num_workers", "samples_per_s", "samples_per_s_cv", "samples_per_s_ci95_low",
+                     "samples_per_s_ci95_high", "data_wait_frac", "gpu_util_pct_mean", "cpu_util_pct_mean",
+                     "pss_mb_steady", "cpu_bound_samples_per_s", "io_bound_samples_per_s", "step_bound_samples_per_s",
+                     "status", "error", "unstable", "unstable_reason", "cache_note", "emulated", *GROUP_KEYS]
+
+
+def curve_rows(cv: pd.DataFrame, v: pd.DataFrame) -> list[dict]:
+    """The end-to-end rows the report's curve tables print: each trial beside its bounds, verdict,
+    prediction and disagreement, as stored (the report never joins or analyses again)."""
+    if cv.empty:
+        return []
+    rows = cv[[c for c in CURVE_ROW_COLUMNS if c in cv]]
+    if len(v):
+        rows = rows.merge(v[["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac",
+                             "disagreement"]], on="trial_id", how="left")
+    return rows.astype(object).where(rows.notna(), None).to_dict("records")
 
 
 def _unstable(trials: pd.DataFrame) -> dict:

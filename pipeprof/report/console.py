@@ -10,8 +10,7 @@ import math
 
 import pandas as pd
 
-from ..analysis import curves, groups
-from ..reference import summary_line
+from ..analysis import groups
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -128,17 +127,13 @@ def _device(run) -> str:
 
 
 def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[str]]:
-    """The report's tables as (title, headers, rows), and the footnotes they refer to."""
+    """The report's tables as (title, headers, rows), and the footnotes they refer to: the curve
+    rows as the analysis stored them, then the isolated trials from trials.parquet."""
     df, out, notes = run.trials, [], []
     if df.empty:
         return out, notes
-    verdicts = pd.DataFrame(run.meta.get("analysis", {}).get("verdicts", []))
-    cv = curves(df)
-    if len(verdicts) and len(cv):
-        stored = ["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac", "disagreement"]
-        cv = cv.merge(verdicts[[c for c in stored if c in verdicts]], on="trial_id", how="left")
     device = _device(run)
-    for key, curve in groups(cv):
+    for key, curve in groups(pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))):
         out.append((_group_title(key, curve, device), *table(curve, curve_columns(device), notes)))
     failed_e2e = df[(df["kind"] == "end_to_end") & (df["status"] != "ok")]
     iso = pd.concat([df[df["kind"] != "end_to_end"], failed_e2e])
@@ -176,11 +171,11 @@ def recommendation_lines(run) -> list[str]:
                 lines.append(f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
                              f"({a['gain_frac']:+.0%}{noise}; {a['basis']})")
     storage = run.meta.get("storage") or {}
-    if storage.get("fits_in_page_cache") and (len(storage.get("sources", {})) > 1 or storage.get("epochs")
+    if storage.get("fits_in_page_cache") and (len(storage.get("sources", {})) > 1 or analysis.get("epochs")
                                                or set(storage.get("cache_states", ["warm"])) != {"warm"}):
         lines.append(f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
                      f"{storage['fits_in_page_cache']['reason']}")
-    lines += [e["text"] for e in storage.get("epochs", [])]
+    lines += [e["text"] for e in analysis.get("epochs", [])]
     if analysis.get("unstable_trials"):
         causes = ", ".join(f"{c}: {n}" for c, n in analysis.get("unstable_causes", {}).items())
         lines.append(f"{analysis['unstable_trials']} of {analysis['trials']} trials unstable (95% interval wider "
@@ -198,8 +193,25 @@ def recommendation_lines(run) -> list[str]:
         lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
                      f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} clocked vs "
                      f"{o['untimed_samples_per_s']:,.1f} unclocked samples/s, windows alternated on one loader)")
-    ref = summary_line(run.meta.get("cpu_reference"))
+    ref = reference_line(run.meta.get("cpu_reference"))
     return lines + ([ref] if ref else [])
+
+
+def reference_line(ref: dict) -> str | None:
+    """One console line: the machine's decode rates at start and end, and its drift."""
+    if not ref or "start" not in ref:
+        return None
+
+    def fmt(m: dict) -> str:
+        return ", ".join(f"{p['processes']} proc {p['decodes_per_s']:,.0f}/s"
+                         + (f" ({p['per_process_min']:,.0f}–{p['per_process_max']:,.0f} per proc)"
+                            if p["processes"] > 1 else "") for p in m["points"])
+    text = f"machine CPU reference (fixed JPEG decode): start {fmt(ref['start'])}"
+    d = ref.get("drift", {}).get("largest_frac")
+    if "end" in ref and d is not None:
+        text += (f"; end {fmt(ref['end'])}; drift {d:+.1%} (CPU-bound rates of two runs that differ by no "
+                 "more than the machine moved do not show a change in the pipeline)")
+    return text
 
 
 def render_markdown(run) -> str:
