@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     make.add_argument("--seed", type=int, default=0)
     report = sub.add_parser("report", help="print a saved run's tables again")
     report.add_argument("run_dir")
+    report.add_argument("--format", help="a renderer of pipeprof.report.RENDERERS (text, markdown); "
+                                         "default: the console")
     validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
     validate.add_argument("--out-dir", default="out")
     validate.add_argument("--sizing", action="store_true",
@@ -93,10 +95,12 @@ def cmd_make_dataset(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .report import render
     from .report.console import render_console
     from .results import load_run
 
-    render_console(load_run(args.run_dir))
+    run = load_run(args.run_dir)
+    print(render(run, args.format), end="") if args.format else render_console(run)
     return 0
 
 

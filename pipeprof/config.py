@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      ValidationError, field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                      ValidationError, ValidationInfo, field_validator, model_validator)
 
 from .schema import TRIAL_KINDS
 
@@ -32,6 +32,11 @@ class _Strict(BaseModel):
 
 def _listify(v: Any) -> Any:
     return v if v is None or isinstance(v, list) else [v]
+
+
+T = TypeVar("T")
+#: A sweep axis: a list of values, or one value meaning a list of one.
+Axis = Annotated[list[T], BeforeValidator(_listify)]
 
 
 # ---- storage sources and cache states ---------------------------------------------
@@ -216,16 +221,18 @@ SourceSpec = Annotated[Union[FilesSpec, MemorySpec, ShardsSpec, UrlSpec, Throttl
 
 
 class DataConfig(_Strict):
-    kind: Literal["synthetic", "folder", "factory"] = "synthetic"
+    kind: Literal["synthetic", "folder", "factory", "loader"] = "synthetic"
     path: Optional[str] = None  # folder (ImageFolder layout) for kind=folder
-    factory: Optional[str] = None  # 'package.module:function' -> map-style Dataset
+    # 'package.module:function': kind=factory: fn() -> map-style Dataset; kind=loader: fn(num_workers) -> DataLoader.
+    # Validated even when absent (validate_default), so a missing one is reported as data.factory.
+    factory: Optional[str] = Field(None, validate_default=True)
     images: PositiveInt = 512  # synthetic dataset size
     classes: PositiveInt = 10
     seed: int = 0
     cache_dir: str = "out/datasets"
     decoder: Literal["pil", "cv2"] = "pil"
     source: list[SourceSpec] = [FilesSpec(kind="files")]  # sweep axis: where the samples' bytes come from
-    cache: list[CacheState] = ["warm"]  # sweep axis: page-cache state before each trial (file-backed sources)
+    cache: Axis[CacheState] = ["warm"]  # sweep axis: page-cache state before each trial (file-backed sources)
 
     @field_validator("source", mode="before")
     @classmethod
@@ -233,7 +240,6 @@ class DataConfig(_Strict):
         v = _listify(v)
         return [_as_spec(x) for x in v] if isinstance(v, list) else v
 
-    _cache_list = field_validator("cache", mode="before")(classmethod(lambda cls, v: _listify(v)))
 
     @field_validator("source")
     @classmethod
@@ -255,9 +261,9 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _storage_needs_pipeline(self):
-        if self.kind == "factory" and self.storage_swept:
-            raise ValueError("source/cache: storage axes need pipeprof's own pipeline (data.kind synthetic or "
-                             "folder); a factory Dataset hides its storage")
+        if self.kind in ("factory", "loader") and self.storage_swept:
+            raise ValueError(f"source/cache: storage axes need pipeprof's own pipeline (data.kind synthetic or "
+                             f"folder); a {self.kind} hides its storage")
         return self
 
     @property
@@ -267,15 +273,17 @@ class DataConfig(_Strict):
 
     @field_validator("factory")
     @classmethod
-    def _factory_path(cls, v):
+    def _factory_path(cls, v, info: ValidationInfo):
+        if v is None and info.data.get("kind") == "loader":
+            raise ValueError("required with kind 'loader': 'package.module:function', "
+                             "a function(num_workers) returning a DataLoader")
         if v is not None and ":" not in v:
             raise ValueError(f"expected 'package.module:function', got {v!r}")
         return v
 
 
 class AugmentConfig(_Strict):
-    preset: list[str] = ["standard"]  # names in augmentations/ or paths to YAML files
-    _as_list = field_validator("preset", mode="before")(classmethod(lambda cls, v: _listify(v)))
+    preset: Axis[str] = ["standard"]  # names in augmentations/ or paths to YAML files
 
     @field_validator("preset")
     @classmethod
@@ -288,23 +296,21 @@ class AugmentConfig(_Strict):
 
 
 class LoaderConfig(_Strict):
-    num_workers: Optional[list[NonNegativeInt]] = None  # None: 0,1,2,4,... up to usable cores
-    batch_size: Optional[list[PositiveInt]] = None  # None: 256 on GPU, 16 on CPU
+    num_workers: Optional[Axis[NonNegativeInt]] = None  # None: 0,1,2,4,... up to usable cores
+    batch_size: Optional[Axis[PositiveInt]] = None  # None: 256 on GPU, 16 on CPU
     pin_memory: Optional[bool] = None  # None: on when the device is CUDA
     prefetch_factor: PositiveInt = 2
-    _as_list = field_validator("num_workers", "batch_size", mode="before")(classmethod(lambda cls, v: _listify(v)))
 
 
 class ModelConfig(_Strict):
-    name: Optional[list[str]] = None  # None: resnet50 on GPU, mobilenet_v3_small on CPU
+    name: Optional[Axis[str]] = None  # None: resnet50 on GPU, mobilenet_v3_small on CPU
     mode: Literal["train", "inference"] = "train"
-    precision: Optional[list[Precision]] = None  # None: bf16 if supported, else fp16 (GPU); fp32 (CPU)
+    precision: Optional[Axis[Precision]] = None  # None: bf16 if supported, else fp16 (GPU); fp32 (CPU)
     channels_last: Optional[bool] = None  # None: on for CUDA
     cudnn_benchmark: Optional[bool] = None  # None: on, except in true fp32 (see step.configure_precision)
     num_classes: PositiveInt = 1000
     threads: Optional[PositiveInt] = None  # CPU device: the step's intra-op threads; None: cores left by the workers
     loss: Optional[str] = None  # 'package.module:function': fn(raw output, labels) -> scalar; None: cross-entropy
-    _as_list = field_validator("name", "precision", mode="before")(classmethod(lambda cls, v: _listify(v)))
 
     @field_validator("name")
     @classmethod

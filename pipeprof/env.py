@@ -355,7 +355,7 @@ def _limit_bytes(text: str | None) -> int | None:
     return int(text)
 
 
-def _cgroup_memory_limit_bytes() -> int | None:
+def cgroup_memory_limit_bytes() -> int | None:
     """Tightest memory limit over this process's cgroup and its ancestors."""
     paths = _own_cgroup_paths()
     files = [d / "memory.max" for d in _dirs_up(CGROUP_ROOT, paths.get(""))]
@@ -367,7 +367,7 @@ def _cgroup_memory_limit_bytes() -> int | None:
 
 def memory_info() -> dict:
     vm = _safe(psutil.virtual_memory)
-    limit = _safe(_cgroup_memory_limit_bytes)
+    limit = _safe(cgroup_memory_limit_bytes)
     return {
         "total_gb": None if vm is None else vm.total / _GIB,
         "available_gb": None if vm is None else vm.available / _GIB,

@@ -126,9 +126,9 @@ STORAGE_CASES = [StorageCase("io: JPEGs behind a 20 MB/s throttle", 20.0)]
 
 def run_storage_case(case: StorageCase, out_dir: str) -> dict:
     """Run the throttled source through the whole sweep; expected rate from the files' real mean size."""
-    import pipeprof
     from .config import build
     from .data.sources.files import FileSource
+    from .runner import execute
     from .data.synthetic import cached_dataset
 
     folder, _ = cached_dataset(f"{out_dir}/datasets", case.images, classes=4, seed=0)
@@ -140,7 +140,7 @@ def run_storage_case(case: StorageCase, out_dir: str) -> dict:
                  "augment": {"preset": "light"},
                  "model": {"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
                  "loader": {"num_workers": [case.workers], "batch_size": case.batch}, "measure": MEASURE})
-    run = pipeprof.run(cfg, log=lambda *a: None)
+    run = execute(cfg, log=lambda *a: None)
     return _compare(case.name, (rate, "io-bound"), run)
 
 

@@ -77,18 +77,18 @@ def test_io_probe_sees_cold_and_warm_reads(disk_files):
     assert cold.disk_fraction() > 0.8
 
 
-def test_io_probe_counts_workers_started_after_it(tiny_dataset):
+def test_io_probe_counts_the_workers_reads_until_they_exit(tiny_dataset):
     source = FileSource(tiny_dataset)
-    probe = cache.IoProbe().start()
     it = iter(build_loader(RawBytesDataset(source), batch_size=1, num_workers=2, collate_fn=collate_bytes))
     try:
-        got = sum(next(it)["bytes"] for _ in range(len(source)))
-        probe.add(worker_pids(it))  # born after start: counted from zero
+        probe = cache.IoProbe(worker_pids(it)).start()  # as a trial does: at its first measured window
+        got = sum(next(it)["bytes"] for _ in range(2 * len(source)))  # a second pass: read during the probe
         result = probe.stop()  # before shutdown: an exited worker's counters are gone
     finally:
         shutdown(it)
-    assert len(probe.pids) == 3 and result["lost_pids"] == []
-    assert result["read_chars"] >= got
+    assert len(probe.pids) == 2 and result["lost_pids"] == []
+    assert 0 < result["read_chars"] and result["read_chars"] >= got - 2 * 2 * max(source.nbytes(i)
+                                                                             for i in range(len(source)))
     assert len(probe.stop()["lost_pids"]) == 2  # stopped too late: the workers' reads are lost
 
 
@@ -103,3 +103,13 @@ def test_drop_all_caches_needs_root():
         pytest.skip("running as root: dropping the machine's page cache is not done in a test")
     with pytest.raises(PermissionError, match="drop_caches"):
         cache.drop_all_caches()
+
+
+def test_the_rights_check_names_what_is_missing(tmp_path):
+    # runs as root too (as CI does): the check reads the path it is given, and drops nothing
+    missing = tmp_path / "drop_caches"
+    assert cache.can_drop_all_caches(str(missing)) == (False, f"{missing} does not exist (not Linux?)")
+    missing.write_text("")
+    missing.chmod(0o444)
+    able, why = cache.can_drop_all_caches(str(missing))
+    assert (able, why) == (True, "ok") if os.geteuid() == 0 else (not able and "needs root" in why)

@@ -49,3 +49,13 @@ def test_a_broken_run_json_is_named(tmp_path, capsys, content, says):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "run.json" in err and says in err
+
+
+@pytest.mark.parametrize("fmt, marks", [("markdown", ["| samples/s |", "## Recommendations"]),
+                                        ("text", ["samples/s", "→ "])])
+def test_each_registered_renderer_formats_the_stored_run(fmt, marks, capsys):
+    assert main(["report", str(OLD), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert all(m in out for m in marks)
+    assert main(["report", str(OLD), "--format", "pdf"]) == 2
+    assert "available: text, markdown" in capsys.readouterr().err

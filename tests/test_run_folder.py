@@ -41,7 +41,11 @@ def test_trials_have_every_kind_with_numeric_units(run_dir):
     assert (half[stopped_early] <= 0.05 + 1e-9).all()
     assert (df.loc[df["unstable"].astype(bool), "unstable_reason"].str.contains("likely cause")).all()
     ceiling = df[df["kind"] == "gpu_ceiling"].iloc[0]  # no loader there: no data wait is reported, not a 0
-    assert ceiling["compute_ms_p50"] > 0 and pd.isna(ceiling["data_wait_ms_p50"]) and pd.isna(ceiling["data_wait_frac"])
+    assert pd.isna(ceiling["data_wait_ms_p50"]) and pd.isna(ceiling["data_wait_frac"])
+    # plausible, not only > 0: the rate is the batch over the step's own clock, and a batch of 4 of
+    # mobilenet_v3_small trains on 1-2 cores in ~30 ms-2 s (a busy 2-core VM gave 0.6/s before threads were set)
+    assert ceiling["samples_per_s"] == pytest.approx(4 / (ceiling["batch_ms_mean"] / 1e3), rel=0.25)
+    assert 2 < ceiling["samples_per_s"] < 500 and ceiling["compute_ms_p50"] <= 1.1 * ceiling["batch_ms_mean"]
     # per-stage costs arrive from inside the workers
     assert (e2e["stage_us_per_sample.decode"] > 0).all() and (e2e["stage_us_per_sample.RandomCrop"] > 0).all()
     fetch = df[df["kind"] == "storage_fetch"]

@@ -208,7 +208,7 @@ def test_run_json_records_sources_and_dataset_against_ram(storage_run, jpeg_fold
     total = FileSource(jpeg_folder).total_bytes()
     assert storage["dataset_total_mb"] == pytest.approx(total / 1e6) and storage["dataset_samples"] == 64
     assert storage["fits_in_page_cache"]["fits"] is True and "fits in" in storage["fits_in_page_cache"]["reason"]
-    epochs = {e["source"]: e for e in storage["epochs"]}
+    epochs = {e["source"]: e for e in meta["analysis"]["epochs"]}  # estimates are analysis, stored with it
     assert set(epochs) == {"files", "shards", "throttled-files-20MBps"}  # file-backed, cold and warm measured
     files = epochs["files"]
     assert files["first_epoch_s"] == pytest.approx(64 / files["cold_samples_per_s"])

@@ -77,9 +77,8 @@ def drop_all_caches() -> None:
             "needs root outside a container; evict() drops just the dataset's files without it") from exc
 
 
-def can_drop_all_caches() -> tuple[bool, str]:
+def can_drop_all_caches(path: str = "/proc/sys/vm/drop_caches") -> tuple[bool, str]:
     """Whether :func:`drop_all_caches` can work here, checked without dropping anything: (ok, why not)."""
-    path = "/proc/sys/vm/drop_caches"
     if not os.path.exists(path):
         return False, f"{path} does not exist (not Linux?)"
     if not os.access(path, os.W_OK):
@@ -178,8 +177,7 @@ class IoProbe:
 
     Stop the probe **before** shutting the DataLoader workers down: a process's
     counters vanish with it, and an exited worker's reads are lost (listed in
-    ``lost``). Workers started after :meth:`start` and passed to :meth:`add` are
-    counted from their birth. Caveats: ``read_chars`` also counts pipes and
+    ``lost``). Caveats: ``read_chars`` also counts pipes and
     sockets (a network source makes the ratio meaningless), and readahead or
     ``mmap`` reads can push the ratio above 1 (clamped; the raw deltas stay in
     ``read_bytes`` / ``read_chars``).
@@ -188,7 +186,6 @@ class IoProbe:
     def __init__(self, pids: Iterable[int] | None = None):
         self.pids = list(pids) if pids is not None else [os.getpid()]
         self._start: dict[int, tuple[int, int]] = {}
-        self._existing: set[int] | None = None
         self.read_bytes = self.read_chars = 0
         self.lost: list[int] = []
 
@@ -201,22 +198,8 @@ class IoProbe:
         return io.read_bytes, getattr(io, "read_chars", io.read_bytes)
 
     def start(self) -> IoProbe:
-        # pids alive now: one added later that is not among them was born during the measurement
-        self._existing = set(psutil.pids())
         self._start = {pid: c for pid in self.pids if (c := self._counters(pid)) is not None}
         return self
-
-    def add(self, pids: Iterable[int]) -> None:
-        """Also count these processes (e.g. workers that started after :meth:`start`)."""
-        for pid in pids:
-            if pid in self.pids:
-                continue
-            self.pids.append(pid)
-            if self._existing is not None:  # already started
-                # a process's counters start at zero: all a newborn read belongs to the measurement
-                base = self._counters(pid) if pid in self._existing else (0, 0)
-                if base is not None:
-                    self._start[pid] = base
 
     def stop(self) -> dict:
         """Sum the deltas since start over the processes still alive."""
@@ -256,7 +239,7 @@ def cgroup_memory_limit() -> int | None:
     limit, not the host's free memory, bounds how much of a dataset stays cached.
     """
     try:
-        return env._cgroup_memory_limit_bytes()  # one reader of cgroup files for the whole tool
+        return env.cgroup_memory_limit_bytes()  # one reader of cgroup files for the whole tool
     except (OSError, ValueError):
         return None
 

@@ -3,7 +3,7 @@ reused), packed shards (cached while the folder is unchanged), every source of `
 opened once, and the storage facts run.json records.
 
 To add a source: a class in ``data/sources/`` registered in its ``SOURCES`` table, a spec class
-in ``config`` (its ``kind``), and its construction in :func:`build_sources`'s ``make``.
+in ``config`` (its ``kind``), and one entry in :data:`OPENERS`.
 """
 from __future__ import annotations
 
@@ -65,39 +65,45 @@ def packed_shards(folder: str, cache_dir: str, shard_size_mb: Optional[float], s
     return dst
 
 
+#: source kind -> how to open it from its spec: (spec, dataset folder, opener of an inner spec, config, log).
+#: Adding a source: its class in ``sources.SOURCES``, its spec in ``config``, and one entry here.
+OPENERS: dict[str, Callable] = {
+    "files": lambda spec, folder, inner, cfg, log: source_class("files")(_path(spec, folder, cfg)),
+    # refuses a dataset larger than half the available RAM
+    "memory": lambda spec, folder, inner, cfg, log: source_class("memory")(
+        source_class("files")(_path(spec, folder, cfg))),
+    "shards": lambda spec, folder, inner, cfg, log: source_class("shards")(
+        spec.path or packed_shards(_path(spec, folder, cfg), cfg.data.cache_dir, spec.shard_size_mb, cfg.data.seed,
+                                   log), reader=spec.reader),
+    "url": lambda spec, folder, inner, cfg, log: source_class("url")(spec.base_url, spec.index, spec.timeout_s,
+                                                                     spec.retries),
+    "throttled": lambda spec, folder, inner, cfg, log: source_class("throttled")(
+        inner(spec.inner), spec.mb_s, spec.latency_ms, spec.reads_s),
+}
+
+
+def _path(spec, folder: Optional[str], cfg: RunConfig) -> str:
+    path = getattr(spec, "path", None) or folder
+    if path is None:
+        raise ConfigError(f"data.source: {spec.label} needs a path (data.kind is {cfg.data.kind})")
+    return path
+
+
 def build_sources(cfg: RunConfig, folder: Optional[str], log: Callable[[str], None]) -> dict:
     """label -> Source for every spec of ``data.source``, built once per sweep.
 
     A source that cannot be opened (missing folder, no shards, a URL that refuses or
     answers 404) is bad input: ConfigError naming it, before any trial runs.
     """
-    built: dict = {}
     made: dict = {}  # every source made, inner ones too: a throttle over a swept source shares its object
 
     def build(spec):
         key = json.dumps(spec.model_dump(), sort_keys=True)
         if key not in made:
-            made[key] = make(spec)
+            made[key] = OPENERS[spec.kind](spec, folder, build, cfg, log)
         return made[key]
 
-    def make(spec):
-        path = getattr(spec, "path", None) or folder
-        if spec.kind in ("files", "memory") or (spec.kind == "shards" and spec.path is None):
-            if path is None:
-                raise ConfigError(f"data.source: {spec.label} needs a path (data.kind is {cfg.data.kind})")
-        if spec.kind == "files":
-            source = source_class("files")(path)
-        elif spec.kind == "memory":  # refuses a dataset larger than half the available RAM
-            source = source_class("memory")(source_class("files")(path))
-        elif spec.kind == "shards":
-            where = spec.path or packed_shards(folder, cfg.data.cache_dir, spec.shard_size_mb, cfg.data.seed, log)
-            source = source_class("shards")(where, reader=spec.reader)
-        elif spec.kind == "url":
-            source = source_class("url")(spec.base_url, spec.index, spec.timeout_s, spec.retries)
-        else:
-            source = source_class("throttled")(build(spec.inner), spec.mb_s, spec.latency_ms, spec.reads_s)
-        return source
-
+    built = {}
     for spec in cfg.data.source:
         try:
             built[spec.label] = build(spec)
@@ -105,12 +111,16 @@ def build_sources(cfg: RunConfig, folder: Optional[str], log: Callable[[str], No
             raise
         except (OSError, ValueError) as exc:  # SourceError is an OSError
             raise ConfigError(f"data.source: {spec.label}: {exc}") from None
+    _check_cold_system(cfg)
+    return built
+
+
+def _check_cold_system(cfg: RunConfig) -> None:
     if "cold-system" in cfg.data.cache and any(s.file_backed for s in cfg.data.source):
         ok, why = cache.can_drop_all_caches()
         if not ok:
             raise ConfigError(f"data.cache: 'cold-system' drops the whole machine's page cache and cannot here: "
                               f"{why}; 'cold' evicts just the dataset's files, without root")
-    return built
 
 
 def source_info(cfg: RunConfig, sources: dict) -> dict:

@@ -1,1 +1,22 @@
-"""Renderers: they format a Run (console, markdown); they never measure or analyse."""
+"""Renderers: they format a stored Run; they never measure or analyse.
+
+A renderer is ``render(run) -> str``. To add one, write it in a module here and add one entry
+to :data:`RENDERERS` (``pipeprof report RUN --format NAME`` then offers it).
+"""
+from __future__ import annotations
+
+import importlib
+
+#: format name -> "module:function" of a ``render(run) -> str`` (imported when asked for)
+RENDERERS = {
+    "text": "pipeprof.report.console:render_text",
+    "markdown": "pipeprof.report.console:render_markdown",
+}
+
+
+def render(run, fmt: str = "text") -> str:
+    """The run formatted by the renderer named ``fmt``; ValueError names the formats there are."""
+    if fmt not in RENDERERS:
+        raise ValueError(f"unknown report format {fmt!r}; available: {', '.join(RENDERERS)}")
+    module, _, name = RENDERERS[fmt].partition(":")
+    return getattr(importlib.import_module(module), name)(run)

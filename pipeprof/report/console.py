@@ -146,36 +146,62 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
 def recommendation_lines(run) -> list[str]:
     """The answers, one line each, every one with its number and where it came from."""
     analysis = run.meta.get("analysis", {})
-    lines = []
-    for g in analysis.get("groups", []):
-        where = " ".join(str(p) for p in _storage(g) if p is not None and p == p)
-        head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "")
-        tied = [w for w in g.get("tied_with_best", []) if w != g["recommended_workers"]]
-        tie = f"; tied within noise: {', '.join(map(str, tied))}" if tied else ""
-        lines.append(f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "
-                     f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
-                     f"{g['best_workers']}{tie}; {g['criterion']})")
-        need = g.get("cores_needed")
-        if need and need.get("cores_needed") is None:
-            lines.append(f"{head}: no core count feeds the step ceiling: {need['basis']}")
-        elif need:
-            extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
-            lines.append(f"{head}: {need['cores_needed']} cores per GPU to reach the step ceiling ({need['basis']}{extra})")
-        if g.get("cpu_figures_skipped"):
-            lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
-        for a in g.get("actions", [])[:3]:
-            if a["gain_frac"] is None and a.get("predicted_samples_per_s") is None:
-                lines.append(f"{head}: {a['action']} ({a['basis']})")
-            elif a["gain_frac"] is not None:
-                noise = ", within the measured noise: not shown to help" if a.get("within_noise") else ""
-                lines.append(f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
-                             f"({a['gain_frac']:+.0%}{noise}; {a['basis']})")
-    storage = run.meta.get("storage") or {}
+    lines = [line for g in analysis.get("groups", []) for line in _group_lines(g)]
+    lines += _page_cache_lines(run.meta.get("storage") or {}, analysis)
+    lines += [e["text"] for e in analysis.get("epochs", [])]
+    lines += _trust_lines(analysis)
+    lines += [_overhead_line(o) for o in analysis.get("stage_timing_overhead", [])
+              if "overhead_ci95_low" in o]  # without it: a run from before the alternating measurement
+    ref = reference_line(run.meta.get("cpu_reference"))
+    return lines + ([ref] if ref else [])
+
+
+def _group_lines(g: dict) -> list[str]:
+    """One group's recommended workers, cores per GPU and its first three actions."""
+    where = " ".join(str(p) for p in _storage(g) if p is not None and p == p)
+    head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "")
+    tied = [w for w in g.get("tied_with_best", []) if w != g["recommended_workers"]]
+    tie = f"; tied within noise: {', '.join(map(str, tied))}" if tied else ""
+    lines = [f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "
+             f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
+             f"{g['best_workers']}{tie}; {g['criterion']})"]
+    need = g.get("cores_needed")
+    if need:
+        lines.append(_cores_line(head, need))
+    if g.get("cpu_figures_skipped"):
+        lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
+    return lines + [line for a in g.get("actions", [])[:3] if (line := _action_line(head, a))]
+
+
+def _cores_line(head: str, need: dict) -> str:
+    if need.get("cores_needed") is None:
+        return f"{head}: no core count feeds the step ceiling: {need['basis']}"
+    extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
+    return f"{head}: {need['cores_needed']} cores per GPU to reach the step ceiling ({need['basis']}{extra})"
+
+
+def _action_line(head: str, a: dict) -> str | None:
+    """An action with its predicted rate, or a finding (no gain, no rate); None for anything else."""
+    if a["gain_frac"] is None and a.get("predicted_samples_per_s") is None:
+        return f"{head}: {a['action']} ({a['basis']})"
+    if a["gain_frac"] is None:
+        return None
+    noise = ", within the measured noise: not shown to help" if a.get("within_noise") else ""
+    return (f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
+            f"({a['gain_frac']:+.0%}{noise}; {a['basis']})")
+
+
+def _page_cache_lines(storage: dict, analysis: dict) -> list[str]:
     if storage.get("fits_in_page_cache") and (len(storage.get("sources", {})) > 1 or analysis.get("epochs")
                                                or set(storage.get("cache_states", ["warm"])) != {"warm"}):
-        lines.append(f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
-                     f"{storage['fits_in_page_cache']['reason']}")
-    lines += [e["text"] for e in analysis.get("epochs", [])]
+        return [f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
+                f"{storage['fits_in_page_cache']['reason']}"]
+    return []
+
+
+def _trust_lines(analysis: dict) -> list[str]:
+    """How far the run's figures can be trusted: unstable trials and the model's prediction error."""
+    lines = []
     if analysis.get("unstable_trials"):
         causes = ", ".join(f"{c}: {n}" for c, n in analysis.get("unstable_causes", {}).items())
         lines.append(f"{analysis['unstable_trials']} of {analysis['trials']} trials unstable (95% interval wider "
@@ -184,17 +210,16 @@ def recommendation_lines(run) -> list[str]:
     if err is not None:
         lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
                      f"{len(analysis.get('verdicts', []))} end-to-end trials")
-    for o in analysis.get("stage_timing_overhead", []):
-        if "overhead_ci95_low" not in o:  # a run from before the alternating measurement
-            continue
-        verdict = "" if o.get("resolved") else ": not distinguishable from zero"
-        interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
-            f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
-        lines.append(f"stage clocks cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
-                     f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} clocked vs "
-                     f"{o['untimed_samples_per_s']:,.1f} unclocked samples/s, windows alternated on one loader)")
-    ref = reference_line(run.meta.get("cpu_reference"))
-    return lines + ([ref] if ref else [])
+    return lines
+
+
+def _overhead_line(o: dict) -> str:
+    verdict = "" if o.get("resolved") else ": not distinguishable from zero"
+    interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
+        f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
+    return (f"stage clocks cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
+            f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} clocked vs "
+            f"{o['untimed_samples_per_s']:,.1f} unclocked samples/s, windows alternated on one loader)")
 
 
 def reference_line(ref: dict) -> str | None:
@@ -225,6 +250,17 @@ def render_markdown(run) -> str:
     if recs:
         parts += ["## Recommendations", ""] + [f"- {line}" for line in recs] + [""]
     return "\n".join(parts)
+
+
+def render_text(run) -> str:
+    """The console report as plain text (no colour), for files and pipes."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    buffer = StringIO()
+    render_console(run, Console(file=buffer, width=140, color_system=None))
+    return buffer.getvalue()
 
 
 def render_console(run, console=None) -> None:
