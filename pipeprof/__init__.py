@@ -28,9 +28,15 @@ def run(config=None, overrides=(), **kwargs):
 
 def profile(dataset=None, model="auto", batch_size=None, num_workers=None, precision=None, *,
             mode="train", trials=None, measure=None, out_dir="out", name="profile", log=print, loss_fn=None,
-            threads=None, **sections):
-    """Profile ``dataset`` (any map-style Dataset of ``(CHW tensor, label)``; None: the synthetic one)
-    feeding ``model`` (an ``nn.Module``, a model name, or "auto") over worker counts.
+            threads=None, loader=None, **sections):
+    """Profile ``dataset`` (a map-style Dataset or an IterableDataset of ``(CHW tensor, label)``;
+    None: the synthetic one) feeding ``model`` (an ``nn.Module``, a model name, or "auto") over
+    worker counts.
+
+    ``loader``: instead of ``dataset``, your own DataLoader (any iterable of batches: a WebLoader,
+    litdata, a custom sampler/collate) as ``fn(num_workers)``, called per trial with the swept count.
+    Batches: a dict with 'image'/'label' (or 'images'/'labels') or a tuple (images, labels, ...);
+    the first fixes the batch size (``batch_size`` may only repeat it).
 
     Returns a :class:`pipeprof.results.Run`; ``.trials`` is a DataFrame whose
     metric columns carry their units (``samples_per_s``, ``data_wait_frac``...).
@@ -42,6 +48,8 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     from .config import build
     from .runner import execute
 
+    if dataset is not None and loader is not None:
+        raise ValueError("profile(): pass dataset= or loader=, not both (the loader factory builds its own dataset)")
     models = {}
     if model is not None and not isinstance(model, str):
         import copy
@@ -55,7 +63,7 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     if trials is not None:
         raw["trials"] = trials
     cfg = build(raw, origin="profile() arguments")
-    return execute(cfg, user_dataset=dataset, models=models, log=log, loss_fn=loss_fn)
+    return execute(cfg, user_dataset=dataset, models=models, log=log, loss_fn=loss_fn, user_loader=loader)
 
 
 def load_run(path):

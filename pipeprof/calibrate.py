@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 
 def burn(seconds: float) -> None:
@@ -113,3 +113,16 @@ def burn_dataset_10ms() -> BurnDataset:
     "pipeprof.calibrate:burn_dataset_10ms"}``): a pipeline whose CPU curve is known, 100 samples/s
     per core, used by the sizing check in processes restricted to fewer cores."""
     return BurnDataset(2048, 0.010)
+
+
+def _tuple_collate(samples) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images [B, 3, side, side] uint8, labels [B] int64): a user's collate that returns a tuple."""
+    return torch.stack([s[0] for s in samples]), torch.tensor([s[1] for s in samples], dtype=torch.long)
+
+
+def burn_loader(num_workers: int) -> DataLoader:
+    """A user's own DataLoader, for configs (``data: {kind: loader, factory: "pipeprof.calibrate:burn_loader"}``):
+    256 BurnDataset samples of 2 ms CPU each (500 samples/s per core), batch 8, shuffled, tuple batches.
+    One pass is 32 batches: trials see its epochs end and restart."""
+    return DataLoader(BurnDataset(256, 0.002), batch_size=8, shuffle=True, num_workers=num_workers,
+                      collate_fn=_tuple_collate, drop_last=True)

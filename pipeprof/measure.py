@@ -223,11 +223,7 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     t0 = clock()
     p = Paired(planned_pairs=Paired.plan(policy)[0], warmup_wanted=policy.warmup_batches + drain_batches)
     set_mode(True)
-    while p.warmup_batches < p.warmup_wanted or clock() - t0 < policy.warmup_s:
-        step()
-        p.warmup_batches += 1
-        if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget
-            break
+    _paired_warmup(step, policy, p, clock, t0)
     on_phase("measure")
     last_pair_s = 0.0
     while _more_pairs(p, policy):
@@ -236,14 +232,7 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
         if left <= 0 or left < last_pair_s:
             p.time_capped = True
             break
-        done = []
-        for mode in ((True, False) if len(p.a) % 2 == 0 else (False, True)):
-            if done and clock() - t0 >= policy.max_trial_s:
-                break  # no time for this pair's second window
-            set_mode(mode)
-            for _ in range(drain_batches):
-                step()
-            done.append((mode, window(step, policy, clock, lambda: None, clock(), batch_multiple)))
+        done = _one_pair(step, set_mode, policy, p, clock, t0, drain_batches, batch_multiple)
         if len(done) < 2:
             p.time_capped = True
             break
@@ -252,6 +241,28 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
         last_pair_s = clock() - t_pair
     on_phase("done")
     return p
+
+
+def _paired_warmup(step, policy, p: Paired, clock, t0: float) -> None:
+    while p.warmup_batches < p.warmup_wanted or clock() - t0 < policy.warmup_s:
+        step()
+        p.warmup_batches += 1
+        if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget
+            break
+
+
+def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches: int,
+              batch_multiple: int) -> list[tuple[bool, Window]]:
+    """The next pair's windows, in ABBA order: one alone when the cap came before the second."""
+    done = []
+    for mode in ((True, False) if len(p.a) % 2 == 0 else (False, True)):
+        if done and clock() - t0 >= policy.max_trial_s:
+            break  # no time for this pair's second window
+        set_mode(mode)
+        for _ in range(drain_batches):
+            step()
+        done.append((mode, window(step, policy, clock, lambda: None, clock(), batch_multiple)))
+    return done
 
 
 def _more_pairs(p: Paired, policy) -> bool:

@@ -10,12 +10,14 @@ import time
 from typing import Callable, NamedTuple, Optional
 
 import torch
+from torch.utils.data import IterableDataset
 
 from . import reference
 from ._version import __version__
 from .analysis import analyse
 from .config import ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
+from .loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from .data.prepare import build_sources, dataset_folder, source_info, storage_facts
 from .env import snapshot
 from .monitors import Monitor, summarize
@@ -34,41 +36,56 @@ class Plan(NamedTuple):
     sources: dict
     specs: list
     meta: dict
+    user_loader: object = None  # fn(num_workers) -> the user's DataLoader; None: pipeprof builds the loaders
 
 
-def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = print) -> Plan:
+def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = print, user_loader=None) -> Plan:
     """Resolve ``cfg`` for this machine, open the data and plan the trials; nothing is measured yet.
-    Bad input (config, paths, import paths) raises ConfigError before any run folder exists."""
+    Bad input (config, paths, import paths) raises ConfigError before any run folder exists.
+
+    ``user_loader``: fn(num_workers) -> the user's own DataLoader (``data.kind: loader`` names one);
+    its first batch fixes the batch size, image dtype and side."""
     env = snapshot(cfg.data.path)
+    if user_loader is None and cfg.data.kind == "loader":
+        user_loader = _load_loader_factory(cfg.data.factory)
+    loader_probe = None
+    if user_loader is not None:
+        loader_probe, batch = _loader_probe(user_loader)
+        cfg = _with_batch_size(cfg, batch)
     cuda = torch.cuda.is_available()
     cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"])
     if user_dataset is None and cfg.data.kind == "factory":
         from .models import load_callable
 
         user_dataset = load_callable(cfg.data.factory)()
-    user = user_dataset is not None
+    user = user_dataset is not None or user_loader is not None
     if user and cfg.data.storage_swept:
         raise ConfigError("data.source/data.cache: storage axes need pipeprof's own pipeline; "
                           "a user Dataset hides its storage")
-    folder, data_facts = (None, {"kind": "user"}) if user else dataset_folder(cfg, log)
+    facts = {"kind": "user"} | ({"form": "loader"} if user_loader is not None else {})
+    folder, data_facts = (None, facts) if user else dataset_folder(cfg, log)
     sources = {} if user else build_sources(cfg, folder, log)
-    specs = expand(cfg, _user_probe(user_dataset) if user else None, user_dataset=user)
+    probe = loader_probe or (_user_probe(user_dataset) if user else None)
+    specs = expand(cfg, probe, user_dataset=user, user_loader=user_loader is not None)
+    policy = {"user's DataLoader": USER_WORKER_POLICY_NOTE} if user_loader is not None else WORKER_POLICY
     source = next(iter(sources.values()), None)
     meta = {"schema_version": SCHEMA_VERSION, "pipeprof_version": __version__, "status": "running",
             "config": cfg.model_dump(), "machine": env, "dataset": data_facts,
             "source": source.describe() if source is not None else None, "storage": storage_facts(cfg, sources),
-            "timed_regions": timed_regions(), "worker_policy": WORKER_POLICY, "trials_planned": len(specs)}
-    return Plan(cfg, env, user_dataset, sources, specs, meta)
+            "timed_regions": timed_regions(), "worker_policy": policy, "trials_planned": len(specs)}
+    return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader)
 
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
-            log: Callable[[str], None] = print, progress=None, loss_fn: Optional[Callable] = None) -> Run:
+            log: Callable[[str], None] = print, progress=None, loss_fn: Optional[Callable] = None,
+            user_loader: Optional[Callable] = None) -> Run:
     """Run every trial of ``cfg`` and return the saved :class:`Run`.
 
     ``loss_fn(raw model output, labels) -> scalar tensor`` overrides ``model.loss``.
+    ``user_loader``: fn(num_workers) -> the user's own DataLoader, used instead of pipeprof's.
     """
     started = time.time()
-    plan = prepare(cfg, user_dataset, log)
+    plan = prepare(cfg, user_dataset, log, user_loader)
     cfg, cores = plan.cfg, plan.machine["cores"]["usable"]
     loss_fn = loss_fn if loss_fn is not None else _configured_loss(cfg)  # a bad path fails before the run folder
     run = Run(new_run_dir(cfg.out_dir, cfg.name))
@@ -98,7 +115,7 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
     cfg, cuda = plan.cfg, plan.cfg.device == "cuda"
     with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
         ctx = TrialContext(torch.device(cfg.device), next(iter(plan.sources.values()), None), cfg.measure, monitor,
-                           user_dataset=plan.user_dataset, stage_timing=cfg.stage_timing,
+                           user_dataset=plan.user_dataset, user_loader=plan.user_loader, stage_timing=cfg.stage_timing,
                            prefetch_factor=cfg.loader.prefetch_factor, num_classes=cfg.model.num_classes,
                            channels_last=cfg.model.channels_last, cudnn_benchmark=cfg.model.cudnn_benchmark,
                            loss_fn=loss_fn, seed=cfg.data.seed, cores=int(plan.machine["cores"]["usable"]),
@@ -126,8 +143,51 @@ def _configured_loss(cfg: RunConfig) -> Optional[Callable]:
 
 def _user_probe(dataset) -> Callable[[str, int], tuple[str, int]]:
     """The user's samples fix dtype and side, whatever the model's native size."""
-    image = torch.as_tensor(dataset[0][0])
+    # an IterableDataset cannot be indexed: its first sample stands for the others
+    sample = next(iter(dataset)) if isinstance(dataset, IterableDataset) else dataset[0]
+    image = torch.as_tensor(sample[0])
     if image.ndim != 3:
-        raise ValueError(f"dataset[0][0] must be a CHW image tensor, got shape {tuple(image.shape)}")
+        raise ValueError(f"the dataset's first sample's image must be a CHW tensor, got shape {tuple(image.shape)}")
     dtype = str(image.dtype).removeprefix("torch.")
     return lambda preset, size: (dtype, int(image.shape[-1]))
+
+
+def _load_loader_factory(path: str) -> Callable:
+    """The callable ``data.factory`` names for ``data.kind: loader``."""
+    from .models import load_callable
+
+    try:
+        return load_callable(path)
+    except ValueError as exc:
+        raise ConfigError(f"data.factory: {exc}") from None
+
+
+def _loader_probe(factory: Callable) -> tuple[Callable[[str, int], tuple[str, int]], int]:
+    """Build ``factory(0)`` and take one batch: its images fix dtype, side and batch size.
+    Returns (probe for ``sweep.expand``, batch size); a factory that fails is a ConfigError."""
+    it = None
+    try:
+        loader = factory(0)
+        if not hasattr(loader, "__iter__"):
+            raise TypeError(f"it returned a {type(loader).__name__}, not an iterable DataLoader")
+        it = EndlessIter(loader, user_batch)
+        images = next(it)["image"]
+    except Exception as exc:  # the user's code: any failure means the factory cannot be profiled
+        raise ConfigError(f"data.factory: fn(num_workers=0) must return a DataLoader (an iterable of batches); "
+                          f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if it is not None:
+            shutdown(it)  # a factory that ignores num_workers=0 may have started workers
+    dtype = str(images.dtype).removeprefix("torch.")
+    side = int(images[0].shape[-1])
+    return (lambda preset, size: (dtype, side)), len(images)
+
+
+def _with_batch_size(cfg: RunConfig, batch: int) -> RunConfig:
+    """The user's DataLoader fixes the batch size (loader.batch_size may only repeat it)."""
+    if cfg.loader.batch_size not in (None, [batch]):
+        raise ConfigError(f"loader.batch_size: {cfg.loader.batch_size}, but the user's DataLoader makes batches of "
+                          f"{batch}: its factory fixes the batch size")
+    c = cfg.model_copy(deep=True)
+    c.loader.batch_size = [batch]
+    return c

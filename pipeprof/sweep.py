@@ -40,14 +40,15 @@ def storage_points(cfg) -> list[tuple[str, str]]:
 
 
 def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
-           user_dataset: bool = False) -> list[TrialSpec]:
+           user_dataset: bool = False, user_loader: bool = False) -> list[TrialSpec]:
     """All trials of a resolved config, deduplicated, in run order, planned from each kind's
     registry entry (``trials.KINDS``): step kinds once per model × precision × preset × batch,
     loader kinds per storage point × worker count.
 
     ``probe(preset, model_input_size) -> (dtype, side)`` says what the loader will
     produce; with ``user_dataset`` the presets do not apply and the probe answers
-    from the user's own samples.
+    from the user's own samples. With ``user_loader`` (the user's own DataLoader, which implies
+    ``user_dataset``) pinning is theirs too: ``pin_memory`` is None in the specs.
     """
     probe = probe or preset_probe
     specs: list[TrialSpec] = []
@@ -63,7 +64,8 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
 
         def pipe_at(source, cache_state) -> dict:
             return dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
-                        pin_memory=cfg.loader.pin_memory, image_size=size, source=source, cache_state=cache_state)
+                        pin_memory=None if user_loader else cfg.loader.pin_memory, image_size=size, source=source,
+                        cache_state=cache_state)
 
         for (source, cache_state), w in product(storage, cfg.loader.num_workers):
             pipe = pipe_at(source, cache_state)

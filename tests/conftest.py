@@ -43,6 +43,17 @@ def tiny_dataset(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="session")
+def shard_dir(tiny_dataset, tmp_path_factory):
+    """The tiny dataset packed by ``pipeprof pack`` into at least 3 tar shards (WebDataset layout)."""
+    from pipeprof.data.sources.shards import pack_folder
+
+    dst = tmp_path_factory.mktemp("shards")
+    info = pack_folder(tiny_dataset, dst, shard_size_mb=0.3)
+    assert info["samples"] == 12 and info["shards"] >= 3
+    return dst
+
+
 @pytest.fixture
 def quick_measure() -> dict:
     """A short steady-state policy for tests: enough windows to compute a spread."""

@@ -49,14 +49,6 @@ def test_registry_names_new_sources():
 # --------------------------------------------------------------------------- shards
 
 
-@pytest.fixture(scope="module")
-def shard_dir(tiny_dataset, tmp_path_factory):
-    dst = tmp_path_factory.mktemp("shards")
-    info = pack_folder(tiny_dataset, dst, shard_size_mb=0.3)
-    assert info["samples"] == 12 and info["shards"] >= 3
-    return dst
-
-
 def test_shards_hold_the_same_samples_as_the_folder(tiny_dataset, shard_dir):
     shards = ShardSource(shard_dir)
     assert len(shards) == 12 and shards.sequential

@@ -342,10 +342,10 @@ def test_throttled_source_is_io_bound_at_the_cap(throttle_demo, jpeg_folder):
 def test_faster_storage_action_predicted_from_the_unthrottled_pair(throttle_demo):
     groups = {g["source"]: g for g in throttle_demo.meta["analysis"]["groups"]}
     actions = groups["throttled-files-20MBps"]["actions"]
-    # it ranks in the top two: the other is caching in RAM, estimated from the stage clocks, whose
-    # predicted gain lands within a few percent of this one (both remove the storage bound)
+    # it ranks in the top two: the other is caching in RAM, estimated from the stage clocks (both remove
+    # the storage bound; the estimate also charges the cores budget, so it lands lower)
     (top,) = [a for a in actions[:2] if a["action"].startswith("faster storage: as measured with files")]
-    assert all(a["gain_frac"] > 1 for a in actions[:2]), actions
+    assert top["gain_frac"] > 1, actions
     # built from the unthrottled pair's measured fetch rate (named in its basis), and predicting the
     # large gain the native run showed (its measured rate is > 2x the throttled one, asserted above);
     # how close it lands to the native run's measured rate is `pipeprof validate`'s job, not a test's

@@ -110,23 +110,15 @@ def test_a_json_label_must_hold_an_integer(tiny_dataset, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def packed(tiny_dataset, tmp_path_factory):
-    dst = tmp_path_factory.mktemp("packed")
-    info = pack_folder(tiny_dataset, dst, shard_size_mb=0.3)
-    assert info["samples"] == 12 and info["shards"] >= 3
-    return dst
-
-
-@pytest.fixture(scope="module")
 def packed_one_shard(tiny_dataset, tmp_path_factory):
     dst = tmp_path_factory.mktemp("packed1")
     assert pack_folder(tiny_dataset, dst, shard_size_mb=100)["shards"] == 1
     return dst
 
 
-def test_packed_shards_are_a_webdataset(tiny_dataset, packed):
-    n = len(list(packed.glob("shard-*.tar")))
-    urls = str(packed / f"shard-{{000000..{n - 1:06d}}}.tar")  # WebDataset's own brace notation
+def test_packed_shards_are_a_webdataset(tiny_dataset, shard_dir):
+    n = len(list(shard_dir.glob("shard-*.tar")))
+    urls = str(shard_dir / f"shard-{{000000..{n - 1:06d}}}.tar")  # WebDataset's own brace notation
     raw = list(wds.WebDataset(urls, shardshuffle=False).to_tuple("__key__", "jpg;jpeg;png", "cls"))
     assert len(raw) == 12 and len({key for key, _, _ in raw}) == 12
     for _, data, _ in raw:
@@ -140,8 +132,8 @@ def test_packed_shards_are_a_webdataset(tiny_dataset, packed):
     assert sorted(label for _, label in decoded) == sorted(label for _, label in folder_samples(tiny_dataset))
 
 
-def test_packed_members_are_grouped_by_key(packed):
-    for shard in sorted(packed.glob("shard-*.tar")):
+def test_packed_members_are_grouped_by_key(shard_dir):
+    for shard in sorted(shard_dir.glob("shard-*.tar")):
         with tarfile.open(shard) as tf:
             names = tf.getnames()
         keys = [name.partition(".")[0] for name in names]
@@ -175,7 +167,7 @@ def read_through_loader(source, workers: int = 2, batch_size: int = 2, max_batch
     return got
 
 
-@pytest.mark.parametrize("shards", ["packed", "packed_one_shard"])  # one shard: the 2nd worker starts mid-shard
+@pytest.mark.parametrize("shards", ["shard_dir", "packed_one_shard"])  # one shard: the 2nd worker starts mid-shard
 def test_webdataset_reader_matches_the_default_reader_in_workers(shards, request):
     where = request.getfixturevalue(shards)
     default, through_wds = ShardSource(where), ShardSource(where, reader="webdataset")
@@ -185,18 +177,18 @@ def test_webdataset_reader_matches_the_default_reader_in_workers(shards, request
     assert read_through_loader(default) == expected
 
 
-def test_webdataset_reader_serves_any_order_in_one_process(packed):
-    default, through_wds = ShardSource(packed), ShardSource(packed, reader="webdataset")
+def test_webdataset_reader_serves_any_order_in_one_process(shard_dir):
+    default, through_wds = ShardSource(shard_dir), ShardSource(shard_dir, reader="webdataset")
     order = list(range(len(default)))[::-1] + [3, 4, 5, 5, 0]  # backwards, forwards, a repeat
     assert [through_wds.read(i) for i in order] == [default.read(i) for i in order]
     through_wds.close()
     assert through_wds.read(7) == default.read(7)  # reopened after close
 
 
-def test_source_class_takes_the_reader(packed):
-    assert source_class("shards")(packed, reader="webdataset").reader == "webdataset"
+def test_source_class_takes_the_reader(shard_dir):
+    assert source_class("shards")(shard_dir, reader="webdataset").reader == "webdataset"
     with pytest.raises(ValueError, match="unknown shard reader 'tfrecord'; allowed: pipeprof, webdataset"):
-        ShardSource(packed, reader="tfrecord")
+        ShardSource(shard_dir, reader="tfrecord")
 
 
 def test_webdataset_reader_refuses_samples_split_across_the_shard(tiny_dataset, tmp_path):

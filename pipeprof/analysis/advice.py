@@ -189,51 +189,76 @@ def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, dev
     """
     now = row["samples_per_s"]
     base, bounds = predict(row, ws, rates, cores)
-    out = []
-
-    def add(action, predicted, basis):
-        out.append({"action": action, "predicted_samples_per_s": predicted, "basis": basis})
-
     shares = {k.split(".", 1)[1]: v for k, v in row.items() if k.startswith("stage_share.") and v == v}
-    costly = max(((k, v) for k, v in shares.items() if k not in ("read", "collate")), key=lambda kv: kv[1],
-                 default=None)
-    if costly and costly[1] < 1:
-        name, share = costly
-        if name == "decode":  # decoding cannot be dropped; a 2x faster path is the realistic change
-            how = "OpenCV/SIMD decoder, smaller stored JPEGs" + (", GPU decode" if device == "cuda" else "")
-            add(f"halve decode time ({how}): decode is "
-                f"{share:.0%} of worker time", _cheaper_cpu(row, ws, rates, share / 2, cores),
-                "worker time less half of decode's measured share (the 2x is an assumption)")
-        else:
-            add(f"drop or cheapen {name}: {share:.0%} of worker time",
-                _cheaper_cpu(row, ws, rates, share, cores), "worker time less that stage's measured share")
-    uint8_share = shares.get("Normalize", 0) + 0.75 * shares.get("collate", 0)
-    if shares.get("Normalize", 0) and uint8_share < 1 and device == "cuda":
-        add("normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
-            _cheaper_cpu(row, ws, rates, uint8_share, cores),
-            "Normalize's share and 3/4 of collate's share removed from worker time")
-    if _known(bounds.get("io")) and bounds["io"] <= 1.1 * base:
-        r = row.copy()
-        r["io_bound_samples_per_s"] = float("nan")
-        add("cache the dataset in RAM (source: memory) or move it to faster storage",
-            predict(r, ws, rates, cores)[0], "storage bound removed; CPU and step bounds as measured")
-    main = row.get("main_cores_step") if _known(row.get("main_cores_step")) else 1.0
-    more = max(int(cores - main), 1)
-    if device == "cuda" and len(ws) and more > max(ws.max(), row["num_workers"]):  # measured counts speak for themselves
-        r = row.copy()
-        r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, rates, cores).value
-        if r["cpu_bound_samples_per_s"] == r["cpu_bound_samples_per_s"]:
-            add(f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
-                "the measured cpu_pipeline curve, extrapolated past its last point")
+    candidates = [_cheapen_costliest_stage(row, ws, rates, cores, device, shares),
+                  _uint8_to_gpu(row, ws, rates, cores, device, shares),
+                  _remove_storage_bound(row, ws, rates, cores, base, bounds),
+                  _all_cores_as_workers(row, ws, rates, cores, device)]
+    out = [{"action": action, "predicted_samples_per_s": predicted, "basis": basis}
+           for action, predicted, basis in filter(None, candidates)]
     ranked = _ranked(out, base, now, row)
     if _known(bounds.get("step")) and now >= 0.9 * bounds["step"]:  # a finding, not a change with a gain
-        text = ("the GPU is the limit: lower precision, a larger batch or a faster GPU", "already at the measured "
-                "GPU ceiling; CPU-side changes cannot help") if device == "cuda" else \
-            ("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
-             "already at the measured step ceiling on these cores")
-        ranked.insert(0, {"action": text[0], "predicted_samples_per_s": None, "basis": text[1], "gain_frac": None,
-                          "within_noise": False})
+        ranked.insert(0, _at_step_ceiling(device))
     return ranked
+
+
+def _cheapen_costliest_stage(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str,
+                             shares: dict) -> tuple | None:
+    costly = max(((k, v) for k, v in shares.items() if k not in ("read", "collate")), key=lambda kv: kv[1],
+                 default=None)
+    if not (costly and costly[1] < 1):
+        return None
+    name, share = costly
+    if name == "decode":  # decoding cannot be dropped; a 2x faster path is the realistic change
+        how = "OpenCV/SIMD decoder, smaller stored JPEGs" + (", GPU decode" if device == "cuda" else "")
+        return (f"halve decode time ({how}): decode is "
+                f"{share:.0%} of worker time", _cheaper_cpu(row, ws, rates, share / 2, cores),
+                "worker time less half of decode's measured share (the 2x is an assumption)")
+    return (f"drop or cheapen {name}: {share:.0%} of worker time",
+            _cheaper_cpu(row, ws, rates, share, cores), "worker time less that stage's measured share")
+
+
+def _uint8_to_gpu(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str,
+                  shares: dict) -> tuple | None:
+    uint8_share = shares.get("Normalize", 0) + 0.75 * shares.get("collate", 0)
+    if not (shares.get("Normalize", 0) and uint8_share < 1 and device == "cuda"):
+        return None
+    return ("normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
+            _cheaper_cpu(row, ws, rates, uint8_share, cores),
+            "Normalize's share and 3/4 of collate's share removed from worker time")
+
+
+def _remove_storage_bound(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, base: float,
+                          bounds: dict) -> tuple | None:
+    if not (_known(bounds.get("io")) and bounds["io"] <= 1.1 * base):
+        return None
+    r = row.copy()
+    r["io_bound_samples_per_s"] = float("nan")
+    return ("cache the dataset in RAM (source: memory) or move it to faster storage",
+            predict(r, ws, rates, cores)[0], "storage bound removed; CPU and step bounds as measured")
+
+
+def _all_cores_as_workers(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float,
+                          device: str) -> tuple | None:
+    main = row.get("main_cores_step") if _known(row.get("main_cores_step")) else 1.0
+    more = max(int(cores - main), 1)
+    if not (device == "cuda" and len(ws) and more > max(ws.max(), row["num_workers"])):  # measured counts speak for themselves
+        return None
+    r = row.copy()
+    r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, rates, cores).value
+    if r["cpu_bound_samples_per_s"] != r["cpu_bound_samples_per_s"]:
+        return None
+    return (f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
+            "the measured cpu_pipeline curve, extrapolated past its last point")
+
+
+def _at_step_ceiling(device: str) -> dict:
+    text = ("the GPU is the limit: lower precision, a larger batch or a faster GPU", "already at the measured "
+            "GPU ceiling; CPU-side changes cannot help") if device == "cuda" else \
+        ("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
+         "already at the measured step ceiling on these cores")
+    return {"action": text[0], "predicted_samples_per_s": None, "basis": text[1], "gain_frac": None,
+            "within_noise": False}
 
 
 def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[dict]:

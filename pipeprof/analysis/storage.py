@@ -81,15 +81,29 @@ def storage_actions(trials: pd.DataFrame, row: pd.Series, ws: np.ndarray, rates:
     if not (base == base and base) or not _known(io_now):
         return []
     facts = _source_facts(trials)
+    candidates = list(_measured_swaps(trials, row, facts, io_now, ws, rates, cores))
+    latency = _more_workers_for_latency(trials, row, bounds, base, cores)
+    if latency:
+        candidates.append(latency)
+    if not any(f["kind"] == "memory" for f in facts.values()):
+        ram = _ram_from_stage_clocks(row, bounds, cores)
+        if ram:
+            candidates.append(ram)
+    return [a for c in candidates if (a := _gain_action(now, base, *c))]
+
+
+def _gain_action(now: float, base: float, action: str, predicted: float, basis: str) -> dict | None:
+    """The action with its predicted rate, or None when it gains no more than ``MIN_GAIN``."""
+    gain = predicted / base - 1
+    if gain <= MIN_GAIN:
+        return None
+    return {"action": action, "predicted_samples_per_s": now * (1 + gain), "basis": basis, "gain_frac": gain}
+
+
+def _measured_swaps(trials: pd.DataFrame, row: pd.Series, facts: dict, io_now: float, ws: np.ndarray,
+                    rates: np.ndarray, cores: float):
+    """(action, predicted rate, basis) for each other measured source this trial's storage could become."""
     me = facts.get(row["source"], {"kind": None, "throttle": None})
-    out = []
-
-    def add(action, predicted, basis):
-        gain = predicted / base - 1
-        if gain > MIN_GAIN:
-            out.append({"action": action, "predicted_samples_per_s": now * (1 + gain), "basis": basis,
-                        "gain_frac": gain})
-
     for label, f in facts.items():
         if label == row["source"]:
             continue
@@ -99,21 +113,20 @@ def storage_actions(trials: pd.DataFrame, row: pd.Series, ws: np.ndarray, rates:
         predicted, io_t = swap
         basis = (f"storage_fetch {io_t:,.0f} vs {io_now:,.0f} samples/s measured at {int(row['num_workers'])} workers"
                  f" ({label} vs {row['source']}), with {label}'s measured pipeline rate")
-        if f["kind"] == "memory" and not f["throttle"]:
-            add("cache the dataset in RAM (source: memory; measured)", predicted, basis)
-        elif f["kind"] == "shards" and me["kind"] in ("files", "url") and f["throttle"] == me["throttle"]:
-            add("pack the files into tar shards (`pipeprof pack`) and read them sequentially", predicted, basis)
-        elif (f["kind"] == me["kind"] or {f["kind"], me["kind"]} <= {"files", "url"}) and io_t > io_now:
-            what = f"emulated {f['throttle']}" if f["throttle"] else "this machine's own, unthrottled"
-            add(f"faster storage: as measured with {label} ({what})", predicted, basis)
-    latency = _more_workers_for_latency(trials, row, bounds, base, cores)
-    if latency:
-        add(*latency)
-    if not any(f["kind"] == "memory" for f in facts.values()):
-        ram = _ram_from_stage_clocks(row, bounds, cores)
-        if ram:
-            add(*ram)
-    return out
+        action = _swap_action(label, f, me, io_t, io_now)
+        if action:
+            yield action, predicted, basis
+
+
+def _swap_action(label: str, f: dict, me: dict, io_t: float, io_now: float) -> str | None:
+    if f["kind"] == "memory" and not f["throttle"]:
+        return "cache the dataset in RAM (source: memory; measured)"
+    if f["kind"] == "shards" and me["kind"] in ("files", "url") and f["throttle"] == me["throttle"]:
+        return "pack the files into tar shards (`pipeprof pack`) and read them sequentially"
+    if (f["kind"] == me["kind"] or {f["kind"], me["kind"]} <= {"files", "url"}) and io_t > io_now:
+        what = f"emulated {f['throttle']}" if f["throttle"] else "this machine's own, unthrottled"
+        return f"faster storage: as measured with {label} ({what})"
+    return None
 
 
 def storage_limited(curve: pd.DataFrame) -> bool:

@@ -143,6 +143,43 @@ def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windo
     return {"warmup_batches": warmup, "window_batches": per_window, "windows": windows, "in_first_pass": in_pass}
 
 
+def _cold_loop(ctx: TrialContext, spec: TrialSpec, samples: int, depth: int, plan: dict):
+    """The steady-state loop of a cold storage_fetch: the cache is cold only until each file has been
+    read once, so warm up by hand, size the windows from the warm-up's rate and the batches left in
+    this pass, then measure (``plan`` receives the sizes)."""
+    def loop(one, phase, check, it):
+        if not check.cold:
+            return loop_with(ctx, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
+        ctx.monitor.set_trial(spec.trial_id, "warmup")
+        t0, n = time.perf_counter(), 0
+        for _ in range(depth + max(spec.num_workers or 1, 1)):
+            n += one()
+        warm_s = time.perf_counter() - t0
+        plan.update(one_pass_plan(samples, spec.batch_size, spec.num_workers, depth, ctx.measure.windows,
+                                  ctx.measure.window_batches, n / warm_s if warm_s > 0 else None,
+                                  ctx.measure.window_s))
+        policy = ctx.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
+                                                "window_batches": plan["window_batches"],
+                                                "windows": plan["windows"],
+                                                "max_windows": plan["windows"]})  # more would leave the pass
+        m = loop_with(ctx, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
+        m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
+        return m
+    return loop
+
+
+def _read_columns(totals: dict, times: list, measured: float) -> dict:
+    """Read rate, bytes and latency percentiles of the measured windows' raw reads."""
+    lat = np.asarray(times) * 1e3
+    cols = {"read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
+            "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
+    if measured > 0:  # no window fits when warm-up spent the whole budget: the row says unstable, no rate
+        cols |= {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured}
+    if len(lat):
+        cols |= {f"read_latency_ms_p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)}
+    return cols
+
+
 def storage_fetch(ctx: TrialContext, spec: TrialSpec) -> dict:
     source = ctx.source_for(spec)
     if source is None:
@@ -159,48 +196,18 @@ def storage_fetch(ctx: TrialContext, spec: TrialSpec) -> dict:
             times.extend(batch["read_times"])
         return batch["n"]
 
-    depth = prefetch_depth(spec.num_workers, ctx.prefetch_factor)
-    plan: dict = {}
-
-    def loop(one, phase, check, it):
-        if not check.cold:
-            return loop_with(ctx, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
-        # the cache is cold only until each file has been read once: warm up by hand, size the
-        # windows from the warm-up's rate and the batches left in this pass, then measure
-        ctx.monitor.set_trial(spec.trial_id, "warmup")
-        rounds = max(spec.num_workers or 1, 1)
-        t0, n = time.perf_counter(), 0
-        for _ in range(depth + rounds):
-            n += one()
-        warm_s = time.perf_counter() - t0
-        plan.update(one_pass_plan(len(dataset), spec.batch_size, spec.num_workers, depth, ctx.measure.windows,
-                                  ctx.measure.window_batches, n / warm_s if warm_s > 0 else None,
-                                  ctx.measure.window_s))
-        policy = ctx.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
-                                                  "window_batches": plan["window_batches"],
-                                                  "windows": plan["windows"],
-                                                  "max_windows": plan["windows"]})  # more would leave the pass
-        m = loop_with(ctx, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
-        m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
-        return m
-
-    m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_bytes, loop=loop)
-    measured = m.t_measure_end - m.t_measure_start
-    lat = np.asarray(times) * 1e3
-    cols = {"read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
-            "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
-    if measured > 0:  # no window fits when warm-up spent the whole budget: the row says unstable, no rate
-        cols |= {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured}
-    if len(lat):
-        cols |= {f"read_latency_ms_p{q}": float(np.percentile(lat, q)) for q in (50, 95, 99)}
+    depth, plan = prefetch_depth(spec.num_workers, ctx.prefetch_factor), {}
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_bytes,
+                            loop=_cold_loop(ctx, spec, len(dataset), depth, plan))
+    out = m.stats() | _read_columns(totals, times, m.t_measure_end - m.t_measure_start) | extra
     if plan:
-        cols["in_first_pass"] = plan["in_first_pass"]
-    out = m.stats() | cols | extra
+        out["in_first_pass"] = plan["in_first_pass"]
     if plan and not plan["in_first_pass"]:
         note = (f"dataset too small for a cold measurement within one pass ({len(dataset)} samples, batch "
                 f"{spec.batch_size}, {depth} batches in flight): part of the windows re-read cached files")
         out["cache_note"] = "; ".join(filter(None, [out.get("cache_note"), note]))
     return out
+
 
 @dataclass(frozen=True)
 class Kind:

@@ -7,11 +7,13 @@ import time
 from typing import Any, Optional
 
 import torch
+from torch.utils.data import IterableDataset
 
 from ..augment import load_preset
 from ..data import cache
 from ..data.dataset import PipelineDataset, RawBytesDataset, collate_pipeline
-from ..loader import access_order, build_loader, prefetch_depth, shutdown, worker_pids
+from ..loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
+                      user_batch, worker_pids)
 from ..measure import steady_state
 from ..models import build as build_model
 from ..step import Step
@@ -20,8 +22,9 @@ from .spec import TrialContext, TrialSpec
 
 
 def pipeline_dataset(ctx: TrialContext, spec: TrialSpec):
-    """The dataset the loader reads: pipeprof's pipeline, or the user's own Dataset."""
-    if ctx.user_dataset is not None:
+    """The dataset the loader reads: pipeprof's pipeline, or the user's own Dataset (None when the
+    user's own DataLoader brings its dataset)."""
+    if ctx.user_dataset is not None or ctx.user_loader is not None:
         return ctx.user_dataset
     transform = load_preset(spec.preset, spec.image_size)
     timing = ctx.stage_timing if spec.stage_timing is None else spec.stage_timing
@@ -47,12 +50,32 @@ def make_step(ctx: TrialContext, spec: TrialSpec) -> Step:
 
 
 def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate):
-    # a batch that takes longer than a whole trial may take means the storage stopped answering
-    loader = build_loader(dataset, spec.batch_size, spec.num_workers, collate, bool(spec.pin_memory),
-                          ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s)
-    it = iter(loader)
-    ctx.monitor.track_workers(worker_pids(it))
+    """An iterator of ``{"image", "label", ...}`` batches, with the monitor following its workers.
+
+    With ``ctx.user_loader`` the user's own DataLoader for this worker count, as they built it
+    (sampler, collate, workers); its passes end, so it runs through EndlessIter, as does ours over
+    an IterableDataset. Each new pass has new workers: the monitor is told their PIDs again.
+    """
+    def track(it) -> None:
+        ctx.monitor.track_workers(worker_pids(it))
+
+    if ctx.user_loader is not None:
+        it = EndlessIter(ctx.user_loader(spec.num_workers), user_batch, track)
+    else:
+        # a batch that takes longer than a whole trial may take means the storage stopped answering
+        loader = build_loader(dataset, spec.batch_size, spec.num_workers, collate, bool(spec.pin_memory),
+                              ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s)
+        it = EndlessIter(loader, on_pass=track) if isinstance(dataset, IterableDataset) else iter(loader)
+    track(it)
     return it
+
+
+def loader_columns(ctx: TrialContext, it) -> dict:
+    """How the loader ran: its restarts (passes that ended inside the trial) and whose worker policy."""
+    cols = {"loader_restarts": it.restarts} if isinstance(it, EndlessIter) else {}
+    if ctx.user_loader is not None:  # its worker_init_fn is the user's: no thread caps or seeds of ours
+        cols["worker_policy"] = USER_WORKER_POLICY
+    return cols
 
 
 def close_loader(ctx: TrialContext, it) -> None:
@@ -160,7 +183,7 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
         else:
             m = loop_with(ctx, spec, one, phase, sync, prefetch_depth(spec.num_workers, ctx.prefetch_factor) + 2,
                            check=check, it=it)
-        memory = memory_columns(it)
+        memory = memory_columns(it) | loader_columns(ctx, it)
     finally:
         check.stop()
         close_loader(ctx, it)

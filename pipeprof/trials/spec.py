@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -48,6 +48,9 @@ class TrialContext:
     measure: Any  # config.MeasureConfig
     monitor: Any  # monitors.Monitor
     user_dataset: Any = None
+    # fn(num_workers) -> the user's own DataLoader (any iterable of batches): it replaces pipeprof's
+    # loader, sampler and worker policy in cpu_pipeline and end_to_end trials
+    user_loader: Optional[Callable[[int], Any]] = None
     stage_timing: bool = True
     prefetch_factor: int = 2
     num_classes: int = 1000

@@ -129,6 +129,20 @@ def _read_label(tf: tarfile.TarFile, member: tarfile.TarInfo, shard: str) -> int
 def _index_members(tf: tarfile.TarFile, shard: str, file_size: int, webdataset_layout: bool = False) -> list[Member]:
     """One :class:`Member` per sample, in file order; with ``webdataset_layout`` the members
     of each sample must be adjacent (webdataset groups consecutive members by key)."""
+    samples, misplaced = _group_by_key(tf, shard, file_size)
+    # A tar ends with two zero blocks; without them members may be missing after a
+    # cut at a member boundary, which tarfile would otherwise take as a clean end.
+    if tf.offset + 2 * tarfile.BLOCKSIZE > file_size:
+        last = tf.members[-1].name if tf.members else "(none)"
+        raise SourceError(f"truncated shard {shard}: no end-of-archive marker after member {last}")
+    if webdataset_layout and misplaced is not None:
+        raise SourceError(f"{shard}: member {misplaced} is not next to the other members of its sample; "
+                          f"the webdataset reader needs each sample's files adjacent (re-pack with pipeprof pack)")
+    return _labelled_members(tf, shard, samples)
+
+
+def _group_by_key(tf: tarfile.TarFile, shard: str, file_size: int) -> tuple[dict[str, dict], str | None]:
+    """Each sample's first image and labels by key, and the first member away from its sample's others."""
     samples: dict[str, dict] = {}  # key -> {"start", "image", "labels"}; dicts keep file order
     last_key, misplaced = None, None
     for m in tf:
@@ -152,14 +166,11 @@ def _index_members(tf: tarfile.TarFile, shard: str, file_size: int, webdataset_l
                 entry["image"] = m
         elif ext in LABEL_EXTS:
             entry["labels"].setdefault(ext, m)
-    # A tar ends with two zero blocks; without them members may be missing after a
-    # cut at a member boundary, which tarfile would otherwise take as a clean end.
-    if tf.offset + 2 * tarfile.BLOCKSIZE > file_size:
-        last = tf.members[-1].name if tf.members else "(none)"
-        raise SourceError(f"truncated shard {shard}: no end-of-archive marker after member {last}")
-    if webdataset_layout and misplaced is not None:
-        raise SourceError(f"{shard}: member {misplaced} is not next to the other members of its sample; "
-                          f"the webdataset reader needs each sample's files adjacent (re-pack with pipeprof pack)")
+    return samples, misplaced
+
+
+def _labelled_members(tf: tarfile.TarFile, shard: str, samples: dict[str, dict]) -> list[Member]:
+    """The samples with an image, in the images' file order; each must have a label."""
     with_image = sorted((e for e in samples.values() if e["image"] is not None), key=lambda e: e["image"].offset)
     missing = [e["image"].name for e in with_image if not e["labels"]]
     if missing:
