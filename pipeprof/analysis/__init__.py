@@ -41,11 +41,11 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ).
     """
     v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
-    cv = curves(trials)
+    joined = curves(trials)
     out = []
-    for key, curve in groups(cv):
+    for key, curve in groups(joined):
         entry = key | recommend_workers(curve)
-        cpu = cpu_curve(trials, curve.iloc[0])
+        cpu = cpu_curve(trials, curve.iloc[0])  # a CpuCurve (workers, rates)
         advice = _group_advice(trials, curve, cpu, v, cores, device)
         best = curve.loc[curve["samples_per_s"].idxmax()]
         advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
@@ -60,7 +60,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]
     epochs = epoch_estimates(trials, storage["dataset_samples"], storage["fits_in_page_cache"]["fits"]) \
         if storage else []
-    return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [], "curves": curve_rows(cv, v),
+    return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [], "curves": curve_rows(joined, v),
             "epochs": epochs,
             "prediction_error_abs_median": float(errors.median()) if len(errors) else None,
             "stage_timing_overhead": stage_overhead(trials), "cores": cores, "device": device,
@@ -73,12 +73,12 @@ CURVE_ROW_COLUMNS = ["trial_id", "num_workers", "samples_per_s", "samples_per_s_
                      "status", "error", "unstable", "unstable_reason", "cache_note", "emulated", *GROUP_KEYS]
 
 
-def curve_rows(cv: pd.DataFrame, v: pd.DataFrame) -> list[dict]:
+def curve_rows(joined: pd.DataFrame, v: pd.DataFrame) -> list[dict]:
     """The end-to-end rows the report's curve tables print: each trial beside its bounds, verdict,
     prediction and disagreement, as stored (the report never joins or analyses again)."""
-    if cv.empty:
+    if joined.empty:
         return []
-    rows = cv[[c for c in CURVE_ROW_COLUMNS if c in cv]]
+    rows = joined[[c for c in CURVE_ROW_COLUMNS if c in joined]]
     if len(v):
         rows = rows.merge(v[["trial_id", "verdict", "predicted_samples_per_s", "prediction_error_frac",
                              "disagreement"]], on="trial_id", how="left")

@@ -13,6 +13,7 @@ The prediction model (why not just ``min`` of the bounds):
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -133,7 +134,14 @@ def _same_pipeline(c: pd.DataFrame, like: pd.Series) -> pd.DataFrame:
     return c
 
 
-def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+class CpuCurve(NamedTuple):
+    """The loader alone at one setting: worker counts and their samples/s, sorted by workers."""
+
+    workers: np.ndarray
+    rates: np.ndarray
+
+
+def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> CpuCurve:
     """(workers, samples/s) of every cpu_pipeline trial at ``like``'s settings, sorted by workers.
 
     Taken from the cpu_pipeline trials themselves, not the end-to-end rows, so
@@ -141,7 +149,7 @@ def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> tuple[np.ndarray, np.nda
     """
     c = _same_pipeline(ok(trials, "cpu_pipeline"), like)
     c = c[["num_workers", "samples_per_s"]].dropna().drop_duplicates("num_workers").sort_values("num_workers")
-    return c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float)
+    return CpuCurve(c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float))
 
 
 def handoff_limit(trials: pd.DataFrame, like: pd.Series) -> float:
