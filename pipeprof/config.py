@@ -353,6 +353,7 @@ class RunConfig(_Strict):
     trials: list[TrialKindName] = list(TRIAL_KINDS)
     monitor_hz: float = Field(10.0, gt=0, le=100)
     stage_timing: bool = True  # per-transform timing inside workers
+    sweep: Literal["exhaustive", "adaptive"] = "exhaustive"  # adaptive: search num_workers (see search.py)
     data: DataConfig = DataConfig()
     augment: AugmentConfig = AugmentConfig()
     loader: LoaderConfig = LoaderConfig()

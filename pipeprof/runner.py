@@ -23,6 +23,7 @@ from .env import snapshot
 from .monitors import Monitor, summarize
 from .results import Run, new_run_dir
 from .schema import SCHEMA_VERSION
+from .search import run_adaptive
 from .sweep import expand, run_sweep
 from .trials import TrialContext, timed_regions
 
@@ -36,7 +37,8 @@ class Plan(NamedTuple):
     sources: dict
     specs: list
     meta: dict
-    user_loader: object = None  # fn(num_workers) -> the user's DataLoader; None: pipeprof builds the loaders
+    user_loader: object = None
+    probe: object = None  # what the loader hands the step, for planning more specs (search)  # fn(num_workers) -> the user's DataLoader; None: pipeprof builds the loaders
 
 
 def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = print, user_loader=None) -> Plan:
@@ -73,7 +75,9 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
             "config": cfg.model_dump(), "machine": env, "dataset": data_facts,
             "source": source.describe() if source is not None else None, "storage": storage_facts(cfg, sources),
             "timed_regions": timed_regions(), "worker_policy": policy, "trials_planned": len(specs)}
-    return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader)
+    if cfg.sweep == "adaptive":
+        meta["trials_planned"] = None  # the search decides as it measures
+    return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, probe)
 
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
@@ -122,7 +126,12 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
                            step_threads=cfg.model.threads, models=models, sources=plan.sources,
                            source_info=source_info(cfg, plan.sources) if plan.sources else {})
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
-        rows, interrupted = run_sweep(ctx, plan.specs, timeline_of, on_row=run.save_trials, progress=progress)
+        if cfg.sweep == "adaptive":
+            user = plan.user_dataset is not None or plan.user_loader is not None
+            rows, interrupted, run.meta["search"] = run_adaptive(ctx, cfg, plan.probe, user, timeline_of,
+                                                                 on_row=run.save_trials)
+        else:
+            rows, interrupted = run_sweep(ctx, plan.specs, timeline_of, on_row=run.save_trials, progress=progress)
         run.meta["monitor_gpu_error"] = monitor.gpu_error
     run.save_trials(rows)
     run.save_timeline(monitor.timeline())

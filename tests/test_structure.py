@@ -1,7 +1,8 @@
 """The shape of the code, checked: imports go one way along the data flow, no cycles, short functions.
 
 The layers follow DESIGN's flow: config → data (sources, decode) → augment → dataset → loader →
-step → monitors → measure → trials → sweep → analysis → results → runner → report → commands.
+step → monitors → measure → trials → sweep → analysis → results (and the adaptive search, which
+reads measured rows to plan the next trial) → runner → report → commands.
 Shared records (the version, the schema, the preset and model registries, the machine snapshot,
 the confounders) sit below all of them. A module may import its own layer and those below.
 A new module must be placed here: the test fails on a module it does not know.
@@ -25,7 +26,7 @@ LAYERS = {
     9: ["trials.spec", "trials.columns", "trials.skeleton", "trials.kinds", "trials"],
     10: ["sweep"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis"],
-    12: ["results"],
+    12: ["results", "search"],
     13: ["runner"],
     14: ["report", "report.console", "report.doctor"],
     15: ["sizing", "validate", "cli", "", "__main__"],

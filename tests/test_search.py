@@ -1,0 +1,67 @@
+"""The adaptive worker search on workloads of known cost: it finds the known best count and says what it skipped."""
+import json
+
+import pytest
+
+from pipeprof.search import Point, first_guess, next_workers
+
+
+def search(rate_of, step, per_worker, cores, noise=0.01):
+    """Run the planner against a known curve; returns the counts in the order it measured them."""
+    points, order = {}, []
+    w = next_workers(points, step, per_worker, cores)
+    while w is not None:
+        assert w not in points, f"measured {w} twice"
+        r = rate_of(w)
+        points[w] = Point(w, r, r * (1 - noise), r * (1 + noise))
+        order.append(w)
+        w = next_workers(points, step, per_worker, cores)
+    best = max(p.rate for p in points.values())
+    return order, min(w for w, p in points.items() if p.rate >= 0.95 * best)
+
+
+def test_first_guess_is_what_feeds_the_step_at_the_one_worker_rate():
+    assert first_guess(1000, 100, 32) == 10 and first_guess(1000, 100, 4) == 4 and first_guess(50, 100, 8) == 1
+
+
+def test_a_step_bound_curve_is_found_by_bisecting_below_the_guess():
+    # 100 samples/s per worker, a 1,000/s step: 10 workers feed it
+    order, pick = search(lambda w: min(1000.0, 100.0 * w), 1000, 100, 32)
+    assert pick == 10 and order[0] == 10 and len(order) <= 5
+
+
+def test_a_curve_that_flattens_stops_at_the_knee():
+    # the workers stop scaling at 16 (half of 32 CPUs, the other half SMT-like), the GPU wants 5,000/s
+    order, pick = search(lambda w: 100.0 * min(w, 16), 5000, 100, 32)
+    assert pick == 16 and order[0] == 32 and 16 in order and len(order) <= 6
+
+
+def test_a_rising_curve_doubles_toward_the_ceiling():
+    # the one-worker rate promised 10 workers, but workers contend (60/s each): the search goes up while it gains
+    order, pick = search(lambda w: 60.0 * w, 1000, 100, 16)
+    assert order[:2] == [10, 16] and pick == 16
+
+
+def test_noise_wider_than_the_gain_stops_the_climb():
+    # past 8 workers the rate gains 3% with intervals of +-5%: not shown to help, so it stops climbing
+    order, pick = search(lambda w: 100.0 * min(w, 8) * (1 + 0.03 * (w >= 16)), 5000, 600, 64, noise=0.05)
+    assert order[:2] == [9, 18] and 36 not in order and pick == 8
+
+
+def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
+    # 4 ms of CPU a sample (250/s a worker) feeding an 80 ms step of batch 8 (100/s): 1 worker feeds it
+    import pipeprof
+    from pipeprof.calibrate import BurnDataset, FixedStepModel
+
+    run = pipeprof.profile(BurnDataset(256, 0.004), model=FixedStepModel(0.08, num_classes=10), batch_size=8,
+                           threads=1, sweep="adaptive", device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
+                           measure={"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.4, "window_batches": 2,
+                                    "windows": 3, "max_windows": 4, "cpu_reference_s": 0})
+    kinds = run.trials.groupby("kind")["num_workers"].apply(lambda s: sorted(s.dropna().astype(int)))
+    assert kinds["end_to_end"] == [1] and kinds["cpu_pipeline"] == [1]
+    meta = json.loads((run.path / "run.json").read_text())
+    skipped = {s["trial"].split(" (")[0]: s["reason"] for s in meta["search"]["skipped"]}
+    assert "0 workers" in skipped["end_to_end at 0 workers"] and "end_to_end at 2 workers" in skipped
+    (v,) = meta["analysis"]["verdicts"]
+    assert v["verdict"] == "step-bound" and v["samples_per_s"] == pytest.approx(100, rel=0.15)
+    assert meta["analysis"]["groups"][0]["recommended_workers"] == 1
