@@ -197,6 +197,7 @@ class Monitor:
         self._gpu_error: str | None = None if gpu else "disabled"
         self._gpu_count = 0
         self._disk_prev: tuple[float, int] | None = None
+        self._paused = False
         self.cpus: list[int] = _run_cpus()  # re-read by start()
 
     # -- public API --------------------------------------------------------- #
@@ -235,6 +236,11 @@ class Monitor:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def pause(self, paused: bool) -> None:
+        """Stop (True) or resume (False) taking samples; the thread keeps its grid. For measuring
+        what sampling itself costs the run (the ``monitor_overhead`` trial)."""
+        self._paused = paused
 
     def set_trial(self, trial_id: str | None, phase: str | None = None) -> None:
         self._trial = (trial_id, phase)  # one tuple: the sampler never sees a torn pair
@@ -277,7 +283,8 @@ class Monitor:
                 delay = deadline - self._clock()
             if self._stop.wait(max(0.0, delay)):
                 return
-            self._append(self._sample())
+            if not self._paused:
+                self._append(self._sample())
 
     def _append(self, row: dict) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ class TrialKind(str, Enum):
     GPU_CEILING = "gpu_ceiling"
     CPU_PIPELINE = "cpu_pipeline"
     STORAGE_FETCH = "storage_fetch"
+    MONITOR_OVERHEAD = "monitor_overhead"
 
     def __str__(self) -> str:
         return self.value

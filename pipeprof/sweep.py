@@ -71,7 +71,10 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
             pipe = pipe_at(source, cache_state)
             bare = dict(batch_size=bs, source=source, cache_state=cache_state)
             specs += [TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
-                      for k, kind in kinds.items() if kind.loader]
+                      for k, kind in kinds.items() if kind.loader and not kind.once]
+        # once-per-pipeline kinds (an overhead check): at the most workers and the first storage point
+        specs += [TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0]))
+                  for k, kind in kinds.items() if kind.once]
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on
             # and off between windows: their cost (once per preset; it does not depend on the storage)

@@ -265,7 +265,7 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
     monkeypatch.setattr(trials, "open_loader", lambda *a: batches())
     monkeypatch.setattr(trials, "close_loader", lambda ctx, it: closed.append(it))
     monkeypatch.setattr(trials, "alternating", lambda *a, **kw: measure.alternating(*a, clock=clock, **kw))
-    bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2,
+    bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2, user_loader=None,
                             measure=policy(warmup_batches=2, max_trial_s=max_trial_s),
                             monitor=SimpleNamespace(set_trial=lambda *a: None))
     spec = SimpleNamespace(decoder=None, preset="p", image_size=8, num_workers=0, trial_id="t")

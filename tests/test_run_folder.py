@@ -28,7 +28,7 @@ def test_run_folder_holds_the_four_files(run_dir):
 def test_trials_have_every_kind_with_numeric_units(run_dir):
     df = pd.read_parquet(run_dir / "trials.parquet")
     assert (df["status"] == "ok").all(), df["error"].dropna().tolist()
-    assert sorted(df["kind"].unique()) == ["cpu_pipeline", "end_to_end", "gpu_ceiling", "storage_fetch"]
+    assert sorted(df["kind"].unique()) == ["cpu_pipeline", "end_to_end", "gpu_ceiling", "monitor_overhead", "storage_fetch"]
     e2e = df[df["kind"] == "end_to_end"].set_index("num_workers")
     assert list(e2e.index) == [0, 1]
     for col in ("samples_per_s", "samples_per_s_cv", "data_wait_frac", "compute_ms_p50", "main_rss_mb_max"):
@@ -37,7 +37,7 @@ def test_trials_have_every_kind_with_numeric_units(run_dir):
     # 3 windows planned; more were added only while the 95% interval was wider than ±5% (up to 10)
     assert df["windows"].between(3, 10).all()
     half = (df["samples_per_s_ci95_high"] - df["samples_per_s_ci95_low"]) / 2 / df["samples_per_s"]
-    stopped_early = df["windows"].between(4, 9) & df["stage_clock_overhead_frac"].isna()  # not the ABBA trial
+    stopped_early = df["windows"].between(4, 9) & df["stage_clock_overhead_frac"].isna() & (df["kind"] != "monitor_overhead")  # not ABBA trials
     assert (half[stopped_early] <= 0.05 + 1e-9).all()
     assert (df.loc[df["unstable"].astype(bool), "unstable_reason"].str.contains("likely cause")).all()
     ceiling = df[df["kind"] == "gpu_ceiling"].iloc[0]  # no loader there: no data wait is reported, not a 0
@@ -100,6 +100,20 @@ def test_cpu_run_gives_the_step_its_own_threads_and_speaks_of_the_step(run_dir):
     assert "step/s" in summary and "no cores-per-GPU or what-if: no GPU" in summary
 
 
+def test_monitor_cost_is_measured_by_pausing_it_between_windows(run_dir):
+    meta = json.loads((run_dir / "run.json").read_text())
+    (o,) = meta["analysis"]["monitor_overhead"]
+    assert o["num_workers"] == 1 and o["monitored_samples_per_s"] > 0 and o["unmonitored_samples_per_s"] > 0
+    if o["overhead_ci95_low"] is not None:
+        assert o["overhead_ci95_low"] <= o["overhead_frac"] <= o["overhead_ci95_high"]
+    tl = pd.read_parquet(run_dir / "timeline.parquet")
+    trial = pd.read_parquet(run_dir / "trials.parquet").set_index("kind").loc["monitor_overhead"]
+    during = tl[(tl["t_s"] >= trial["t_measure_start_s"]) & (tl["t_s"] <= trial["t_measure_end_s"])]
+    # paused for half the windows: fewer samples than 10 Hz over the trial's measured span
+    assert len(during) < 0.9 * 10 * (trial["t_measure_end_s"] - trial["t_measure_start_s"])
+    assert "monitor_overhead" in meta["timed_regions"]
+
+
 def test_stage_clock_cost_is_measured_on_one_loader_with_an_interval(run_dir):
     meta = json.loads((run_dir / "run.json").read_text())
     (o,) = meta["analysis"]["stage_timing_overhead"]
@@ -115,7 +129,7 @@ def test_summary_and_report_show_the_table(run_dir, capsys):
     assert main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "mobilenet_v3_small fp32 · light · batch 4" in out and "num_workers=" in out
-    assert len(load_run(run_dir).trials) == 8  # 7 + the stage-clocks-off twin of cpu_pipeline
+    assert len(load_run(run_dir).trials) == 9  # 7 + the stage-clock and the monitor overhead checks
 
 
 def test_report_on_a_folder_that_is_not_a_run(tmp_path, capsys):

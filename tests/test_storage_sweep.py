@@ -102,7 +102,7 @@ def test_default_config_sweeps_files_warm_only():
     cfg = C.resolve(C.build({}), cuda=False, bf16_ok=False, usable_cores=2)
     specs = [s for s in expand(cfg) if s.kind != "gpu_ceiling"]
     assert {(s.source, s.cache_state) for s in specs} == {("files", "warm")}
-    assert len(expand(cfg)) == 1 + 3 * 3 + 1
+    assert len(expand(cfg)) == 1 + 3 * 3 + 2  # + the stage-clock and monitor overhead checks
 
 
 def test_storage_study_config_validates_and_sweeps_what_it_says():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .advice import (actions, cores_needed, rate_at_workers, rate_for_cores, recommend_workers, scaling,
+from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers, scaling,
                      stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, handoff_limit, load_cost_s, ok, predict, present_group_keys,
@@ -27,7 +27,7 @@ from .verdict import evidence, verdicts
 
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "epoch_estimates", "evidence",
-           "groups", "handoff_limit", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
+           "groups", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
            "scaling", "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
 
@@ -63,7 +63,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [], "curves": curve_rows(joined, v),
             "epochs": epochs,
             "prediction_error_abs_median": float(errors.median()) if len(errors) else None,
-            "stage_timing_overhead": stage_overhead(trials), "cores": cores, "device": device,
+            "stage_timing_overhead": stage_overhead(trials), "monitor_overhead": monitor_overhead(trials), "cores": cores, "device": device,
             "trials": int(len(trials)), "failed_trials": int(len(failed)), **_unstable(trials)}
 
 

@@ -292,3 +292,24 @@ def stage_overhead(trials: pd.DataFrame) -> list[dict]:
                     "overhead_ci95_low": None if lo is None else float(lo),
                     "overhead_ci95_high": None if hi is None else float(hi), "resolved": lo is not None and (lo > 0 or hi < 0)})
     return out
+
+
+def monitor_overhead(trials: pd.DataFrame) -> list[dict]:
+    """The monitor's cost, measured by pausing and resuming its sampling between windows on one loader
+    (the ``monitor_overhead`` trial): overhead with its 95% interval."""
+    if "monitor_overhead_frac" not in trials:
+        return []
+    rows = trials[(trials["kind"] == "monitor_overhead") & (trials["status"] == "ok")
+                  & trials["monitor_overhead_frac"].notna()]
+    out = []
+    for _, r in rows.iterrows():
+        lo, hi = r.get("monitor_overhead_ci95_low"), r.get("monitor_overhead_ci95_high")
+        known = not (pd.isna(lo) or pd.isna(hi))
+        out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
+                    "monitored_samples_per_s": float(r["monitored_samples_per_s"]),
+                    "unmonitored_samples_per_s": float(r["samples_per_s"]),
+                    "overhead_frac": float(r["monitor_overhead_frac"]),
+                    "overhead_ci95_low": float(lo) if known else None,
+                    "overhead_ci95_high": float(hi) if known else None,
+                    "resolved": known and (lo > 0 or hi < 0)})
+    return out

@@ -152,6 +152,8 @@ def recommendation_lines(run) -> list[str]:
     lines += _trust_lines(analysis)
     lines += [_overhead_line(o) for o in analysis.get("stage_timing_overhead", [])
               if "overhead_ci95_low" in o]  # without it: a run from before the alternating measurement
+    lines += [_overhead_line(o, "the 10 Hz monitor", ("monitored", "unmonitored"))
+              for o in analysis.get("monitor_overhead", [])]
     ref = reference_line(run.meta.get("cpu_reference"))
     return lines + ([ref] if ref else [])
 
@@ -213,13 +215,15 @@ def _trust_lines(analysis: dict) -> list[str]:
     return lines
 
 
-def _overhead_line(o: dict) -> str:
+def _overhead_line(o: dict, what: str = "stage clocks", modes: tuple = ("clocked", "unclocked")) -> str:
     verdict = "" if o.get("resolved") else ": not distinguishable from zero"
     interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
         f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
-    return (f"stage clocks cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
-            f"{o['num_workers']} workers ({o['timed_samples_per_s']:,.1f} clocked vs "
-            f"{o['untimed_samples_per_s']:,.1f} unclocked samples/s, windows alternated on one loader)")
+    on, off = (o.get(k) for k in (("timed_samples_per_s", "untimed_samples_per_s") if modes[0] == "clocked"
+                                  else ("monitored_samples_per_s", "unmonitored_samples_per_s")))
+    return (f"{what} cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
+            f"{o['num_workers']} workers ({on:,.1f} {modes[0]} vs {off:,.1f} {modes[1]} samples/s, windows "
+            "alternated on one loader)")
 
 
 def reference_line(ref: dict) -> str | None:

@@ -28,7 +28,8 @@ from ..loader import prefetch_depth
 from ..measure import alternating, summarize_rates
 from ..schema import TIMED_REGIONS, TrialKind
 from .columns import StepRecord, stage_totals, step_columns
-from .skeleton import close_loader, loader_trial, loop_with, make_step, open_loader, pipeline_dataset
+from .skeleton import (close_loader, collate_for, loader_columns, loader_trial, loop_with, make_step, open_loader,
+                       pipeline_dataset)
 from .spec import TrialContext, TrialSpec
 
 
@@ -86,37 +87,57 @@ def clock_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
     """What the stage clocks cost: one loader, clocks switched on and off between windows."""
     switch = TimingSwitch(True)
     dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch)
-    it = open_loader(ctx, spec, dataset, collate_pipeline)
+    return _paired_trial(ctx, spec, dataset, collate_pipeline, switch.set,
+                         ("clocked", "stage_clock_overhead", "clocked/unclocked"))
+
+
+def monitor_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """What the monitor's sampling costs: one loader, sampling paused and resumed between windows."""
+    dataset = pipeline_dataset(ctx, spec)
+    try:
+        return _paired_trial(ctx, spec, dataset, collate_for(dataset), lambda on: ctx.monitor.pause(not on),
+                             ("monitored", "monitor_overhead", "monitored/unmonitored"))
+    finally:
+        ctx.monitor.pause(False)
+
+
+def _paired_trial(ctx: TrialContext, spec: TrialSpec, dataset, collate, set_mode, names: tuple) -> dict:
+    """ABBA windows on one loader with ``set_mode(True/False)``: the B windows' rate and the cost of A."""
+    it = open_loader(ctx, spec, dataset, collate)
     rounds = max(spec.num_workers or 1, 1)
 
     def on_phase(p: str) -> None:
         ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
     try:
-        paired = alternating(lambda: next(it)["image"].shape[0], switch.set, ctx.measure, on_phase=on_phase,
+        paired = alternating(lambda: next(it)["image"].shape[0], set_mode, ctx.measure, on_phase=on_phase,
                              drain_batches=prefetch_depth(spec.num_workers, ctx.prefetch_factor) + rounds,
                              batch_multiple=rounds)
+        how = loader_columns(ctx, it)
     finally:
         close_loader(ctx, it)
-    off = summarize_rates([w.rate for w in paired.b])
-    cost = paired.cost()
-    pairs, windows = cost["pairs"], paired.a + paired.b
-    reasons = []
+    return _paired_columns(paired, ctx.measure.max_trial_s, names) | how
+
+
+def _paired_columns(paired, max_trial_s: float, names: tuple) -> dict:
+    on, cost_name, what = names
+    cost, windows = paired.cost(), paired.a + paired.b
+    pairs, reasons = cost["pairs"], []
     if pairs < 2:
-        reasons.append(f"only {pairs} pair{'' if pairs == 1 else 's'} of clocked/unclocked windows fitted in "
-                       f"max_trial_s ({ctx.measure.max_trial_s:g} s)")
+        reasons.append(f"only {pairs} pair{'' if pairs == 1 else 's'} of {what} windows fitted in "
+                       f"max_trial_s ({max_trial_s:g} s)")
     elif pairs < paired.planned_pairs:
-        reasons.append(f"only {pairs} of {paired.planned_pairs} planned pairs of clocked/unclocked windows fitted "
-                       f"in max_trial_s ({ctx.measure.max_trial_s:g} s)")
+        reasons.append(f"only {pairs} of {paired.planned_pairs} planned pairs of {what} windows fitted "
+                       f"in max_trial_s ({max_trial_s:g} s)")
     if paired.warmup_batches < paired.warmup_wanted:
         reasons.append(f"warm-up cut short at {paired.warmup_batches} of {paired.warmup_wanted} batches")
-    return off | {"windows": len(windows),
-                  "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
-                  "t_measure_end_s": max(w.t_end for w in windows) if windows else None,
-                  "clocked_samples_per_s": summarize_rates([w.rate for w in paired.a])["samples_per_s"],
-                  "stage_clock_overhead_frac": cost["cost_frac"], "stage_clock_overhead_ci95_low": cost["cost_ci95_low"],
-                  "stage_clock_overhead_ci95_high": cost["cost_ci95_high"],
-                  "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
+    return summarize_rates([w.rate for w in paired.b]) | {
+        "windows": len(windows), "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
+        "t_measure_end_s": max(w.t_end for w in windows) if windows else None,
+        f"{on}_samples_per_s": summarize_rates([w.rate for w in paired.a])["samples_per_s"],
+        f"{cost_name}_frac": cost["cost_frac"], f"{cost_name}_ci95_low": cost["cost_ci95_low"],
+        f"{cost_name}_ci95_high": cost["cost_ci95_high"],
+        "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
 
 
 def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,
@@ -218,6 +239,7 @@ class Kind:
     step: bool  # runs the model (model, precision, mode, batch, image size)
     loader: bool  # runs a DataLoader over the worker counts and storage points
     pipeline: bool = False  # the loader runs the augmentation pipeline (preset, decoder, image size)
+    once: bool = False  # planned once per pipeline, at the most workers and the first storage point
     own_source: bool = False  # needs pipeprof's own source (not a user's Dataset)
 
 
@@ -234,6 +256,11 @@ KINDS: dict[TrialKind, Kind] = {
     TrialKind.CPU_PIPELINE: Kind(cpu_pipeline, "next(loader) only: read, decode, augment, collate in workers (or main "
                                  "when 0 workers), plus pinning when pin_memory is on; no model", step=False,
                                  loader=True, pipeline=True),
+    TrialKind.MONITOR_OVERHEAD: Kind(monitor_overhead, "cpu_pipeline at the most workers on one loader, the "
+                                     "monitor's sampling paused and resumed between windows (ABBA; the batches in "
+                                     "flight after each switch run untimed): 1 - monitored rate / unmonitored rate "
+                                     "per pair, mean and 95% CI; samples_per_s is the unmonitored windows' median",
+                                     step=False, loader=True, pipeline=True, once=True),
     TrialKind.END_TO_END: Kind(end_to_end, "next(loader) [data wait] + host->device copy + train/inference step; "
                                "windows closed by device sync", step=True, loader=True, pipeline=True),
 }

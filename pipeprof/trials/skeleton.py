@@ -31,7 +31,7 @@ def pipeline_dataset(ctx: TrialContext, spec: TrialSpec):
     return PipelineDataset(ctx.source_for(spec), spec.decoder, transform, timing)
 
 
-def _collate_for(dataset):
+def collate_for(dataset):
     return collate_pipeline if isinstance(dataset, PipelineDataset) else collate_user
 
 
@@ -171,7 +171,7 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
     """
     check = CacheCheck(_source_of(dataset), spec.cache_state)
     prepared = check.prepare()
-    it = open_loader(ctx, spec, dataset, collate or _collate_for(dataset))
+    it = open_loader(ctx, spec, dataset, collate or collate_for(dataset))
     phase = {"now": "warmup"}
 
     def one() -> int:
