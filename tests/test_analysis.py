@@ -217,7 +217,7 @@ def test_stage_overhead_reads_the_alternating_trial_and_its_interval():
     noisy = twin | {"preset": "q", "stage_clock_overhead_ci95_low": -0.01}
     out = stage_overhead(pd.DataFrame([*df.to_dict("records"), twin, noisy]))
     assert [(o["overhead_frac"], o["resolved"]) for o in out] == [(0.05, True), (0.05, False)]
-    assert out[0]["timed_samples_per_s"] == 380 and out[0]["untimed_samples_per_s"] == 400
+    assert out[0]["on_samples_per_s"] == 380 and out[0]["off_samples_per_s"] == 400
 
 
 def test_failed_and_unstable_trials_are_counted_not_used():

@@ -103,7 +103,7 @@ def test_cpu_run_gives_the_step_its_own_threads_and_speaks_of_the_step(run_dir):
 def test_monitor_cost_is_measured_by_pausing_it_between_windows(run_dir):
     meta = json.loads((run_dir / "run.json").read_text())
     (o,) = meta["analysis"]["monitor_overhead"]
-    assert o["num_workers"] == 1 and o["monitored_samples_per_s"] > 0 and o["unmonitored_samples_per_s"] > 0
+    assert o["num_workers"] == 1 and o["on_samples_per_s"] > 0 and o["off_samples_per_s"] > 0
     if o["overhead_ci95_low"] is not None:
         assert o["overhead_ci95_low"] <= o["overhead_frac"] <= o["overhead_ci95_high"]
     tl = pd.read_parquet(run_dir / "timeline.parquet")
@@ -118,9 +118,9 @@ def test_stage_clock_cost_is_measured_on_one_loader_with_an_interval(run_dir):
     meta = json.loads((run_dir / "run.json").read_text())
     (o,) = meta["analysis"]["stage_timing_overhead"]
     assert o["overhead_ci95_low"] <= o["overhead_frac"] <= o["overhead_ci95_high"]
-    assert o["untimed_samples_per_s"] > 0 and o["timed_samples_per_s"] > 0
+    assert o["off_samples_per_s"] > 0 and o["on_samples_per_s"] > 0
     # the cost is 1 - clocked / unclocked per pair of windows, so it agrees with the two rates in sign
-    assert (o["overhead_frac"] > 0) == (o["timed_samples_per_s"] < o["untimed_samples_per_s"]) or \
+    assert (o["overhead_frac"] > 0) == (o["on_samples_per_s"] < o["off_samples_per_s"]) or \
         o["overhead_ci95_low"] < 0 < o["overhead_ci95_high"]
 
 

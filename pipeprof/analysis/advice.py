@@ -276,40 +276,27 @@ def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[di
 def stage_overhead(trials: pd.DataFrame) -> list[dict]:
     """The stage clocks' cost, measured by alternating clocked and unclocked windows on one loader
     (the ``stage_timing=False`` cpu_pipeline trial): overhead with its 95% interval."""
-    if "stage_clock_overhead_frac" not in trials:
-        return []
-    rows = trials[(trials["kind"] == "cpu_pipeline") & (trials["status"] == "ok")
-                  & trials["stage_clock_overhead_frac"].notna()]
-    out = []
-    for _, r in rows.iterrows():
-        lo, hi = r.get("stage_clock_overhead_ci95_low"), r.get("stage_clock_overhead_ci95_high")
-        if pd.isna(lo) or pd.isna(hi):  # one pair of windows fitted: no interval
-            lo = hi = None
-        out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
-                    "timed_samples_per_s": float(r["clocked_samples_per_s"]),
-                    "untimed_samples_per_s": float(r["samples_per_s"]),
-                    "overhead_frac": float(r["stage_clock_overhead_frac"]),
-                    "overhead_ci95_low": None if lo is None else float(lo),
-                    "overhead_ci95_high": None if hi is None else float(hi), "resolved": lo is not None and (lo > 0 or hi < 0)})
-    return out
+    return _paired_overheads(trials, "cpu_pipeline", "stage_clock_overhead", "clocked")
 
 
 def monitor_overhead(trials: pd.DataFrame) -> list[dict]:
     """The monitor's cost, measured by pausing and resuming its sampling between windows on one loader
     (the ``monitor_overhead`` trial): overhead with its 95% interval."""
-    if "monitor_overhead_frac" not in trials:
+    return _paired_overheads(trials, "monitor_overhead", "monitor_overhead", "monitored")
+
+
+def _paired_overheads(trials: pd.DataFrame, kind: str, cost: str, on: str) -> list[dict]:
+    """Rows of an ABBA trial (``trials.kinds._paired_trial``): rate with the thing on and off, its cost
+    and interval (none when one pair of windows fitted), and whether the interval excludes zero."""
+    if f"{cost}_frac" not in trials:
         return []
-    rows = trials[(trials["kind"] == "monitor_overhead") & (trials["status"] == "ok")
-                  & trials["monitor_overhead_frac"].notna()]
+    rows = trials[(trials["kind"] == kind) & (trials["status"] == "ok") & trials[f"{cost}_frac"].notna()]
     out = []
     for _, r in rows.iterrows():
-        lo, hi = r.get("monitor_overhead_ci95_low"), r.get("monitor_overhead_ci95_high")
+        lo, hi = r.get(f"{cost}_ci95_low"), r.get(f"{cost}_ci95_high")
         known = not (pd.isna(lo) or pd.isna(hi))
         out.append({"preset": r.get("preset"), "num_workers": int(r["num_workers"]),
-                    "monitored_samples_per_s": float(r["monitored_samples_per_s"]),
-                    "unmonitored_samples_per_s": float(r["samples_per_s"]),
-                    "overhead_frac": float(r["monitor_overhead_frac"]),
-                    "overhead_ci95_low": float(lo) if known else None,
-                    "overhead_ci95_high": float(hi) if known else None,
-                    "resolved": known and (lo > 0 or hi < 0)})
+                    "on_samples_per_s": float(r[f"{on}_samples_per_s"]), "off_samples_per_s": float(r["samples_per_s"]),
+                    "overhead_frac": float(r[f"{cost}_frac"]), "overhead_ci95_low": float(lo) if known else None,
+                    "overhead_ci95_high": float(hi) if known else None, "resolved": known and (lo > 0 or hi < 0)})
     return out

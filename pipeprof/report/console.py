@@ -151,7 +151,7 @@ def recommendation_lines(run) -> list[str]:
     lines += [e["text"] for e in analysis.get("epochs", [])]
     lines += _trust_lines(analysis)
     lines += [_overhead_line(o) for o in analysis.get("stage_timing_overhead", [])
-              if "overhead_ci95_low" in o]  # without it: a run from before the alternating measurement
+              if "on_samples_per_s" in o]  # without it: a run from before the alternating measurement
     lines += [_overhead_line(o, "the 10 Hz monitor", ("monitored", "unmonitored"))
               for o in analysis.get("monitor_overhead", [])]
     ref = reference_line(run.meta.get("cpu_reference"))
@@ -219,11 +219,9 @@ def _overhead_line(o: dict, what: str = "stage clocks", modes: tuple = ("clocked
     verdict = "" if o.get("resolved") else ": not distinguishable from zero"
     interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
         f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
-    on, off = (o.get(k) for k in (("timed_samples_per_s", "untimed_samples_per_s") if modes[0] == "clocked"
-                                  else ("monitored_samples_per_s", "unmonitored_samples_per_s")))
     return (f"{what} cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
-            f"{o['num_workers']} workers ({on:,.1f} {modes[0]} vs {off:,.1f} {modes[1]} samples/s, windows "
-            "alternated on one loader)")
+            f"{o['num_workers']} workers ({o['on_samples_per_s']:,.1f} {modes[0]} vs {o['off_samples_per_s']:,.1f} "
+            f"{modes[1]} samples/s, windows alternated on one loader)")
 
 
 def reference_line(ref: dict) -> str | None:
