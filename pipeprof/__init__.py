@@ -10,7 +10,7 @@ Python API::
 """
 from __future__ import annotations
 
-from ._version import __version__
+from ._version import __version__  # noqa: F401 - the package's public version
 
 from .confounders import quiet_albumentations
 

@@ -11,14 +11,13 @@
 So ``min(w / c, b / s)`` is the expected end-to-end rate and the binding side is
 the expected verdict; tests and ``pipeprof validate`` assert both.
 
-Run them inside :func:`single_threaded`: after each sleep torch's idle intra-op
-threads take 4–8 ms to wake for the loss and backward, which would add a cost
-nobody asked for (a GPU step leaves those threads alone).
+Profile them with ``model.threads: 1`` (``profile(threads=1)``): after each sleep torch's
+idle intra-op threads take 4–8 ms to wake for the loss and backward, which would add a
+cost nobody asked for (a GPU step leaves those threads alone).
 """
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -77,17 +76,6 @@ class BurnStepModel(FixedStepModel):
 
     def wait(self) -> None:
         burn(self.step_s)
-
-
-@contextmanager
-def single_threaded():
-    """Run the main process's torch ops on one thread for the duration."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def expected_rate(cost_s: float, workers: int, batch: int, step_s: float) -> tuple[float, str]:

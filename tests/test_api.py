@@ -1,15 +1,13 @@
 """A user's own dataset factory and model factory, named in a config by import path."""
 import pipeprof
-from pipeprof.calibrate import single_threaded
 
 
 def test_config_names_user_dataset_and_model_by_import_path(tmp_path):
     overrides = ["data.kind=factory", "data.factory=pipeprof.calibrate:BurnDataset",
                  "model.name=pipeprof.calibrate:FixedStepModel", "loader.num_workers=[1]", "loader.batch_size=8",
                  "trials=[end_to_end]", f"out_dir={tmp_path}", "device=cpu", "measure.warmup_s=0.2",
-                 "measure.window_s=0.3", "measure.windows=3", "measure.window_batches=3"]
-    with single_threaded():
-        run = pipeprof.run(None, overrides, log=lambda *a: None)
+                 "measure.window_s=0.3", "measure.windows=3", "measure.window_batches=3", "model.threads=1"]
+    run = pipeprof.run(None, overrides, log=lambda *a: None)
     row = run.trials.iloc[0]
     assert row["status"] == "ok" and row["model"] == "pipeprof.calibrate:FixedStepModel"
     # BurnDataset's default: 10 ms of CPU per sample, one worker → 100 samples/s

@@ -8,17 +8,15 @@ own and the expected figures hold.
 import pytest
 
 import pipeprof
-from pipeprof.calibrate import BurnDataset, FixedStepModel, expected_rate, single_threaded
+from pipeprof.calibrate import BurnDataset, FixedStepModel, expected_rate
 
 MEASURE = {"warmup_batches": 3, "warmup_s": 0.3, "window_s": 0.5, "window_batches": 3, "windows": 3}
 
 
 def e2e(tmp_path, workers, step_s, cost_s=0.01, batch=8):
-    with single_threaded():
-        run = pipeprof.profile(BurnDataset(256, cost_s), model=FixedStepModel(step_s), batch_size=batch,
-                               num_workers=workers, trials=["end_to_end"], measure=MEASURE, out_dir=str(tmp_path),
-                               threads=1,
-                               device="cpu", log=lambda *a: None)
+    run = pipeprof.profile(BurnDataset(256, cost_s), model=FixedStepModel(step_s), batch_size=batch,
+                           num_workers=workers, trials=["end_to_end"], measure=MEASURE, out_dir=str(tmp_path),
+                           threads=1, device="cpu", log=lambda *a: None)
     return run.trials.set_index("num_workers")
 
 

@@ -117,11 +117,14 @@ def test_monitor_cost_is_measured_by_pausing_it_between_windows(run_dir):
 def test_stage_clock_cost_is_measured_on_one_loader_with_an_interval(run_dir):
     meta = json.loads((run_dir / "run.json").read_text())
     (o,) = meta["analysis"]["stage_timing_overhead"]
-    assert o["overhead_ci95_low"] <= o["overhead_frac"] <= o["overhead_ci95_high"]
-    assert o["off_samples_per_s"] > 0 and o["on_samples_per_s"] > 0
-    # the cost is 1 - clocked / unclocked per pair of windows, so it agrees with the two rates in sign
-    assert (o["overhead_frac"] > 0) == (o["on_samples_per_s"] < o["off_samples_per_s"]) or \
-        o["overhead_ci95_low"] < 0 < o["overhead_ci95_high"]
+    row = pd.read_parquet(run_dir / "trials.parquet").set_index("trial_id").loc[
+        "cpu_pipeline/light/files/warm/bs4/w1/untimed"]
+    # windows come in clocked/unclocked pairs; the row's rate is the unclocked windows' median
+    assert row["windows"] % 2 == 0 and row["windows"] >= 4
+    assert o["off_samples_per_s"] == row["samples_per_s"] and o["on_samples_per_s"] == row["clocked_samples_per_s"]
+    # two pairs or more give an interval; the cost of clocks that time a few µs per stage is small
+    assert o["overhead_ci95_low"] is not None and abs(o["overhead_frac"]) < 0.5
+    assert o["resolved"] == (o["overhead_ci95_low"] > 0 or o["overhead_ci95_high"] < 0)
 
 
 def test_summary_and_report_show_the_table(run_dir, capsys):

@@ -17,7 +17,6 @@ import pytest
 import pipeprof
 from pipeprof import config as C
 from pipeprof.analysis import epoch_estimates, storage_actions
-from pipeprof.calibrate import single_threaded
 from pipeprof.cli import main
 from pipeprof.data.dataset import RawBytesDataset, ShardSampler, collate_bytes
 from pipeprof.data.sources.files import FileSource
@@ -318,8 +317,7 @@ def throttle_demo(jpeg_folder, tmp_path_factory):
                      model={"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
                      loader={"num_workers": [2], "batch_size": 8},
                      measure={"warmup_s": 0.5, "window_s": 0.75, "window_batches": 4, "windows": 3})
-    with single_threaded():
-        return pipeprof.run(C.build(raw), log=lambda *a: None)
+    return pipeprof.run(C.build(raw), log=lambda *a: None)
 
 
 def test_throttled_source_is_io_bound_at_the_cap(throttle_demo, jpeg_folder):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers, scaling,
+from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers,
                      stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, handoff_limit, load_cost_s, ok, predict, present_group_keys,
@@ -28,7 +28,7 @@ from .verdict import evidence, verdicts
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "epoch_estimates", "evidence",
            "groups", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
-           "scaling", "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
+           "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
 
 # ---- the whole run -----------------------------------------------------------------
@@ -50,7 +50,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
         best = curve.loc[curve["samples_per_s"].idxmax()]
         advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
-            for k in ("cores_needed", "what_if", "scaling"):
+            for k in ("cores_needed", "what_if"):
                 advice.pop(k, None)
             advice["cpu_figures_skipped"] = (f"the pipeline ran at the storage's pace (cpu_pipeline within "
                                              f"{2 * BALANCED:.0%} of storage_fetch at every worker count): cores "
@@ -126,7 +126,6 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
         advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap)
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve), cap=cap)
-        advice["scaling"] = scaling(ws, rates)
     rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine
     if len(rec):
         advice["verdict_at_recommended"] = rec["verdict"].iloc[0]

@@ -38,17 +38,6 @@ def recommend_workers(curve: pd.DataFrame, near: float = NEAR_BEST) -> dict:
                          f"{1 - TIE_FLOOR:.0%} and not separable from it (95% intervals overlap)"}
 
 
-def scaling(ws: np.ndarray, rates: np.ndarray) -> dict | None:
-    """Per-worker rate at the fewest workers measured and scaling efficiency at the most (descriptive)."""
-    pos = ws > 0
-    if not pos.any():
-        return None
-    per_worker = float(rates[pos][0] / ws[pos][0])  # the smallest count measured: least contention
-    w_max, r_max = float(ws[pos][-1]), float(rates[pos][-1])
-    return {"per_worker_samples_per_s": per_worker, "workers_max": w_max,
-            "efficiency_at_max": r_max / (per_worker * w_max)}
-
-
 class CurveRead(NamedTuple):
     """A value read off the measured CPU curve, and whether it lies past the measured points."""
 
