@@ -30,6 +30,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _importable(path: str) -> str:
+    """``path`` if it names a callable that imports; else ValueError saying why. Import paths are checked
+    here, at validation, so a typo fails before any run; importing runs the user's module, by design."""
+    from .models import load_callable
+
+    if ":" not in path:
+        raise ValueError(f"expected 'package.module:function', got {path!r}")
+    load_callable(path)
+    return path
+
+
 def _listify(v: Any) -> Any:
     return v if v is None or isinstance(v, list) else [v]
 
@@ -233,6 +244,11 @@ class DataConfig(_Strict):
     decoder: Literal["pil", "cv2"] = "pil"
     source: list[SourceSpec] = [FilesSpec(kind="files")]  # sweep axis: where the samples' bytes come from
     cache: Axis[CacheState] = ["warm"]  # sweep axis: page-cache state before each trial (file-backed sources)
+    # a sample that cannot be read or decoded: skip (the next index stands in, counted per trial) or fail the trial
+    on_bad_sample: Literal["skip", "fail"] = "skip"
+    max_bad_frac: float = Field(0.01, ge=0, le=1)  # a trial skipping more than this share of its samples fails
+    max_pixels: PositiveInt = 50_000_000  # larger images are reported per trial as outliers, with their cost share
+    check_files: NonNegativeInt = 2000  # pre-flight header check of a folder dataset on up to this many files; 0: off
 
     @field_validator("source", mode="before")
     @classmethod
@@ -277,9 +293,10 @@ class DataConfig(_Strict):
         if v is None and info.data.get("kind") == "loader":
             raise ValueError("required with kind 'loader': 'package.module:function', "
                              "a function(num_workers) returning a DataLoader")
-        if v is not None and ":" not in v:
-            raise ValueError(f"expected 'package.module:function', got {v!r}")
-        return v
+        if v is None and info.data.get("kind") == "factory":
+            raise ValueError("required with kind 'factory': 'package.module:function', "
+                             "a function() returning a map-style Dataset")
+        return v if v is None else _importable(v)
 
 
 class AugmentConfig(_Strict):
@@ -315,31 +332,33 @@ class ModelConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _known_models(cls, v):
-        from .models import TORCHVISION, is_known
+        from .models import TORCHVISION, is_import_path, is_known
 
         for name in v or []:
             if not is_known(name):
                 raise ValueError(
                     f"unknown model {name!r}; allowed: {', '.join(sorted(TORCHVISION))}, "
                     "'timm:NAME' or 'package.module:function'")
+            if is_import_path(name):
+                _importable(name)
         return v
 
     @field_validator("loss")
     @classmethod
     def _loss_path(cls, v):
-        if v is not None and ":" not in v:
-            raise ValueError(f"expected 'package.module:function', got {v!r}")
-        return v
+        return v if v is None else _importable(v)
 
 
 class MeasureConfig(_Strict):
     """Steady-state policy: what is excluded before the clock starts and how long windows are."""
 
-    warmup_batches: NonNegativeInt = 10  # the trial adds the loader's prefetch depth to this
-    warmup_s: float = Field(1.0, ge=0)
-    window_s: float = Field(1.0, gt=0)
-    window_batches: PositiveInt = 5
-    windows: int = Field(5, ge=2)  # planned windows; more are added while the interval is too wide
+    warmup_batches: NonNegativeInt = 2  # margin: the trial adds the loader's prefetch depth to this
+    warmup_s: float = Field(0.0, ge=0)  # the least warm-up time; it then ends when the rate settles
+    warmup_max_s: float = Field(15.0, gt=0)  # the most (also at most half of max_trial_s)
+    settle_tol: float = Field(0.1, gt=0)  # settled: two warm-up chunks (half a window each) within this share
+    window_s: float = Field(1.0, gt=0)  # windows are set by time (whole worker rounds), not batch counts
+    window_batches: PositiveInt = 1  # and hold at least this many batches
+    windows: int = Field(3, ge=2)  # planned windows; more are added while the interval is too wide
     max_windows: int = Field(10, ge=2)  # at most this many windows (and max_trial_s) per trial
     max_trial_s: float = Field(120.0, gt=0)
     ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
@@ -353,7 +372,8 @@ class RunConfig(_Strict):
     trials: list[TrialKindName] = list(TRIAL_KINDS)
     monitor_hz: float = Field(10.0, gt=0, le=100)
     stage_timing: bool = True  # per-transform timing inside workers
-    sweep: Literal["exhaustive", "adaptive"] = "exhaustive"  # adaptive: search num_workers (see search.py)
+    # adaptive: search num_workers from the cheap trials (search.py); exhaustive: the whole grid
+    sweep: Literal["adaptive", "exhaustive"] = "adaptive"
     data: DataConfig = DataConfig()
     augment: AugmentConfig = AugmentConfig()
     loader: LoaderConfig = LoaderConfig()

@@ -3,9 +3,12 @@
 Why windows: a DataLoader's workers prefetch ``num_workers × prefetch_factor``
 batches before the first ``next()``; a short run that starts the clock early
 drains that queue and reports rates above the physical limit. So the loop first
-runs a warm-up (a batch count that exceeds the prefetch depth *and* a minimum
-time), synchronises the device, then times consecutive windows of a minimum
-duration and batch count, each closed by a synchronisation. The figure is the
+runs a warm-up: never fewer batches than the prefetch depth plus a margin, then
+short synchronised chunks until two in a row agree within ``settle_tol`` (cuDNN
+autotuning, worker start-up and page-cache filling are over) or ``warmup_max_s``
+passes. Then it times consecutive windows of a minimum duration (whole rounds of
+the workers), each closed by a synchronisation: windows are set by time, not batch
+counts, so a slow trial (one batch per second) is not made to run five per window. The figure is the
 median window rate; the 95% confidence interval of the mean window rate says how
 much to trust it. Windows adapt: after the planned number, a trial adds windows
 (up to ``max_windows`` and its time cap) until the interval is within ``ci_target``
@@ -43,6 +46,7 @@ class Measurement:
     windows: list[Window] = field(default_factory=list)
     warmup_batches: int = 0
     warmup_s: float = 0.0
+    warmup_settled: Optional[bool] = None  # two warm-up chunks agreed (None: no chunk ran)
     t_measure_start: float = 0.0
     t_measure_end: float = 0.0
     unstable: bool = False
@@ -58,7 +62,7 @@ class Measurement:
             "samples_measured": sum(w.samples for w in self.windows),
             "measured_s": self.t_measure_end - self.t_measure_start,
             "t_measure_start_s": self.t_measure_start, "t_measure_end_s": self.t_measure_end,
-            "warmup_batches": self.warmup_batches, "warmup_s": self.warmup_s,
+            "warmup_batches": self.warmup_batches, "warmup_s": self.warmup_s, "warmup_settled": self.warmup_settled,
             "unstable": self.unstable, "unstable_reason": self.reason}
 
 
@@ -111,10 +115,10 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
                  on_phase: Callable[[str], None] = lambda phase: None) -> Measurement:
     """Run ``step`` (returns the samples it processed) through warm-up and timed windows.
 
-    ``policy`` has warmup_batches, warmup_s, window_s, window_batches, windows,
-    max_windows, max_trial_s and ci_target (see ``config.MeasureConfig``). The timed region
-    of a window is from the sync that closed the previous window to the sync that
-    closes this one: every step inside it, including data waits, counts.
+    ``policy`` has warmup_batches, warmup_s, warmup_max_s, settle_tol, window_s, window_batches,
+    windows, max_windows, max_trial_s and ci_target (see ``config.MeasureConfig``). The timed
+    region of a window is from the sync that closed the previous window (or the warm-up) to the
+    sync that closes this one: every step inside it, including data waits, counts.
 
     ``batch_multiple``: windows hold a whole number of this many batches. A
     DataLoader hands out batches round-robin over its ``w`` workers and returns
@@ -125,17 +129,13 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     on_phase("warmup")
     t0 = clock()
     warm = max(policy.warmup_batches, min_warmup_batches)
-    while m.warmup_batches < warm or clock() - t0 < policy.warmup_s:
-        step()
-        m.warmup_batches += 1
-        if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget
-            break
+    _warm_up(step, policy, m, warm, clock, sync, batch_multiple)
     sync()
     m.t_measure_start = start = clock()
     m.warmup_s = start - t0
     on_phase("measure")
     while _more_windows(m, policy) and clock() - t0 < policy.max_trial_s:
-        m.windows.append(window(step, policy, clock, sync, start, batch_multiple))
+        m.windows.append(window(step, clock, sync, start, policy.window_s, policy.window_batches, batch_multiple))
         start = m.windows[-1].t_end
     m.t_measure_end = start
     on_phase("done")
@@ -146,6 +146,30 @@ def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0
     return m
 
 
+def _warm_up(step, policy, m: Measurement, warm: int, clock, sync, multiple: int) -> None:
+    """Untimed batches: first ``warm`` (the prefetched queue and a margin: those batches were made
+    before the clock could see them), then synchronised chunks of half a window until two in a row
+    agree within ``settle_tol`` and ``warmup_s`` has passed, or the cap (``warmup_max_s``, at most
+    half of ``max_trial_s``) is reached. ``m.warmup_settled`` records which ended it."""
+    t0 = clock()
+    cap = min(policy.warmup_max_s, policy.max_trial_s / 2)
+    while m.warmup_batches < warm:
+        step()
+        m.warmup_batches += 1
+        if clock() - t0 > cap:  # a step so slow that warm-up alone eats the budget
+            return
+    previous, agreed = None, False
+    sync()
+    while clock() - t0 < cap:
+        chunk = window(step, clock, sync, clock(), policy.window_s / 2, 1, multiple)
+        m.warmup_batches += chunk.batches
+        agreed = previous is not None and abs(chunk.rate - previous) <= policy.settle_tol * max(chunk.rate, previous)
+        if agreed and clock() - t0 >= policy.warmup_s:
+            break
+        previous = chunk.rate
+    m.warmup_settled = agreed
+
+
 def _more_windows(m: Measurement, policy) -> bool:
     """The planned windows first; then more, up to ``max_windows``, while the interval is too wide."""
     n = len(m.windows)
@@ -154,15 +178,15 @@ def _more_windows(m: Measurement, policy) -> bool:
     return n < max(policy.max_windows, policy.windows) and (ci_half_frac(m.rates()) or 0.0) > policy.ci_target
 
 
-def window(step, policy, clock, sync, start: float, multiple: int = 1) -> Window:
+def window(step, clock, sync, start: float, min_s: float, min_batches: int = 1, multiple: int = 1) -> Window:
+    """Steps from ``start`` until ``min_s`` and ``min_batches`` are passed at a whole round of
+    ``multiple`` batches, closed by ``sync``."""
     samples = batches = 0
-    while batches < policy.window_batches or clock() - start < policy.window_s or batches % multiple:
+    while batches < min_batches or clock() - start < min_s or batches % multiple:
         samples += step()
         batches += 1
     sync()
     return Window(start, clock(), samples, batches)
-
-
 
 
 @dataclass
@@ -261,7 +285,8 @@ def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches
         set_mode(mode)
         for _ in range(drain_batches):
             step()
-        done.append((mode, window(step, policy, clock, lambda: None, clock(), batch_multiple)))
+        done.append((mode, window(step, clock, lambda: None, clock(), policy.window_s, policy.window_batches,
+                                  batch_multiple)))
     return done
 
 

@@ -15,13 +15,15 @@ from torch.utils.data import IterableDataset
 from . import reference
 from ._version import __version__
 from .analysis import analyse
+from .augment import load_preset
 from .config import ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
 from .loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
+from .data.dataset import SamplePolicy
 from .data.prepare import build_sources, dataset_folder, source_info, storage_facts
 from .env import snapshot
 from .monitors import Monitor, summarize
-from .results import Run, new_run_dir
+from .results import Run, check_out_dir, new_run_dir
 from .schema import SCHEMA_VERSION
 from .search import run_adaptive
 from .sweep import expand, run_sweep
@@ -47,6 +49,9 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
 
     ``user_loader``: fn(num_workers) -> the user's own DataLoader (``data.kind: loader`` names one);
     its first batch fixes the batch size, image dtype and side."""
+    check_out_dir(cfg.out_dir)  # first: a run that cannot be saved should not be measured
+    for preset in cfg.augment.preset:  # a file albumentations cannot load fails before any data is made
+        load_preset(preset)
     env = snapshot(cfg.data.path)
     if user_loader is None and cfg.data.kind == "loader":
         user_loader = _load_loader_factory(cfg.data.factory)
@@ -54,6 +59,10 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     if user_loader is not None:
         loader_probe, batch = _loader_probe(user_loader)
         cfg = _with_batch_size(cfg, batch)
+    sweep_note = None
+    if cfg.sweep == "adaptive" and cfg.loader.num_workers is not None:  # the user named the counts: measure them
+        cfg = cfg.model_copy(update={"sweep": "exhaustive"})
+        sweep_note = "loader.num_workers names the worker counts: each is measured (no search)"
     cuda = torch.cuda.is_available()
     cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"])
     if user_dataset is None and cfg.data.kind == "factory":
@@ -77,6 +86,8 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
             "timed_regions": timed_regions(), "worker_policy": policy, "trials_planned": len(specs)}
     if cfg.sweep == "adaptive":
         meta["trials_planned"] = None  # the search decides as it measures
+    elif sweep_note:
+        meta["search"] = {"policy": "exhaustive", "why": sweep_note}
     return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, probe)
 
 
@@ -123,13 +134,15 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
                            prefetch_factor=cfg.loader.prefetch_factor, num_classes=cfg.model.num_classes,
                            channels_last=cfg.model.channels_last, cudnn_benchmark=cfg.model.cudnn_benchmark,
                            loss_fn=loss_fn, seed=cfg.data.seed, cores=int(plan.machine["cores"]["usable"]),
+                           sample_policy=SamplePolicy.of(cfg.data),
                            step_threads=cfg.model.threads, models=models, sources=plan.sources,
                            source_info=source_info(cfg, plan.sources) if plan.sources else {})
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
         if cfg.sweep == "adaptive":
             user = plan.user_dataset is not None or plan.user_loader is not None
             rows, interrupted, run.meta["search"] = run_adaptive(ctx, cfg, plan.probe, user, timeline_of,
-                                                                 on_row=run.save_trials)
+                                                                 on_row=run.save_trials,
+                                                                 user_loader=plan.user_loader is not None)
         else:
             rows, interrupted = run_sweep(ctx, plan.specs, timeline_of, on_row=run.save_trials, progress=progress)
         run.meta["monitor_gpu_error"] = monitor.gpu_error

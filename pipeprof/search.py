@@ -7,10 +7,14 @@ neither reached the ceiling nor the usable cores), then bisects down to the smal
 within 5% of the best. Every worker count of the exhaustive grid that it did not measure is
 listed with the reason (run.json ``search``).
 
+Points the search infers instead of measuring (0 workers: loading and the step take turns, so
+its rate is 1 / (1/r1 + 1/S)) are stored with their basis (``search.inferred``), so a plot can
+tell them from measured ones. The once-per-pipeline overhead checks (monitor, stage clocks) run
+at the most workers the search measured, as the grid runs them at its most.
+
 Planning is the pure function :func:`next_workers`, tested with workloads of known cost;
-:func:`run_adaptive` runs the trials it asks for through the sweep's ``run_one``.
-Status: opt-in this version; the default stays the exhaustive grid until the benchmark
-against it has run on a GPU box (the issue on the adaptive sweep).
+:func:`run_adaptive` runs the trials it asks for through the sweep's ``run_one``. This is the
+default (``sweep: adaptive``); ``sweep: exhaustive`` / ``--exhaustive`` runs the whole grid.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from .analysis.advice import NEAR_BEST
 from .config import default_workers
 from .schema import TrialKind
 from .sweep import expand, run_one
-from .trials import TrialSpec
+from .trials import KINDS, TrialSpec
 
 MAX_POINTS = 8  # worker counts one group may measure: the grid up to 128 cores has 9
 STORAGE_FAST = 20.0  # raw reads this many times the pipeline's rate cannot bind: later storage trials skipped
@@ -116,34 +120,36 @@ def _measure_at(run, specs: dict, w: int, per_worker: float, storage_done: bool,
     return run(_at(specs[TrialKind.END_TO_END.value], w))
 
 
-def _groups(cfg, probe, user: bool) -> tuple[list[TrialSpec], list[dict]]:
-    """The ceilings, and per end-to-end setting its specs at 1 worker by kind (the loader kinds that
-    share its pipeline and storage)."""
+def _groups(cfg, probe, user: bool, user_loader: bool) -> tuple[list[TrialSpec], list[dict], list[TrialSpec]]:
+    """The ceilings; per end-to-end setting its specs at 1 worker by kind (the loader kinds that
+    share its pipeline and storage); and the once-per-pipeline checks (overheads)."""
     at_one = expand(cfg.model_copy(update={"loader": cfg.loader.model_copy(update={"num_workers": [1]})}),
-                    probe, user_dataset=user)
+                    probe, user_dataset=user, user_loader=user_loader)
 
     def of(kind: TrialKind) -> list[TrialSpec]:
         return [s for s in at_one if s.kind == kind.value and s.stage_timing is None]
 
-    def pipe(s):
-        return s.preset, s.source, s.cache_state, s.batch_size, s.image_size
-
     groups = []
     for e2e in of(TrialKind.END_TO_END):
         specs = {TrialKind.END_TO_END.value: e2e}
-        specs |= {TrialKind.CPU_PIPELINE.value: s for s in of(TrialKind.CPU_PIPELINE) if pipe(s) == pipe(e2e)}
+        specs |= {TrialKind.CPU_PIPELINE.value: s for s in of(TrialKind.CPU_PIPELINE) if _pipe(s) == _pipe(e2e)}
         specs |= {TrialKind.STORAGE_FETCH.value: s for s in of(TrialKind.STORAGE_FETCH)
                   if (s.source, s.cache_state, s.batch_size) == (e2e.source, e2e.cache_state, e2e.batch_size)}
         groups.append(specs)
-    return of(TrialKind.GPU_CEILING), groups
+    once = [s for s in at_one if KINDS[TrialKind(s.kind)].once or s.stage_timing is not None]
+    return of(TrialKind.GPU_CEILING), groups, once
 
 
-def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable,
-                 on_row: Callable = lambda rows: None) -> tuple[list[dict], bool, dict]:
+def _pipe(s: TrialSpec) -> tuple:
+    return s.preset, s.source, s.cache_state, s.batch_size, s.image_size
+
+
+def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_row: Callable = lambda rows: None,
+                 user_loader: bool = False) -> tuple[list[dict], bool, dict]:
     """Search every end-to-end setting; returns (rows, interrupted, the search record for run.json)."""
     rows: list[dict] = []
     done: dict = {}  # a spec measured once serves every group that shares it (a pipeline, a ceiling)
-    record: dict = {"policy": "adaptive", "measured_workers": {}, "skipped": []}
+    record: dict = {"policy": "adaptive", "measured_workers": {}, "skipped": [], "inferred": []}
 
     def run(spec: TrialSpec) -> dict:
         if spec not in done:
@@ -153,18 +159,38 @@ def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable,
         return done[spec]
 
     try:
-        ceilings, groups = _groups(cfg, probe, user)
+        ceilings, groups, once = _groups(cfg, probe, user, user_loader)
         steps = {(c.model, c.precision, c.batch_size): run(c).get("samples_per_s") or math.inf for c in ceilings}
+        most: dict = {}  # pipeline -> the most workers its search measured
         for specs in groups:
             e2e = specs[TrialKind.END_TO_END.value]
             step = steps.get((e2e.model, e2e.precision, e2e.batch_size), math.inf)
             points = _search_group(run, dict(specs), step, ctx.cores, record["skipped"])
-            record["measured_workers"][_label(e2e)] = sorted(points)
-            record["skipped"] += [{"trial": f"end_to_end at {w} workers ({_label(e2e)})", "reason": _why_not(w)}
-                                  for w in default_workers(ctx.cores) if w not in points]
+            _record_group(record, e2e, points, done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}), step,
+                          ctx.cores)
+            most[_pipe(e2e)] = max([most.get(_pipe(e2e), 1), *points])
+        for spec in once:  # the overhead checks, at the most workers measured for their pipeline
+            run(_at(spec, most.get(_pipe(spec), 1)))
     except KeyboardInterrupt:
         return rows, True, record
     return rows, False, record
+
+
+def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, step: float, cores: int) -> None:
+    """What the search measured for one group, what it skipped (and why), and what it inferred."""
+    label = _label(e2e)
+    record["measured_workers"][label] = sorted(points)
+    record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})", "reason": _why_not(w)}
+                          for w in default_workers(cores) if w not in points]
+    r1 = one_worker.get("samples_per_s")
+    if 0 not in points and r1:
+        rate = 1 / (1 / r1 + (1 / step if math.isfinite(step) and step > 0 else 0))
+        record["inferred"].append({"group": label, "trial_kind": TrialKind.END_TO_END.value, "model": e2e.model,
+                                   "precision": e2e.precision, "preset": e2e.preset, "batch_size": e2e.batch_size,
+                                   "source": e2e.source, "cache_state": e2e.cache_state, "num_workers": 0,
+                                   "samples_per_s": rate,
+                                   "basis": f"1 / (1/{r1:,.1f} + 1/{step:,.1f}): the one-worker loader rate and "
+                                            "the step ceiling, taking turns in one process"})
 
 
 def _why_not(workers: int) -> str:

@@ -1,8 +1,10 @@
 """steady_state() on workloads of known cost, driven by a fake clock: exact answers."""
+import math
+
 import pytest
 
 from pipeprof.config import MeasureConfig
-from pipeprof.measure import alternating, instability, steady_state, summarize_rates
+from pipeprof.measure import alternating, instability, steady_state, summarize_rates, window
 
 
 class FakeClock:
@@ -45,20 +47,58 @@ def test_prefetched_batches_are_excluded_as_warmup():
     # 40 batches were queued before the clock started: a naive timer reports far above the real rate
     clock = FakeClock()
     step, _ = steady_step(clock, prefetched=40)
-    naive = steady_state(step, policy(warmup_batches=0, window_s=0.1, window_batches=1, windows=2), clock=clock)
-    assert naive.rates()[0] > 4 * 800
+    naive = window(step, clock, lambda: None, clock(), 0.1)  # a timer with no warm-up
+    assert naive.rate > 4 * 800
     clock2 = FakeClock()
     step2, _ = steady_step(clock2, prefetched=40)
     m = steady_state(step2, policy(), min_warmup_batches=40 + 2, clock=clock2)
-    assert m.warmup_batches == 42
+    assert m.warmup_batches >= 42 and m.warmup_settled
     assert m.stats()["samples_per_s"] == pytest.approx(800.0, rel=1e-9)
+
+
+def test_warm_up_ends_when_the_rate_settles():
+    # a start-up transient (autotuning, workers starting, caches filling): the first batches take 5x
+    # as long, decaying with a 0.5 s time constant. Warm-up must outlast it, and end soon after
+    # (not after a fixed count): the measured rate is then within settle_tol's reach of the steady 800/s
+    clock = FakeClock()
+
+    def step():
+        clock.t += 0.01 * (1 + 4 * math.exp(-clock.t / 0.5))
+        return 8
+    m = steady_state(step, policy(warmup_batches=0, window_s=1.0), clock=clock)
+    assert m.warmup_settled and 1.0 <= m.warmup_s <= 4.0
+    assert m.stats()["samples_per_s"] == pytest.approx(800.0, rel=0.03)
+
+
+def test_warm_up_that_never_settles_stops_at_its_cap_and_says_so():
+    clock, n = FakeClock(), {"i": 0}
+
+    def step():  # each half-window chunk twice as fast as the one before: never settled
+        n["i"] += 1
+        clock.t += 0.5 / 2 ** int(clock.t / 0.5) / 10
+        return 8
+    m = steady_state(step, policy(warmup_batches=0, warmup_max_s=2.0, max_trial_s=1e9, windows=2, max_windows=2),
+                     clock=clock)
+    assert m.warmup_settled is False and 2.0 <= m.warmup_s < 2.6
+
+
+def test_slow_batches_make_time_windows_not_batch_counts():
+    # one batch per 1.2 s: with the default policy a window is one batch, not five
+    clock = FakeClock()
+    step, _ = steady_step(clock, cost_s=1.2, batch=256)
+    m = steady_state(step, MeasureConfig(max_trial_s=1e9), clock=clock)
+    assert all(w.batches == 1 for w in m.windows) and len(m.windows) == MeasureConfig().windows
+    assert m.stats()["samples_per_s"] == pytest.approx(256 / 1.2, rel=1e-9)
 
 
 def test_sync_closes_each_window_and_phases_are_reported():
     clock, syncs, phases = FakeClock(), [], []
     step, _ = steady_step(clock)
-    steady_state(step, policy(windows=3), clock=clock, sync=lambda: syncs.append(clock.t), on_phase=phases.append)
-    assert len(syncs) == 1 + 3  # end of warm-up, then one per window
+    m = steady_state(step, policy(windows=3), clock=clock, sync=lambda: syncs.append(clock.t),
+                     on_phase=phases.append)
+    # the queue drained, two settling chunks (steady at once), the warm-up's end, then one per window
+    assert len(syncs) == 1 + 2 + 1 + 3
+    assert m.t_measure_start == syncs[3] and [w.t_end for w in m.windows] == syncs[4:]
     assert phases == ["warmup", "measure", "done"]
 
 
@@ -265,7 +305,7 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
     monkeypatch.setattr(trials, "open_loader", lambda *a: batches())
     monkeypatch.setattr(trials, "close_loader", lambda ctx, it: closed.append(it))
     monkeypatch.setattr(trials, "alternating", lambda *a, **kw: measure.alternating(*a, clock=clock, **kw))
-    bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2, user_loader=None,
+    bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2, user_loader=None, sample_policy=None,
                             measure=policy(warmup_batches=2, max_trial_s=max_trial_s),
                             monitor=SimpleNamespace(set_trial=lambda *a: None))
     spec = SimpleNamespace(decoder=None, preset="p", image_size=8, num_workers=0, trial_id="t")
