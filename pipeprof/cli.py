@@ -17,6 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", nargs="?", help="experiment YAML (see configs/)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                      help="override a config field, value in YAML: --set loader.num_workers=[0,2,4]")
+    run.add_argument("--exhaustive", action="store_true",
+                     help="measure every point of the grid (sweep: exhaustive) instead of searching num_workers")
     doctor = sub.add_parser("doctor", help="the machine as pipeprof sees it")
     doctor.add_argument("--path", default="out", help="dataset path whose filesystem to report")
     doctor.add_argument("--json", action="store_true", help="print the raw snapshot as JSON")
@@ -25,10 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     make.add_argument("--images", type=int, required=True)
     make.add_argument("--classes", type=int, default=10)
     make.add_argument("--seed", type=int, default=0)
-    report = sub.add_parser("report", help="print a saved run's tables again")
-    report.add_argument("run_dir")
-    report.add_argument("--format", help="a renderer of pipeprof.report.RENDERERS (text, markdown); "
-                                         "default: the console")
+    _report_parsers(sub)
     validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
     validate.add_argument("--out-dir", default="out")
     validate.add_argument("--sizing", action="store_true",
@@ -39,13 +38,43 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--cores", help="with --sizing: core counts to check, e.g. 4,8 (default: 1/4 and 1/2 "
                                           "of the usable cores)")
     validate.add_argument("--full-run", help="with --sizing: reuse this run folder as the all-cores run")
+    bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
+    bench.add_argument("which", choices=["sweep-speed"],
+                       help="sweep-speed: the adaptive search against the exhaustive grid, alternating")
+    bench.add_argument("config", nargs="?", help="experiment YAML (loader.num_workers unset); default: the defaults")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair)")
+    bench.add_argument("--out-dir", default="out/bench")
     pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
     pack.add_argument("src", help="dataset folder (class folders of images)")
     pack.add_argument("dst", help="folder for shard-000000.tar, ...")
     pack.add_argument("--shard-size", type=float, default=100.0, metavar="MB", help="target shard size in MB (1e6 B)")
     pack.add_argument("--seed", type=int, default=0, help="shuffle seed: every shard mixes classes")
     pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
+    _check_data_parser(sub)
     return p
+
+
+def _report_parsers(sub) -> None:
+    report = sub.add_parser("report", help="print a saved run's tables again, or write them as HTML or CSV")
+    report.add_argument("run_dir")
+    report.add_argument("--format", help="a renderer of pipeprof.report.RENDERERS (text, markdown, html) printed "
+                                         "to stdout; default: the console")
+    report.add_argument("--html", nargs="?", const="", metavar="FILE",
+                        help="write the self-contained HTML report to FILE (default: RUN_DIR/report.html)")
+    report.add_argument("--csv", action="store_true",
+                        help="write the trials, one row per trial, as RUN_DIR/trials.csv (for spreadsheets)")
+    compare = sub.add_parser("compare", help="two or more runs side by side: ratios of matching trials, what differs")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the baseline")
+    compare.add_argument("--html", default="compare.html", metavar="FILE",
+                         help="where to write the HTML page (default: compare.html here); markdown goes to stdout")
+
+
+def _check_data_parser(sub) -> None:
+    check = sub.add_parser("check-data", help="list a dataset's files that cannot be read or decoded (headers only)")
+    check.add_argument("dir", help="dataset folder (class folders of images) or a 'path label' file list")
+    check.add_argument("--limit", type=int, help="check at most this many files, evenly spread (default: all)")
+    check.add_argument("--max-pixels", type=float, default=50e6, help="list images larger than this (default 50e6)")
 
 
 def cmd_run(args) -> int:
@@ -56,7 +85,7 @@ def cmd_run(args) -> int:
     from .report.console import render_console, render_markdown
     from .runner import execute
 
-    cfg = cfgmod.load(args.config, args.overrides)
+    cfg = cfgmod.load(args.config, args.overrides + (["sweep=exhaustive"] if args.exhaustive else []))
     console = Console(width=None if Console().is_terminal else 140)  # a log file gets the wide tables
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -68,6 +97,7 @@ def cmd_run(args) -> int:
         run = execute(cfg, log=console.print, progress=progress)
     run.save_summary(render_markdown(run))
     render_console(run, console)
+    _write_html(run, console)
     failed = run.meta["analysis"]["failed_trials"]
     if run.meta["status"] == "interrupted":
         console.print("[yellow]interrupted: the trials measured so far are saved[/yellow]")
@@ -94,13 +124,55 @@ def cmd_make_dataset(args) -> int:
     return 0
 
 
+def _write_html(run, console) -> None:
+    """report.html beside the run; a rendering failure is reported, never loses the measured run."""
+    from .report.html import write_report
+
+    try:
+        console.print(f"report: {write_report(run)}", highlight=False)
+    except Exception as exc:  # noqa: BLE001 - any renderer bug: the run folder is already saved
+        console.print(f"[yellow]report.html not written: {type(exc).__name__}: {exc}[/yellow]", highlight=False)
+
+
 def cmd_report(args) -> int:
     from .report import render
     from .report.console import render_console
     from .results import load_run
 
-    run = load_run(args.run_dir)
+    run = load_run(args.run_dir, partial=True)  # a damaged folder: report what can be read
+    if args.html is not None or args.csv:
+        from .report.html import write_report
+
+        if args.html is not None:
+            print(f"wrote {write_report(run, args.html or None)}")
+        if args.csv:
+            run.trials.to_csv(run.path / "trials.csv", index=False)
+            print(f"wrote {run.path / 'trials.csv'}")
+        return _problems(run)
     print(render(run, args.format), end="") if args.format else render_console(run)
+    return _problems(run)
+
+
+def _problems(run) -> int:
+    """Exit 2 when a file of the run folder was missing or unreadable, after saying which."""
+    for problem in run.problems:
+        print(f"pipeprof report: {problem}", file=sys.stderr)
+    return 2 if run.problems else 0
+
+
+def cmd_compare(args) -> int:
+    from pathlib import Path
+
+    from .compare import compare
+    from .report.comparison import render_compare_html, render_compare_markdown
+    from .results import load_run
+
+    runs = [load_run(d) for d in args.run_dirs]
+    labels = [r.path.name for r in runs]
+    result = compare(runs, labels)
+    Path(args.html).write_text(render_compare_html(result, runs), encoding="utf-8")
+    print(render_compare_markdown(result, runs), end="")
+    print(f"\nwrote {args.html}", file=sys.stderr)
     return 0
 
 
@@ -171,6 +243,15 @@ def _validate_sizing(args, console) -> int:
     return 0 if s["passed"] else 1
 
 
+def cmd_bench(args) -> int:
+    from .bench import render_sweep_speed, sweep_speed
+
+    df = sweep_speed(args.config, args.overrides, args.repeats, args.out_dir,
+                     log=lambda text: print(text, file=sys.stderr))
+    print(render_sweep_speed(df), end="")
+    return 0
+
+
 def cmd_pack(args) -> int:
     from .data.sources.shards import pack_folder
 
@@ -185,7 +266,22 @@ def cmd_pack(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "pack": cmd_pack, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report}
+def cmd_check_data(args) -> int:
+    """Exit 0 when every file checked reads, 1 when some do not, 2 when the folder is missing or empty."""
+    from .data.check import check_paths, dataset_paths
+
+    try:
+        paths = dataset_paths(args.dir)
+    except OSError as exc:  # SourceError: missing or empty folder, bad file list
+        print(f"pipeprof check-data: {exc}", file=sys.stderr)
+        return 2
+    found = check_paths(paths, args.limit, int(args.max_pixels))
+    print("\n".join(found.lines()))
+    return 1 if found.unreadable else 0
+
+
+COMMANDS = {"check-data": cmd_check_data, "run": cmd_run, "pack": cmd_pack, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report, "compare": cmd_compare,
+            "bench": cmd_bench}
 
 
 def main(argv=None) -> int:

@@ -49,9 +49,7 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
 
     ``user_loader``: fn(num_workers) -> the user's own DataLoader (``data.kind: loader`` names one);
     its first batch fixes the batch size, image dtype and side."""
-    check_out_dir(cfg.out_dir)  # first: a run that cannot be saved should not be measured
-    for preset in cfg.augment.preset:  # a file albumentations cannot load fails before any data is made
-        load_preset(preset)
+    _check_early(cfg)
     env = snapshot(cfg.data.path)
     if user_loader is None and cfg.data.kind == "loader":
         user_loader = _load_loader_factory(cfg.data.factory)
@@ -59,10 +57,7 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     if user_loader is not None:
         loader_probe, batch = _loader_probe(user_loader)
         cfg = _with_batch_size(cfg, batch)
-    sweep_note = None
-    if cfg.sweep == "adaptive" and cfg.loader.num_workers is not None:  # the user named the counts: measure them
-        cfg = cfg.model_copy(update={"sweep": "exhaustive"})
-        sweep_note = "loader.num_workers names the worker counts: each is measured (no search)"
+    cfg, sweep_note = _sweep_policy(cfg)
     cuda = torch.cuda.is_available()
     cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"])
     if user_dataset is None and cfg.data.kind == "factory":
@@ -89,6 +84,14 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     elif sweep_note:
         meta["search"] = {"policy": "exhaustive", "why": sweep_note}
     return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, probe)
+
+
+def _check_early(cfg: RunConfig) -> None:
+    """What fails fast, before a dataset is made or anything measured: an out_dir that cannot hold the run
+    (created, a probe file written and removed) and a preset file albumentations cannot load."""
+    check_out_dir(cfg.out_dir)
+    for preset in cfg.augment.preset:
+        load_preset(preset)
 
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
@@ -149,6 +152,14 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
     run.save_trials(rows)
     run.save_timeline(monitor.timeline())
     return interrupted
+
+
+def _sweep_policy(cfg: RunConfig) -> tuple[RunConfig, Optional[str]]:
+    """The adaptive search searches num_workers; counts the user named are each measured instead."""
+    if cfg.sweep == "adaptive" and cfg.loader.num_workers is not None:
+        return (cfg.model_copy(update={"sweep": "exhaustive"}),
+                "loader.num_workers names the worker counts: each is measured (no search)")
+    return cfg, None
 
 
 def _configured_loss(cfg: RunConfig) -> Optional[Callable]:

@@ -16,7 +16,7 @@ LAYERS = {
     1: ["config"],
     2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",
         "data.sources.shards", "data.sources.throttled", "data.sources.url", "data.decode", "data.synthetic",
-        "data.cache"],
+        "data.cache", "data.check"],
     3: ["augment"],
     4: ["data.dataset", "data.prepare"],
     5: ["loader"],
@@ -26,10 +26,11 @@ LAYERS = {
     9: ["trials.spec", "trials.columns", "trials.skeleton", "trials.kinds", "trials"],
     10: ["sweep"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis"],
-    12: ["results", "search"],
+    12: ["results", "search", "compare"],
     13: ["runner"],
-    14: ["report", "report.console", "report.doctor"],
-    15: ["sizing", "validate", "cli", "", "__main__"],
+    14: ["report", "report.summary", "report.console", "report.doctor", "report.figures", "report.html",
+         "report.comparison"],
+    15: ["sizing", "validate", "bench", "cli", "", "__main__"],
 }
 LAYER = {m: n for n, mods in LAYERS.items() for m in mods}
 

@@ -11,6 +11,7 @@ import importlib
 RENDERERS = {
     "text": "pipeprof.report.console:render_text",
     "markdown": "pipeprof.report.console:render_markdown",
+    "html": "pipeprof.report.html:render_html",
 }
 
 

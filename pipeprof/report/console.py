@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from ..analysis import groups
+from .summary import answer_lines
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -79,7 +80,7 @@ def curve_columns(device: str) -> list:
 def note_of(r) -> str:
     """Why a row's figure is missing, not to be trusted, or argued with ('' when it is fine)."""
     if r.get("status") != "ok":
-        return f"error: {r.get('error')}"
+        return f"{r.get('status')}: {r.get('error')}"
     text = lambda key: r.get(key) if isinstance(r.get(key), str) else None  # noqa: E731
     notes = [f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else None,
              text("cache_note"), f"bounds disagree: {text('disagreement')}" if text("disagreement") else None]
@@ -135,11 +136,13 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
     device = _device(run)
     for key, curve in groups(pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))):
         out.append((_group_title(key, curve, device), *table(curve, curve_columns(device), notes)))
-    failed_e2e = df[(df["kind"] == "end_to_end") & (df["status"] != "ok")]
+    analysed = "analysis" in run.meta  # a run that stopped early saved none: its end-to-end rows go here too
+    failed_e2e = df[(df["kind"] == "end_to_end") & ((df["status"] != "ok") | (not analysed))]
     iso = pd.concat([df[df["kind"] != "end_to_end"], failed_e2e])
     if len(iso):
         iso = iso.assign(setting=iso.apply(_setting, axis=1))
-        out.append(("Isolated bounds (and failed trials)", *table(iso, ISOLATION_COLUMNS, notes)))
+        title = "Isolated bounds (and failed trials)" if analysed else "Trials as measured (no analysis saved)"
+        out.append((title, *table(iso, ISOLATION_COLUMNS, notes)))
     return out, notes
 
 
@@ -149,7 +152,7 @@ def recommendation_lines(run) -> list[str]:
     lines = [line for g in analysis.get("groups", []) for line in _group_lines(g)]
     lines += _page_cache_lines(run.meta.get("storage") or {}, analysis)
     lines += [e["text"] for e in analysis.get("epochs", [])]
-    lines += _trust_lines(analysis)
+    lines += _trust_lines(analysis) + data_lines(analysis)
     lines += [_overhead_line(o) for o in analysis.get("stage_timing_overhead", [])
               if "on_samples_per_s" in o]  # without it: a run from before the alternating measurement
     lines += [_overhead_line(o, "the 10 Hz monitor", ("monitored", "unmonitored"))
@@ -215,6 +218,19 @@ def _trust_lines(analysis: dict) -> list[str]:
     return lines
 
 
+def data_lines(analysis: dict) -> list[str]:
+    """Per trial, the bad samples skipped and the outsize images met, with the first paths."""
+    lines = [f"{r['trial_id']}: skipped {r['bad_samples']} sample(s) that could not be read or decoded "
+             f"({r.get('bad_samples_frac') or 0:.1%}{'; trial failed' if r.get('status') != 'ok' else ''}), first: "
+             f"{r.get('bad_samples_first')}" for r in analysis.get("bad_samples", [])]
+    for r in analysis.get("large_images", []):
+        cost = r.get("large_images_cost_frac")
+        share = f", {cost:.0%} of the workers' clocked time" if cost is not None else ""
+        lines.append(f"{r['trial_id']}: {r['large_images']} outsize image(s) above data.max_pixels{share}, first: "
+                     f"{r.get('large_images_first')}")
+    return lines
+
+
 def _overhead_line(o: dict, what: str = "stage clocks", modes: tuple = ("clocked", "unclocked")) -> str:
     verdict = "" if o.get("resolved") else ": not distinguishable from zero"
     interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
@@ -242,7 +258,8 @@ def reference_line(ref: dict) -> str | None:
 
 
 def render_markdown(run) -> str:
-    parts = [f"# pipeprof run `{run.path.name}`", ""]
+    parts = [f"# pipeprof run `{run.path.name}`", ""] + ([f"_{run.unfinished()}_", ""] if run.unfinished() else [])
+    parts += [f"**{line}**  " for line in answer_lines(run)] + [""]
     tables, notes = sections(run)
     for title, headers, rows in tables:
         parts += [f"## {title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -271,6 +288,10 @@ def render_console(run, console=None) -> None:
     from rich.table import Table
 
     console = console or Console(width=None if Console().is_terminal else 140)
+    if run.unfinished():
+        console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
+    for line in answer_lines(run):  # the answer first, the evidence below it
+        console.print(line, style="bold", markup=False, highlight=False)
     tables, notes = sections(run)
     for title, headers, rows in tables:
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)

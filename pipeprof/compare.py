@@ -1,0 +1,117 @@
+"""Two or more stored runs side by side: which trials match, their rate ratios, what differs.
+
+Pure functions over loaded runs (``results.load_run``): no I/O, no drawing; ``report.comparison``
+renders what they return. Trials match by their settings (kind, model, precision, preset, source,
+cache state, batch, workers, ...), never by trial id. A ratio is "within noise" when the two trials'
+95% intervals overlap. Each run's CPU reference (a fixed JPEG decode, ``reference``) says how fast
+the machine's cores were: a CPU-bound ratio divided by the references' ratio is the pipeline's
+change with the machine's speed taken out.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import pandas as pd
+
+#: the settings that make two trials the same measurement (those a run lacks are left out)
+SETTINGS = ["kind", "model", "precision", "mode", "preset", "decoder", "source", "cache_state", "batch_size",
+            "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus"]
+#: config fields that name a run rather than change what it measures
+NOT_SETTINGS = {"name", "out_dir", "data.cache_dir"}
+MACHINE = ["cpu_model", "cores.usable", "memory.total_gb", "torch.version", "torch.device_names",
+           "pillow_jpeg.version", "libraries"]
+
+
+class Difference(NamedTuple):
+    """A field whose value is not the same in every run: its dotted name and each run's value."""
+
+    field: str
+    values: list
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Nested dicts as {'section.key': value}; lists and scalars are leaves."""
+    out = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        out |= flatten(v, f"{name}.") if isinstance(v, dict) and v else {name: v}
+    return out
+
+
+def _machine(meta: dict) -> dict:
+    flat = flatten(meta.get("machine") or {})
+    return {f"machine.{k}": v for k, v in flat.items() if any(k == m or k.startswith(f"{m}.") for m in MACHINE)}
+
+
+def differences(runs: list) -> list[Difference]:
+    """Config fields and machine facts (CPU, cores, GPUs, versions) whose values differ between runs."""
+    flats = [{f"config.{k}": v for k, v in flatten(r.meta.get("config") or {}).items() if k not in NOT_SETTINGS}
+             | _machine(r.meta) for r in runs]
+    fields = sorted(set().union(*flats))
+    return [Difference(f, [fl.get(f) for fl in flats]) for f in fields
+            if any(fl.get(f) != flats[0].get(f) for fl in flats[1:])]
+
+
+def reference_rate(meta: dict) -> Optional[float]:
+    """Decodes/s of the CPU reference at its largest process count, the mean of the run's start and end."""
+    ref = meta.get("cpu_reference") or {}
+    rates = [max(ref[w]["points"], key=lambda p: p["processes"])["decodes_per_s"]
+             for w in ("start", "end") if ref.get(w, {}).get("points")]
+    return sum(rates) / len(rates) if rates else None
+
+
+def _key(value) -> str:
+    """A setting as matching text: missing is '', 4.0 is '4' (a column with gaps is stored as float)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _keyed(trials: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    ok = trials[(trials["status"] == "ok") & trials["samples_per_s"].notna()] if len(trials) else trials
+    keys = ok[cols].apply(lambda c: c.map(_key)).agg("|".join, axis=1) if len(ok) else pd.Series(dtype=str)
+    return ok.assign(_match=keys).drop_duplicates("_match")
+
+
+def _interval(df: pd.DataFrame, side: str) -> pd.Series:
+    col = f"samples_per_s_ci95_{side}"
+    return df[col] if col in df else pd.Series(float("nan"), index=df.index)
+
+
+def ratios(base, other, label: str) -> pd.DataFrame:
+    """One row per trial of ``other`` whose settings match one of ``base``: both rates, the ratio,
+    whether their 95% intervals overlap, and the ratio over the CPU references' ratio."""
+    cols = [c for c in SETTINGS if c in base.trials and c in other.trials]
+    a, b = _keyed(base.trials, cols), _keyed(other.trials, cols)
+    m = a.assign(lo=_interval(a, "low"), hi=_interval(a, "high")).merge(
+        b.assign(lo=_interval(b, "low"), hi=_interval(b, "high"))[["_match", "samples_per_s", "lo", "hi"]],
+        on="_match", suffixes=("_a", "_b"))
+    ref_a, ref_b = reference_rate(base.meta), reference_rate(other.meta)
+    ref = ref_b / ref_a if ref_a and ref_b else None
+    known = m[["lo_a", "hi_a", "lo_b", "hi_b"]].notna().all(axis=1)
+    overlap = (m["lo_a"] <= m["hi_b"]) & (m["lo_b"] <= m["hi_a"])
+    out = m[cols].assign(trial=m["trial_id"], run=label, rate_a=m["samples_per_s_a"], rate_b=m["samples_per_s_b"],
+                         ratio=m["samples_per_s_b"] / m["samples_per_s_a"],
+                         within_noise=overlap.where(known, None), reference_ratio=ref)
+    out["normalised_ratio"] = out["ratio"] / ref if ref else None
+    return out.reset_index(drop=True)
+
+
+class Comparison(NamedTuple):
+    """What ``compare`` found: the runs' labels, matching trials' ratios, differing settings, references."""
+
+    labels: list[str]
+    ratios: pd.DataFrame
+    differences: list[Difference]
+    references: list[Optional[float]]
+
+
+def compare(runs: list, labels: list[str]) -> Comparison:
+    """Every later run against the first (the baseline): ratios of matching trials, what differs."""
+    if len(runs) < 2:
+        raise ValueError("compare needs two runs or more")
+    rows = [ratios(runs[0], r, lab) for r, lab in zip(runs[1:], labels[1:])]
+    return Comparison(labels, pd.concat(rows, ignore_index=True), differences(runs),
+                      [reference_rate(r.meta) for r in runs])

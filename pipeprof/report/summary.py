@@ -1,0 +1,147 @@
+"""What a run says in words and small tables, read from what the analysis stored: the answer
+sentences, the ranked actions and the workstation reviews' images/s table.
+
+The console and the HTML report both print these, so a sentence is built in one place. Nothing
+here analyses again: every number is a stored value (``run.meta["analysis"]``, ``run.trials``),
+and the only arithmetic is a ratio of two stored rates (FP16 over FP32, N GPUs over one).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import pandas as pd
+
+VERDICT_WORDS = {"cpu-bound": "CPU-bound", "gpu-bound": "GPU-bound", "io-bound": "I/O-bound",
+                 "step-bound": "Step-bound", "cores-bound": "Cores-bound", "loader-bound": "Loader-bound",
+                 "input-bound": "Input-bound", "balanced": "Balanced", "unknown": "Verdict unknown"}
+REVIEW_KEYS = ["model", "precision", "gpus"]  # the reviews' rows (``gpus`` when the run swept GPU counts)
+
+
+def rate(x: Optional[float]) -> str:
+    """A rate as the sentences print it: whole numbers with separators from 100 up, else 3 figures."""
+    if x is None or x != x:
+        return "–"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def group_label(g: dict) -> str:
+    """model precision · preset · batch · source (cache state): how a group is named everywhere."""
+    where = " ".join(str(p) for p in (g.get("source"), g.get("cache_state")) if p not in (None, "n/a"))
+    parts = [f"{g['model']} {g['precision']}", str(g["preset"]), f"batch {g['batch_size']}", where]
+    return " · ".join(p for p in parts if p)
+
+
+def _curve_row(run, g: dict, workers: int) -> dict:
+    """The stored curve row of group ``g`` at ``workers`` ({} when it is not there)."""
+    keys = ("model", "precision", "preset", "batch_size", "source", "cache_state")
+    for row in run.meta.get("analysis", {}).get("curves", []):
+        if row.get("num_workers") == workers and all(row.get(k) == g.get(k) for k in keys):
+            return row
+    return {}
+
+
+def _interval(row: dict) -> str:
+    """'± h' with h half the trial's 95% interval, or '' when it was not measured."""
+    lo, hi = row.get("samples_per_s_ci95_low"), row.get("samples_per_s_ci95_high")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    half = (hi - lo) / 2
+    return f" ± {half:,.0f}" if half >= 100 else f" ± {half:.2g}"  # two figures: it is an interval
+
+
+def _cores_clause(g: dict, device: str) -> str:
+    need = g.get("cores_needed")
+    if device != "cuda" or not need:
+        return ""
+    precision = str(g["precision"]).upper()
+    if need.get("cores_needed") is None:
+        return (f"; no core count keeps this GPU busy in {precision}: one loader hands off at most "
+                f"{rate(need.get('handoff_limit'))} samples/s (about {need.get('cores_to_handoff_limit')} cores "
+                "reach 95% of that)")
+    past = ", extrapolated past the workers measured" if need.get("extrapolated") else ""
+    return f"; about {need['cores_needed']} cores keep this GPU busy in {precision}{past}"
+
+
+def answer(run, g: dict) -> str:
+    """One group's answer: its verdict at the recommended count, the rate there with its interval,
+    the step's ceiling, the count to set and (on a GPU) the cores the GPU needs."""
+    device = run.meta.get("config", {}).get("device", "cuda")
+    w = g["recommended_workers"]
+    row = _curve_row(run, g, w)
+    verdict = VERDICT_WORDS.get(g.get("verdict_at_recommended") or "unknown", g.get("verdict_at_recommended"))
+    ceiling = row.get("step_bound_samples_per_s")
+    what = "the GPU" if device == "cuda" else "the step on the CPU"
+    alone = f"; {what} alone takes {rate(ceiling)}" if ceiling is not None and ceiling == ceiling else ""
+    return (f"{verdict}: with {w} worker{'' if w == 1 else 's'} training runs at {rate(g['recommended_samples_per_s'])}"
+            f"{_interval(row)} samples/s{alone}; set num_workers={w}{_cores_clause(g, device)}.")
+
+
+def answers(run) -> list[tuple[str, str]]:
+    """(group label, answer sentence) for every group the analysis stored, in its order."""
+    return [(group_label(g), answer(run, g)) for g in run.meta.get("analysis", {}).get("groups", [])]
+
+
+def answer_lines(run) -> list[str]:
+    """The answers as plain lines, labelled by group when there is more than one."""
+    pairs = answers(run)
+    return [f"{label}: {text}" if len(pairs) > 1 else text for label, text in pairs]
+
+
+class Action(NamedTuple):
+    """A ranked action of one group as stored: its predicted rate and gain (None for a finding)."""
+
+    group: str
+    action: str
+    predicted_samples_per_s: Optional[float]
+    gain_frac: Optional[float]
+    within_noise: bool
+    basis: str
+
+
+def actions(run) -> list[Action]:
+    """Every group's stored actions, in the analysis's rank order (findings without a gain first)."""
+    return [Action(group_label(g), a["action"], a.get("predicted_samples_per_s"), a.get("gain_frac"),
+                   bool(a.get("within_noise")), a.get("basis", ""))
+            for g in run.meta.get("analysis", {}).get("groups", []) for a in g.get("actions", [])]
+
+
+def _ok(trials: pd.DataFrame, kind: str) -> pd.DataFrame:
+    if trials.empty or "kind" not in trials:
+        return trials
+    sel = (trials["kind"] == kind) & (trials["status"] == "ok") & trials["samples_per_s"].notna()
+    return trials[sel]
+
+
+def review_table(run) -> pd.DataFrame:
+    """The reviews' table: images/s per model × precision (× GPU count), the step alone in train and
+    inference as measured (gpu_ceiling), the best end-to-end rate, FP16 (or BF16) over FP32 for the
+    same model, mode and GPU count, and N GPUs over one. Empty without step ceilings."""
+    ceil = _ok(run.trials, "gpu_ceiling")
+    if ceil.empty:
+        return pd.DataFrame()
+    keys = [k for k in REVIEW_KEYS if k in ceil]
+    mode = ceil["mode"].fillna("train") if "mode" in ceil else pd.Series("train", index=ceil.index)
+    table = ceil.assign(mode=mode).pivot_table(index=keys, columns="mode", values="samples_per_s", aggfunc="max")
+    table = table.rename(columns=lambda m: f"{m}_samples_per_s").reset_index()
+    e2e = pd.DataFrame(run.meta.get("analysis", {}).get("groups", []))
+    if len(e2e) and {"model", "precision"} <= set(e2e):
+        best = e2e.groupby(["model", "precision"])["best_samples_per_s"].max().rename("end_to_end_samples_per_s")
+        table = table.merge(best.reset_index(), on=["model", "precision"], how="left")
+    return _ratios(table, keys)
+
+
+def _ratios(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each step rate over the same model's FP32 row (``*_over_fp32``) and over N times its one-GPU row
+    (``*_scaling``, 1.0 = linear)."""
+    rates = [c for c in table if c.endswith("_samples_per_s") and c != "end_to_end_samples_per_s"]
+    others = [k for k in keys if k != "precision"]
+    fp32 = table.loc[table["precision"] == "fp32", others + rates]
+    base = table.merge(fp32, on=others, how="left", suffixes=("", "_base"))
+    for col in rates:
+        table[col.replace("_samples_per_s", "_over_fp32")] = base[col] / base[f"{col}_base"]
+    if "gpus" in keys:
+        one = table.loc[table["gpus"] == 1, ["model", "precision"] + rates]
+        base = table.merge(one, on=["model", "precision"], how="left", suffixes=("", "_base"))
+        for col in rates:
+            table[col.replace("_samples_per_s", "_scaling")] = base[col] / (base["gpus"] * base[f"{col}_base"])
+    return table
