@@ -27,8 +27,8 @@ def run(config=None, overrides=(), **kwargs):
 
 
 def profile(dataset=None, model="auto", batch_size=None, num_workers=None, precision=None, *,
-            mode="train", trials=None, measure=None, out_dir="out", name="profile", log=print, loss_fn=None,
-            threads=None, loader=None, **sections):
+            mode=None, trials=None, measure=None, out_dir=None, name=None, log=print, loss_fn=None,
+            threads=None, loader=None, config=None, **sections):
     """Profile ``dataset`` (a map-style Dataset or an IterableDataset of ``(CHW tensor, label)``;
     None: the synthetic one) feeding ``model`` (an ``nn.Module``, a model name, or "auto") over
     worker counts.
@@ -38,9 +38,15 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     Batches: a dict with 'image'/'label' (or 'images'/'labels') or a tuple (images, labels, ...);
     the first fixes the batch size (``batch_size`` may only repeat it).
 
+    ``config``: any part of a config file as a dict in the YAML's shape, e.g. ``config={"model":
+    {"num_classes": 10}, "loader": {"pin_memory": False}}`` (``model`` and ``loader`` are this function's
+    own arguments, so those sections come this way). Other sections may also come as keywords
+    (``data={...}``, ``device="cpu"``; ``measure`` takes MeasureConfig fields). The shortcuts (``model``,
+    ``batch_size``, ``num_workers``, ``precision``, ``mode``, ``trials``, ``threads``, ``out_dir``,
+    ``name``) override the fields they stand for when given.
+
     Returns a :class:`pipeprof.results.Run`; ``.trials`` is a DataFrame whose
     metric columns carry their units (``samples_per_s``, ``data_wait_frac``...).
-    ``measure`` takes MeasureConfig fields (e.g. ``{"window_s": 1}``).
     ``loss_fn(raw model output, labels) -> scalar tensor`` replaces the default cross-entropy
     (which needs labels in ``[0, model outputs)``). ``threads``: the CPU step's intra-op threads
     (``model.threads``; default: the cores the workers leave).
@@ -54,16 +60,39 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     if model is not None and not isinstance(model, str):
         import copy
 
-        template, model = model, f"user:{type(model).__name__}"
+        from .models import USER_PREFIX
+
+        template, model = model, f"{USER_PREFIX}{type(model).__name__}"
         models[model] = lambda: copy.deepcopy(template)
-    raw = {"name": name, "out_dir": out_dir, **sections,
-           "model": {"name": None if model == "auto" else model, "precision": precision, "mode": mode,
-                     "threads": threads},
-           "loader": {"num_workers": num_workers, "batch_size": batch_size}, "measure": measure or {}}
-    if trials is not None:
-        raw["trials"] = trials
-    cfg = build(raw, origin="profile() arguments")
+    shortcuts = {"name": name, "out_dir": out_dir, "trials": trials, "model.name": None if model == "auto" else model,
+                 "model.precision": precision, "model.mode": mode, "model.threads": threads,
+                 "loader.num_workers": num_workers, "loader.batch_size": batch_size}
+    raw = _profile_config(config, sections | ({"measure": measure} if measure else {}), shortcuts)
+    cfg = build({"name": "profile"} | raw, origin="profile() arguments")
     return execute(cfg, user_dataset=dataset, models=models, log=log, loss_fn=loss_fn, user_loader=loader)
+
+
+def _profile_config(config, sections: dict, shortcuts: dict) -> dict:
+    """``config``, then whole sections given by keyword (merged field by field into the config's), then
+    each shortcut that was given (``"section.field"`` or a top-level field)."""
+    import copy
+
+    from .config import ConfigError
+
+    raw = copy.deepcopy(config or {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"profile(config=...): expected a dict of config sections, got {type(raw).__name__}")
+    for key, value in sections.items():
+        both = isinstance(raw.get(key), dict) and isinstance(value, dict)
+        raw[key] = {**raw[key], **value} if both else value
+    for dotted, value in shortcuts.items():
+        section, _, key = dotted.rpartition(".")
+        if value is None:
+            continue
+        if section and not isinstance(raw.setdefault(section, {}), dict):
+            raise ConfigError(f"profile(config=...): {section} must be a dict of fields, got {raw[section]!r}")
+        (raw[section] if section else raw)[key] = value
+    return raw
 
 
 def load_run(path):

@@ -6,6 +6,7 @@ data_format="yaml")``.
 """
 from __future__ import annotations
 
+from .config import ConfigError
 from .confounders import quiet_albumentations
 from .presets import preset_path
 
@@ -16,9 +17,28 @@ import albumentations as A  # noqa: E402  (after the update check is switched of
 _SIZE_KEYS = ("height", "width")
 
 
+def _load(path) -> A.Compose:
+    """The pipeline albumentations reads from ``path``; ConfigError naming the file and albumentations'
+    reason when it cannot (malformed YAML, no 'transform' key, a transform it does not know)."""
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"augment.preset: {path}: albumentations {A.__version__} cannot load it: {why}")
+
+    try:
+        compose = A.load(str(path), data_format="yaml")
+    except KeyError as exc:  # albumentations' own lookups: the top-level key, then each transform's name
+        key = exc.args[0] if exc.args else None
+        raise refuse("no 'transform' key (albumentations.save writes one)" if key == "transform" else
+                     f"KeyError {key!r}: no transform of that name (or a key it needs is missing)") from None
+    except Exception as exc:  # yaml's parser errors, a file that is not a mapping
+        raise refuse(f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(compose, A.Compose):
+        raise refuse(f"expected a Compose of transforms, got a {type(compose).__name__}")
+    return compose
+
+
 def load_preset(name: str, size: int | None = None) -> A.Compose:
     """Load a preset; with ``size``, crops/resizes produce ``size``×``size`` images."""
-    compose = A.load(str(preset_path(name)), data_format="yaml")
+    compose = _load(preset_path(name))
     if size is None:
         return compose
     spec = A.to_dict(compose)

@@ -7,15 +7,26 @@ trials and analysis: what a user waits for), the trials run, the recommended num
 end-to-end rate measured there, the verdict there and the two overheads pipeprof measures on
 itself (monitor, stage clocks) with their intervals; then per pair the time ratio and the rate
 difference at the two recommendations.
+
+``pipeprof bench soak``: repeated small sweeps in one process, workers up to the core count, for
+``--minutes``; after each sweep the process's RSS, its open file descriptors, /dev/shm in use and
+the processes alive under it. Over a long soak these must stay flat: growth is a leak (memory,
+descriptors, shared-memory segments of DataLoader batches, worker processes).
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import pandas as pd
+import psutil
 
 from . import config as cfgmod
+from .env import usable_cores
 from .runner import execute, prepare
 
 
@@ -100,3 +111,47 @@ def render_sweep_speed(df: pd.DataFrame) -> str:
                      f"{r.adaptive_workers}, {r.exhaustive_workers} | {pct(r.rate_diff)} | "
                      f"{r.adaptive_verdict}, {r.exhaustive_verdict} |")
     return "\n".join(lines) + "\n"
+
+
+# ---- soak ----------------------------------------------------------------------------------------
+
+def leak_state() -> dict:
+    """What would grow with a leak: RSS (MiB), open fds, /dev/shm in use (MiB), live processes."""
+    me = psutil.Process()
+    alive = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    shm = shutil.disk_usage("/dev/shm").used / 2**20 if os.path.isdir("/dev/shm") else float("nan")
+    return {"rss_mb": me.memory_info().rss / 2**20, "fds": me.num_fds(), "shm_mb": shm, "procs": 1 + len(alive)}
+
+
+def _soak_sweep(out: Path, workers: list[int]) -> float:
+    """One small sweep (cpu_pipeline and end_to_end at every worker count); its wall seconds."""
+    t0 = time.perf_counter()
+    sets = [f"out_dir={out}/runs", f"data.cache_dir={out}/datasets", "data.images=64", "data.classes=4",
+            f"loader.num_workers={workers}", "loader.batch_size=8", "augment.preset=light", "name=soak",
+            "trials=[cpu_pipeline,end_to_end]", "model.name=mobilenet_v3_small", "measure.window_s=0.3",
+            "measure.windows=2", "measure.max_windows=2", "measure.cpu_reference_s=0", "stage_timing=false"]
+    execute(cfgmod.load(None, sets), log=lambda *a, **k: None)
+    return time.perf_counter() - t0
+
+
+def soak(minutes: float, out: Optional[str], log: Callable[[str], None] = print) -> list[dict]:
+    """Sweeps for ``minutes``; a :func:`leak_state` row (with its time and sweep seconds) after each."""
+    folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="pipeprof-soak-"))
+    workers = cfgmod.default_workers(int(usable_cores()["usable"]))
+    log(f"soak: sweeps over workers {workers} for {minutes:g} min in {folder}")
+    log(f"{'t_s':>7} {'sweep':>5} {'sweep_s':>7} {'rss_mb':>8} {'fds':>5} {'shm_mb':>8} {'procs':>5}")
+    t0, end, seen = time.monotonic(), time.monotonic() + minutes * 60, []
+    while time.monotonic() < end:
+        took = _soak_sweep(folder, workers)
+        shutil.rmtree(folder / "runs", ignore_errors=True)  # the runs' files are not what is watched
+        seen.append(leak_state() | {"t_s": time.monotonic() - t0, "sweep_s": took})
+        now = seen[-1]
+        log(f"{now['t_s']:7.0f} {len(seen):5d} {took:7.1f} {now['rss_mb']:8.1f} {now['fds']:5d} "
+            f"{now['shm_mb']:8.1f} {now['procs']:5d}")
+    # from the end of the first sweep: it loads torch, the model and the dataset once, which is not a leak
+    log("change from the first sweep to the last: " + ", ".join(
+        f"{k} {seen[-1][k] - seen[0][k]:+.1f}" for k in ("rss_mb", "fds", "shm_mb", "procs"))
+        if len(seen) > 1 else "fewer than two sweeps finished: give it more minutes")
+    if not out:
+        shutil.rmtree(folder, ignore_errors=True)
+    return seen

@@ -17,6 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", nargs="?", help="experiment YAML (see configs/)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                      help="override a config field, value in YAML: --set loader.num_workers=[0,2,4]")
+    run.add_argument("--gpus", help="GPU counts per trial, e.g. 1,2 or all (distributed.gpus): N > 1 runs as N "
+                                    "DDP processes under torchrun")
     run.add_argument("--exhaustive", action="store_true",
                      help="measure every point of the grid (sweep: exhaustive) instead of searching num_workers")
     doctor = sub.add_parser("doctor", help="the machine as pipeprof sees it")
@@ -38,13 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--cores", help="with --sizing: core counts to check, e.g. 4,8 (default: 1/4 and 1/2 "
                                           "of the usable cores)")
     validate.add_argument("--full-run", help="with --sizing: reuse this run folder as the all-cores run")
-    bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
-    bench.add_argument("which", choices=["sweep-speed"],
-                       help="sweep-speed: the adaptive search against the exhaustive grid, alternating")
-    bench.add_argument("config", nargs="?", help="experiment YAML (loader.num_workers unset); default: the defaults")
-    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair)")
-    bench.add_argument("--out-dir", default="out/bench")
+    _multi_run_parsers(sub)
     pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
     pack.add_argument("src", help="dataset folder (class folders of images)")
     pack.add_argument("dst", help="folder for shard-000000.tar, ...")
@@ -53,6 +49,22 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
     _check_data_parser(sub)
     return p
+
+
+def _multi_run_parsers(sub) -> None:
+    merge = sub.add_parser("merge", help="join the run folders of a multi-machine job's nodes into one")
+    merge.add_argument("run_dirs", nargs="+", help="each node's run folder, node 0's first")
+    merge.add_argument("--out-dir", default="out")
+    bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
+    bench.add_argument("which", choices=["sweep-speed", "soak"],
+                       help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
+                            "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks)")
+    bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
+    bench.add_argument("config", nargs="?", help="sweep-speed: experiment YAML (loader.num_workers unset; default: "
+                                                 "the defaults); soak: folder for the runs (default: a temporary one)")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair)")
+    bench.add_argument("--out-dir", default="out/bench")
 
 
 def _report_parsers(sub) -> None:
@@ -85,7 +97,9 @@ def cmd_run(args) -> int:
     from .report.console import render_console, render_markdown
     from .runner import execute
 
-    cfg = cfgmod.load(args.config, args.overrides + (["sweep=exhaustive"] if args.exhaustive else []))
+    extra = (["sweep=exhaustive"] if args.exhaustive else []) + (
+        [f"distributed.gpus={args.gpus if args.gpus == 'all' else '[' + args.gpus + ']'}"] if args.gpus else [])
+    cfg = cfgmod.load(args.config, args.overrides + extra)
     console = Console(width=None if Console().is_terminal else 140)  # a log file gets the wide tables
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -243,9 +257,24 @@ def _validate_sizing(args, console) -> int:
     return 0 if s["passed"] else 1
 
 
-def cmd_bench(args) -> int:
-    from .bench import render_sweep_speed, sweep_speed
+def cmd_merge(args) -> int:
+    from .merge import merge_runs
+    from .report.console import render_console
 
+    if len(args.run_dirs) < 2:
+        raise ValueError("merge needs the run folders of two or more nodes")
+    run = merge_runs(args.run_dirs, args.out_dir)
+    render_console(run)
+    print(f"merged run folder: {run.path}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import render_sweep_speed, soak, sweep_speed
+
+    if args.which == "soak":
+        soak(args.minutes, args.config, log=lambda text: print(text, flush=True))
+        return 0
     df = sweep_speed(args.config, args.overrides, args.repeats, args.out_dir,
                      log=lambda text: print(text, file=sys.stderr))
     print(render_sweep_speed(df), end="")
@@ -281,7 +310,7 @@ def cmd_check_data(args) -> int:
 
 
 COMMANDS = {"check-data": cmd_check_data, "run": cmd_run, "pack": cmd_pack, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report, "compare": cmd_compare,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "merge": cmd_merge}
 
 
 def main(argv=None) -> int:

@@ -321,7 +321,7 @@ class LoaderConfig(_Strict):
 
 class ModelConfig(_Strict):
     name: Optional[Axis[str]] = None  # None: resnet50 on GPU, mobilenet_v3_small on CPU
-    mode: Literal["train", "inference"] = "train"
+    mode: Axis[Literal["train", "inference"]] = ["train"]  # sweep axis: a training step, or forward only
     precision: Optional[Axis[Precision]] = None  # None: bf16 if supported, else fp16 (GPU); fp32 (CPU)
     channels_last: Optional[bool] = None  # None: on for CUDA
     cudnn_benchmark: Optional[bool] = None  # None: on, except in true fp32 (see step.configure_precision)
@@ -365,6 +365,25 @@ class MeasureConfig(_Strict):
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
 
 
+class DistributedConfig(_Strict):
+    """Trials on several GPUs (or CPU processes): N processes started by torchrun, DDP, one GPU each."""
+
+    # sweep axis: GPUs (processes) per trial; 'all': 1, 2, 4, ... up to the GPUs of the machine(s)
+    gpus: Union[Literal["all"], Axis[PositiveInt]] = [1]
+    p2p: Axis[Literal["on", "off"]] = ["on"]  # sweep axis for N > 1: off sets NCCL_P2P_DISABLE=1
+    nnodes: PositiveInt = 1  # machines in the job; each runs `pipeprof run` with its node_rank
+    node_rank: NonNegativeInt = 0
+    rdzv_endpoint: Optional[str] = None  # host:port of node 0's rendezvous (needed when nnodes > 1)
+
+    @model_validator(mode="after")
+    def _nodes(self):
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("distributed.nnodes > 1 needs distributed.rdzv_endpoint (host:port of node 0)")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"distributed.node_rank {self.node_rank} must be below nnodes {self.nnodes}")
+        return self
+
+
 class RunConfig(_Strict):
     name: str = "run"
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -378,6 +397,7 @@ class RunConfig(_Strict):
     augment: AugmentConfig = AugmentConfig()
     loader: LoaderConfig = LoaderConfig()
     model: ModelConfig = ModelConfig()
+    distributed: DistributedConfig = DistributedConfig()
     measure: MeasureConfig = MeasureConfig()
 
 
@@ -442,7 +462,7 @@ def default_workers(usable_cores: int) -> list[int]:
     return sorted(set(counts + [max(usable_cores, 1)]))
 
 
-def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int) -> RunConfig:
+def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int, gpu_count: int = 1) -> RunConfig:
     """Fill every machine-dependent ``None`` so the recorded config is what ran."""
     c = cfg.model_copy(deep=True)
     gpu = c.device == "cuda" or (c.device == "auto" and cuda)
@@ -463,4 +483,24 @@ def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int) -> Run
         c.loader.num_workers = default_workers(usable_cores)
     if c.loader.pin_memory is None:
         c.loader.pin_memory = gpu
+    c.distributed.gpus = _gpu_counts(c.distributed, gpu_count if gpu else usable_cores, gpu)
     return c
+
+
+def _gpu_counts(d: DistributedConfig, local: int, gpu: bool) -> list[int]:
+    """The GPU (process) counts to run: 'all' is 1, 2, 4, ... up to every GPU of the job's machines.
+    A count above what the machines have, or one the nodes cannot share evenly, is a ConfigError."""
+    total = local * d.nnodes
+    if d.gpus == "all":
+        counts, n = [], 1
+        while n < total:
+            counts.append(n)
+            n *= 2
+        return sorted(set(counts + [max(total, 1)])) if gpu else [1]
+    what = "GPUs" if gpu else "usable cores (CPU processes)"
+    for n in d.gpus:
+        if n > max(total, 1):
+            raise ConfigError(f"distributed.gpus: {n} asked for, but the job has {total} {what}")
+        if n > 1 and n % d.nnodes:
+            raise ConfigError(f"distributed.gpus: {n} is not a multiple of distributed.nnodes ({d.nnodes})")
+    return sorted(set(d.gpus))

@@ -225,7 +225,35 @@ def _nvml_device(nv, index: int) -> dict:
         "pcie_width_current": _safe(nv.nvmlDeviceGetCurrPcieLinkWidth, h),
         "pcie_width_max": _safe(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
         "persistence_mode": _safe(lambda: bool(nv.nvmlDeviceGetPersistenceMode(h))),
+        "pci_bus_id": _decode(_safe(lambda: nv.nvmlDeviceGetPciInfo(h).busId)),
+        **_nvlinks(nv, h),
     }
+
+
+def _nvlinks(nv, h) -> dict:
+    """NVLink: links up, their version, and the PCI bus ids at their far ends (a peer GPU or a switch).
+    Read only (the state NVML reports); nothing is changed."""
+    up, versions, peers = 0, set(), set()
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _safe(nv.nvmlDeviceGetNvLinkState, h, link)
+        if state is None:  # no such link (or no NVLink at all): the rest will not answer either
+            break
+        if state:
+            up += 1
+            versions.add(_safe(nv.nvmlDeviceGetNvLinkVersion, h, link))
+            peers.add(_decode(_safe(lambda: nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)))
+    return {"nvlink_links_up": up, "nvlink_version": max((v for v in versions if v), default=None),
+            "nvlink_peers": sorted(p for p in peers if p)}
+
+
+def _peer_gpus(gpus: list[dict]) -> list[dict]:
+    """Each GPU's NVLink far ends named as GPU indices where they are GPUs of this machine
+    (``nvlink_peer_gpus``); an end that is no GPU here is an NVSwitch or another machine's."""
+    bus = {str(g.get("pci_bus_id") or "").lower()[-12:]: g["index"] for g in gpus if g.get("pci_bus_id")}
+    for g in gpus:
+        ends = [bus.get(str(p).lower()[-12:]) for p in g.get("nvlink_peers") or []]
+        g["nvlink_peer_gpus"] = sorted(i for i in ends if i is not None)
+    return gpus
 
 
 def gpu_info() -> list[dict]:
@@ -243,7 +271,7 @@ def gpu_info() -> list[dict]:
         for i in range(count):
             dev = _safe(_nvml_device, nv, i, default={"index": i})
             gpus.append({**dev, "driver_version": driver})
-        return _jsonable(gpus)
+        return _jsonable(_peer_gpus(gpus))
     finally:
         _safe(nv.nvmlShutdown)
 

@@ -29,12 +29,16 @@ def worker_init(worker_id: int, base_seed: int) -> None:
         transform.set_random_seed(seed)
 
 
-def sampler_for(dataset, batch_size: int, num_workers: int, seed: int = 0):
-    """Shuffled endless passes, or shard-by-shard per worker when the dataset's source is sequential."""
+def sampler_for(dataset, batch_size: int, num_workers: int, seed: int = 0, shard=None):
+    """Shuffled endless passes, or shard-by-shard per worker when the dataset's source is sequential.
+    ``shard``: (rank, world size) of an N-GPU trial: this rank's DistributedSampler share of each pass."""
     source = getattr(dataset, "source", None)
     if getattr(source, "sequential", False):
+        if shard is not None:
+            raise ValueError("a sequential (sharded) source is not split between the ranks of an N-GPU trial; "
+                             "use files or memory there")
         return ShardSampler(source, batch_size, num_workers, seed)
-    return CyclingSampler(len(dataset), seed)
+    return CyclingSampler(len(dataset), seed, shard)
 
 
 def access_order(dataset) -> str:
@@ -44,7 +48,7 @@ def access_order(dataset) -> str:
 
 
 def build_loader(dataset, batch_size: int, num_workers: int, collate_fn, pin_memory: bool = False,
-                 prefetch_factor: int = 2, seed: int = 0, timeout_s: float = 0) -> DataLoader:
+                 prefetch_factor: int = 2, seed: int = 0, timeout_s: float = 0, shard=None) -> DataLoader:
     """An endless DataLoader over ``dataset`` with pipeprof's worker policy.
 
     ``timeout_s`` (> 0, with workers) bounds the wait for one batch, so storage that stops
@@ -52,7 +56,8 @@ def build_loader(dataset, batch_size: int, num_workers: int, collate_fn, pin_mem
     """
     extra = {"prefetch_factor": prefetch_factor, "timeout": timeout_s} if num_workers > 0 else {}
     # an IterableDataset takes no sampler (it cannot be indexed): its passes end, EndlessIter restarts them
-    sampler = None if isinstance(dataset, IterableDataset) else sampler_for(dataset, batch_size, num_workers, seed)
+    sampler = None if isinstance(dataset, IterableDataset) else sampler_for(dataset, batch_size, num_workers, seed,
+                                                                            shard)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
                       num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
                       worker_init_fn=partial(worker_init, base_seed=seed), drop_last=True, **extra)

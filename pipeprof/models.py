@@ -18,6 +18,12 @@ TORCHVISION: dict[str, int] = {
     "convnext_tiny": 224, "vit_b_16": 224,
 }
 TIMM_PREFIX = "timm:"
+USER_PREFIX = "user:"  # an nn.Module handed to profile(): built from the object, not imported
+
+
+def is_import_path(name: str) -> bool:
+    """True for ``package.module:function`` (not a ``timm:`` or ``user:`` name)."""
+    return ":" in name and not name.startswith((TIMM_PREFIX, USER_PREFIX))
 
 
 def is_known(name: str) -> bool:
@@ -50,14 +56,18 @@ def build(name: str, num_classes: int = 1000):
 
 
 def load_callable(path: str) -> Callable:
-    """Import ``package.module:attribute`` and return the attribute."""
+    """Import ``package.module:attribute`` and return the attribute (ValueError when it does not import
+    or is not callable). Importing runs the module's code: config import paths name the user's own code."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise ValueError(f"expected 'package.module:function', got {path!r}")
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot import {path!r}: {exc}") from exc
+        found = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
+        raise ValueError(f"cannot import {path!r}: {type(exc).__name__}: {exc}") from exc
+    if not callable(found):
+        raise ValueError(f"{path!r} is a {type(found).__name__}, not a function or class")
+    return found
 
 
 def _timm_input_size(name: str) -> int:

@@ -15,6 +15,11 @@ Design choices, and why:
 * **Only cheap NVML calls** (utilisation, memory, temperature, power, SM
   clock, clock-event reasons); each is a few microseconds.  No NVML → GPU
   columns are simply absent and :attr:`Monitor.gpu_error` says why.
+* **The monitor never takes the run down.**  A field the board does not
+  report is None; any other NVML failure mid-run (a lost GPU, a driver
+  reload) is logged once and recorded in :attr:`Monitor.gpu_error`, the GPU
+  columns are empty from then on, and sampling and measuring go on.  A
+  sample that fails in any other way is skipped, also said once.
 * **Absolute deadlines** (``next += period``) so the rate does not drift by
   the cost of sampling; missed slots are skipped rather than burst.
   ``threading.Event.wait`` makes :meth:`Monitor.stop` prompt.
@@ -33,6 +38,7 @@ storage trials' ``read_mb_s``), ``*_w`` watts, ``*_mhz`` MHz,
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -42,6 +48,9 @@ import pandas as pd
 import psutil
 
 _MIB = 2**20
+log = logging.getLogger(__name__)
+# NVML errors that mean "this board (or driver) does not report that field", not a failure of NVML
+_FIELD_NOT_REPORTED = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
 BASE_COLUMNS = [
     "t_s", "trial_id", "phase", "sample_cost_ms", "cpu_util_pct",
     "main_cpu_pct", "main_rss_mb", "workers_cpu_pct", "workers_rss_mb",
@@ -87,8 +96,16 @@ class _Nvml:
     def _call(self, fn, *args):
         try:
             return fn(*args)
-        except Exception:  # noqa: BLE001 - NotSupported etc. on some boards
-            return None
+        except Exception as exc:
+            if type(exc).__name__ in _FIELD_NOT_REPORTED:  # a field this board does not report
+                return None
+            raise  # NVML itself failed: Monitor stops sampling the GPUs
+
+    @staticmethod
+    def blank(row: dict, count: int) -> None:
+        """The GPU columns of ``count`` devices, empty."""
+        for i in range(count):
+            row.update({f"gpu{i}_{f}": None for f in GPU_FIELDS})
 
     def sample(self, row: dict) -> None:
         nv = self.nv
@@ -105,7 +122,10 @@ class _Nvml:
 
     def shutdown(self) -> None:
         if self.nv is not None:
-            self._call(self.nv.nvmlShutdown)
+            try:
+                self.nv.nvmlShutdown()
+            except Exception:  # noqa: BLE001 - a failed NVML may not shut down either; nothing is left to do
+                pass
             self.nv, self.handles = None, []
 
 
@@ -198,6 +218,7 @@ class Monitor:
         self._gpu_count = 0
         self._disk_prev: tuple[float, int] | None = None
         self._paused = False
+        self._sample_failed = False  # said once: a sample raised and was skipped
         self.cpus: list[int] = _run_cpus()  # re-read by start()
 
     # -- public API --------------------------------------------------------- #
@@ -284,7 +305,17 @@ class Monitor:
             if self._stop.wait(max(0.0, delay)):
                 return
             if not self._paused:
-                self._append(self._sample())
+                self._append_sample()
+
+    def _append_sample(self) -> None:
+        try:
+            row = self._sample()
+        except Exception as exc:  # never let a sample end the thread (and the timeline): skip it, say so once
+            if not self._sample_failed:
+                log.warning("pipeprof monitor: a sample failed and was skipped (%s: %s)", type(exc).__name__, exc)
+            self._sample_failed = True
+            return
+        self._append(row)
 
     def _append(self, row: dict) -> None:
         with self._lock:
@@ -302,10 +333,26 @@ class Monitor:
         self._sample_processes(row, workers)
         self._foreign_load(row)
         row["disk_read_mb_s"] = self._disk_rate()
-        if self._nvml is not None and self._nvml.handles:
-            self._nvml.sample(row)
+        self._sample_gpus(row)
         row["sample_cost_ms"] = (time.perf_counter() - t0) * 1000.0
         return row
+
+    def _sample_gpus(self, row: dict) -> None:
+        if self._nvml is not None and self._nvml.handles:
+            try:
+                self._nvml.sample(row)
+                return
+            except Exception as exc:  # NVML failed mid-run: no GPU figures from now on, the run goes on
+                self._gpu_error = (f"NVML failed mid-run at t={row['t_s']:.1f} s (trial {row['trial_id']}): "
+                                   f"{type(exc).__name__}: {exc}; GPU columns are empty from then on")
+                log.warning("pipeprof monitor: %s", self._gpu_error)
+                self._nvml.shutdown()
+        if self._gpu_failed_mid_run:
+            _Nvml.blank(row, self._gpu_count)
+
+    @property
+    def _gpu_failed_mid_run(self) -> bool:
+        return self._gpu_count > 0 and self._nvml is not None and not self._nvml.handles
 
     def _sample_cpu(self, row: dict) -> None:
         row["cpu_util_pct"] = psutil.cpu_percent(interval=None)

@@ -3,11 +3,14 @@
 ``out/<run-id>/``
   - ``trials.parquet``   one row per trial: its settings, status/error, metrics (units in names)
   - ``timeline.parquet`` monitor samples, each tagged with its trial and phase
+  - ``ranks.parquet``    N-GPU trials only: one row per rank (its rate, data wait, CPUs, CPU use)
   - ``run.json``         schema version, resolved config, machine snapshot, versions, timed regions, analysis
   - ``summary.md``       the console table as markdown
 
-Trials are rewritten after every trial (atomically), so an interrupted or crashed
-sweep keeps everything it measured.
+Trials are rewritten after every trial, so an interrupted or crashed sweep keeps everything
+it measured. Every file is written whole or not at all: to a temporary name in the same folder
+(``<file>.<pid>.tmp``), synced, then renamed over the old one; a ``.tmp`` whose writer is no
+longer running is stale and is removed when the folder is opened (:func:`clean_stale`).
 """
 from __future__ import annotations
 
@@ -20,9 +23,33 @@ from pathlib import Path
 import pandas as pd
 
 from ._version import __version__
+from .config import ConfigError
 from .schema import SCHEMA_VERSION
 
 TRIALS, TIMELINE, META, SUMMARY = "trials.parquet", "timeline.parquet", "run.json", "summary.md"
+RANKS = "ranks.parquet"
+
+
+class SchemaError(ValueError):
+    """A run folder written by a newer pipeprof: its fields may mean something else, so nothing is shown."""
+
+
+def check_out_dir(out_dir: str | Path) -> None:
+    """Create ``out_dir`` and write and remove a probe file in it, before anything is measured; a
+    ConfigError naming ``out_dir`` says why it cannot hold run folders."""
+    path = Path(out_dir)
+    probe = path / f".pipeprof-probe-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"probe")
+        probe.unlink()
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) != path else ""
+        hint = {FileExistsError: "a file, not a folder, has that name", NotADirectoryError: "a file stands "
+                "where a folder of its path should be", PermissionError: "no permission to write there"}.get(
+                    type(exc), exc.strerror or str(exc))
+        raise ConfigError(f"out_dir: {out_dir} cannot hold run folders: {hint}{where} "
+                          f"[{type(exc).__name__}: {exc.strerror or exc}]") from None
 
 
 def new_run_dir(out_dir: str | Path, name: str) -> Path:
@@ -36,9 +63,43 @@ def new_run_dir(out_dir: str | Path, name: str) -> Path:
 
 
 def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    """``write(tmp)`` then rename ``tmp`` over ``path``: a reader (or a crash) sees the old file or the
+    new one, never half of one. A write that fails (a full disk) removes its ``tmp`` and keeps the old file."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # the pid tells a live writer's file from a stale one
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:  # on disk before the rename: a power cut cannot leave an empty file
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def clean_stale(path: str | Path) -> list[str]:
+    """Remove the ``.tmp`` files of writers that are no longer running (a run killed mid-write); returns
+    their names. A live writer's file (its pid still running) is left alone."""
+    removed = []
+    for tmp in Path(path).glob("*.tmp"):
+        pid = tmp.suffixes[-2].lstrip(".") if len(tmp.suffixes) >= 2 else ""
+        if pid.isdigit() and _running(int(pid)):
+            continue
+        try:
+            tmp.unlink()
+            removed.append(tmp.name)
+        except OSError:  # a read-only folder: the report still reads the complete files
+            pass
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
@@ -59,13 +120,33 @@ class Run:
     meta: dict = field(default_factory=dict)
     trials: pd.DataFrame = field(default_factory=pd.DataFrame)
     timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # N-GPU trials: a row per rank
+    problems: list[str] = field(default_factory=list)  # files missing or unreadable when loaded, each named
+
+    def unfinished(self) -> str | None:
+        """A sentence when the run did not finish (status running or interrupted), with the trials done of
+        those planned; None for a finished run."""
+        status = self.meta.get("status")
+        if status not in ("running", "interrupted"):
+            return None
+        why = ("it was interrupted" if status == "interrupted" else
+               "its process stopped without finishing — killed, crashed, or still running")
+        planned = self.meta.get("trials_planned")
+        of = f" of {planned} planned" if planned else " (an adaptive search: the number planned grows as it goes)"
+        analysed = "" if "analysis" in self.meta else "; no analysis was saved: the trials are shown as measured"
+        return f"the run did not finish (status '{status}': {why}): {len(self.trials)} trials done{of}{analysed}"
 
     def save_meta(self) -> None:
         _atomic(self.path / META, lambda p: p.write_text(json.dumps(self.meta, indent=2, default=str)))
 
     def save_trials(self, rows: list[dict]) -> None:
-        self.trials = frame(rows)
+        """The trial rows; an N-GPU trial's ``ranks`` go to their own table, keyed by trial_id."""
+        ranks = [r | {"trial_id": row["trial_id"]} for row in rows for r in row.get("ranks") or []]
+        self.trials = frame([{k: v for k, v in row.items() if k != "ranks"} for row in rows])
         _atomic(self.path / TRIALS, lambda p: self.trials.to_parquet(p, index=False))
+        if ranks:
+            self.ranks = frame(ranks)
+            _atomic(self.path / RANKS, lambda p: self.ranks.to_parquet(p, index=False))
 
     def save_timeline(self, timeline: pd.DataFrame) -> None:
         self.timeline = timeline
@@ -75,31 +156,66 @@ class Run:
         _atomic(self.path / SUMMARY, lambda p: p.write_text(markdown))
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, partial: bool = False) -> Run:
     """Read a run folder; raises FileNotFoundError naming what is missing, ValueError naming the file
     that cannot be read or the schema it needs. A run of an older schema is upgraded in memory
-    (never on disk) to what this version's renderers read; see :func:`upgrade`."""
+    (never on disk) to what this version's renderers read; see :func:`upgrade`.
+
+    A table that is missing where the run's status says it should exist, or that cannot be read, is
+    listed in ``run.problems`` (naming the file) and left empty. With ``partial`` an unreadable run.json
+    is listed there too, so a report shows what the tables hold. Stale ``.tmp`` files are removed.
+    """
     path = Path(path)
-    if not (path / META).is_file():
+    if not (path / META).is_file() and not (partial and (path / TRIALS).is_file()):
         raise FileNotFoundError(f"{path} is not a pipeprof run folder (no {META})")
+    clean_stale(path)
+    run = Run(path)
     try:
-        meta = json.loads((path / META).read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path / META}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path / META}: expected a JSON object, got {type(meta).__name__}")
-    version = meta.get("schema_version", 1)
-    if version > SCHEMA_VERSION:
-        raise ValueError(f"{path} was written with run-folder schema {version}; this pipeprof "
-                         f"({__version__}) reads schema {SCHEMA_VERSION} and older: upgrade pipeprof to report it")
-    run = Run(path, meta)
-    if (path / TRIALS).is_file():
-        run.trials = pd.read_parquet(path / TRIALS)
-    if (path / TIMELINE).is_file():
-        run.timeline = pd.read_parquet(path / TIMELINE)
-    if version < SCHEMA_VERSION:
-        run.meta = upgrade(meta, run.trials)
+        run.meta = _read_meta(path / META)
+    except SchemaError:
+        raise
+    except (OSError, ValueError) as exc:
+        if not partial:
+            raise
+        run.problems.append(f"{exc}: the configuration, machine and analysis it holds are not shown")
+    finished = run.meta.get("status") not in ("running", None)
+    run.trials = _read_table(path / TRIALS, finished, run.problems, "no trial table: no measurements are shown")
+    run.timeline = _read_table(path / TIMELINE, finished, run.problems, "no monitor timeline")
+    run.ranks = _read_table(path / RANKS, False, run.problems, "no per-rank rows")
+    version = run.meta.get("schema_version", 1)
+    if run.meta and version < SCHEMA_VERSION:
+        run.meta = upgrade(run.meta, run.trials)
     return run
+
+
+def _read_meta(file: Path) -> dict:
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: missing")
+    try:
+        meta = json.loads(file.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{file}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{file}: expected a JSON object, got {type(meta).__name__}")
+    version = meta.get("schema_version", 1)
+    if version > SCHEMA_VERSION:  # never a partial report: the fields may mean something else
+        raise SchemaError(f"{file.parent} was written with run-folder schema {version}; this pipeprof "
+                           f"({__version__}) reads schema {SCHEMA_VERSION} and older: upgrade pipeprof to report it")
+    return meta
+
+
+def _read_table(file: Path, expected: bool, problems: list, lost: str) -> pd.DataFrame:
+    """The parquet table, or an empty one with the reason added to ``problems`` (a file that is missing
+    only counts when ``expected``: a run still running has not written its timeline yet)."""
+    if not file.is_file():
+        if expected:
+            problems.append(f"{file}: missing: {lost}")
+        return pd.DataFrame()
+    try:
+        return pd.read_parquet(file)
+    except Exception as exc:  # pyarrow raises its own types for a truncated or foreign file
+        problems.append(f"{file}: cannot be read ({type(exc).__name__}: {exc}): {lost}")
+        return pd.DataFrame()
 
 
 def upgrade(meta: dict, trials: pd.DataFrame) -> dict:

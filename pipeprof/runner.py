@@ -6,6 +6,7 @@ API (``pipeprof.profile`` / ``pipeprof.run``) both come through :func:`execute`.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, NamedTuple, Optional
 
@@ -19,8 +20,7 @@ from .augment import load_preset
 from .config import ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
 from .loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
-from .data.dataset import SamplePolicy
-from .data.prepare import build_sources, dataset_folder, source_info, storage_facts
+from .data.prepare import build_sources, dataset_folder, storage_facts
 from .env import snapshot
 from .monitors import Monitor, summarize
 from .results import Run, check_out_dir, new_run_dir
@@ -40,6 +40,7 @@ class Plan(NamedTuple):
     specs: list
     meta: dict
     user_loader: object = None
+    job: Optional[dict] = None  # N-GPU trials: what each torchrun job rebuilds its context from
     probe: object = None  # what the loader hands the step, for planning more specs (search)  # fn(num_workers) -> the user's DataLoader; None: pipeprof builds the loaders
 
 
@@ -59,7 +60,8 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
         cfg = _with_batch_size(cfg, batch)
     cfg, sweep_note = _sweep_policy(cfg)
     cuda = torch.cuda.is_available()
-    cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"])
+    cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"],
+                  torch.cuda.device_count() if cuda else 0)
     if user_dataset is None and cfg.data.kind == "factory":
         from .models import load_callable
 
@@ -83,7 +85,8 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
         meta["trials_planned"] = None  # the search decides as it measures
     elif sweep_note:
         meta["search"] = {"policy": "exhaustive", "why": sweep_note}
-    return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, probe)
+    job = _job(cfg, folder, user_dataset, user_loader) if max(cfg.distributed.gpus) > 1 else None
+    return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, job, probe)
 
 
 def _check_early(cfg: RunConfig) -> None:
@@ -132,14 +135,10 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
     """Every planned trial under the monitor, each row saved as it lands; True when interrupted."""
     cfg, cuda = plan.cfg, plan.cfg.device == "cuda"
     with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
-        ctx = TrialContext(torch.device(cfg.device), next(iter(plan.sources.values()), None), cfg.measure, monitor,
-                           user_dataset=plan.user_dataset, user_loader=plan.user_loader, stage_timing=cfg.stage_timing,
-                           prefetch_factor=cfg.loader.prefetch_factor, num_classes=cfg.model.num_classes,
-                           channels_last=cfg.model.channels_last, cudnn_benchmark=cfg.model.cudnn_benchmark,
-                           loss_fn=loss_fn, seed=cfg.data.seed, cores=int(plan.machine["cores"]["usable"]),
-                           sample_policy=SamplePolicy.of(cfg.data),
-                           step_threads=cfg.model.threads, models=models, sources=plan.sources,
-                           source_info=source_info(cfg, plan.sources) if plan.sources else {})
+        ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, plan.sources,
+                                       int(plan.machine["cores"]["usable"]), user_dataset=plan.user_dataset,
+                                       user_loader=plan.user_loader, loss_fn=loss_fn, models=models,
+                                       job=plan.job)
         timeline_of = lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)  # noqa: E731
         if cfg.sweep == "adaptive":
             user = plan.user_dataset is not None or plan.user_loader is not None
@@ -154,11 +153,28 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
     return interrupted
 
 
+def _job(cfg: RunConfig, folder, user_dataset, user_loader) -> dict:
+    """What a rank of an N-GPU trial rebuilds its context from: objects cannot cross to the
+    processes torchrun starts, so a user's dataset or loader must be named by an import path."""
+    if (user_dataset is not None and cfg.data.kind != "factory") or (user_loader is not None
+                                                                      and cfg.data.kind != "loader"):
+        raise ConfigError("distributed.gpus > 1: each rank is a new process; name the dataset or loader by an "
+                          "import path (data.kind: factory | loader, data.factory: pkg.mod:fn) instead of passing "
+                          "the object")
+    return {"config": cfg.model_dump(mode="json"), "folder": None if folder is None else str(folder),
+            "cpus": sorted(os.sched_getaffinity(0))}
+
+
 def _sweep_policy(cfg: RunConfig) -> tuple[RunConfig, Optional[str]]:
-    """The adaptive search searches num_workers; counts the user named are each measured instead."""
+    """The adaptive search searches num_workers; counts the user named are each measured instead, and
+    the nodes of a multi-machine job measure the same grid (searches on two machines would diverge
+    and leave one node's trials waiting at a rendezvous the other never joins)."""
     if cfg.sweep == "adaptive" and cfg.loader.num_workers is not None:
         return (cfg.model_copy(update={"sweep": "exhaustive"}),
                 "loader.num_workers names the worker counts: each is measured (no search)")
+    if cfg.sweep == "adaptive" and cfg.distributed.nnodes > 1:
+        return (cfg.model_copy(update={"sweep": "exhaustive"}),
+                "distributed.nnodes > 1: every node measures the same grid of trials")
     return cfg, None
 
 

@@ -79,18 +79,20 @@ def _at(spec: TrialSpec, workers: int) -> TrialSpec:
 
 
 def _point(row: dict) -> Optional[Point]:
-    rate = row.get("samples_per_s")
+    """The row's rate per GPU (an N-GPU job's total over N): the search compares it with one GPU's step."""
+    rate, n = row.get("samples_per_s"), row.get("gpus") or 1
     if row.get("status") != "ok" or rate is None:
         return None
-    return Point(int(row["num_workers"]), rate, row.get("samples_per_s_ci95_low") or rate,
-                 row.get("samples_per_s_ci95_high") or rate)
+    return Point(int(row["num_workers"]), rate / n, (row.get("samples_per_s_ci95_low") or rate) / n,
+                 (row.get("samples_per_s_ci95_high") or rate) / n)
 
 
 def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: float, cores: int,
                   skipped: list) -> dict[int, Point]:
-    """One group's search; ``specs`` maps kind -> its spec at 1 worker."""
+    """One group's search; ``specs`` maps kind -> its spec at 1 worker (per rank). Rates are per GPU
+    and ``cores`` a rank's share, so N GPUs search the workers of one rank like one GPU does."""
     one = run(specs[TrialKind.CPU_PIPELINE.value]) if TrialKind.CPU_PIPELINE.value in specs else {}
-    per_worker = one.get("samples_per_s") or 0.0
+    per_worker = (one.get("samples_per_s") or 0.0) / specs[TrialKind.END_TO_END.value].gpus
     points: dict[int, Point] = {}
     storage_done = False
     w = next_workers(points, step_rate, per_worker, cores)
@@ -133,15 +135,19 @@ def _groups(cfg, probe, user: bool, user_loader: bool) -> tuple[list[TrialSpec],
     for e2e in of(TrialKind.END_TO_END):
         specs = {TrialKind.END_TO_END.value: e2e}
         specs |= {TrialKind.CPU_PIPELINE.value: s for s in of(TrialKind.CPU_PIPELINE) if _pipe(s) == _pipe(e2e)}
-        specs |= {TrialKind.STORAGE_FETCH.value: s for s in of(TrialKind.STORAGE_FETCH)
-                  if (s.source, s.cache_state, s.batch_size) == (e2e.source, e2e.cache_state, e2e.batch_size)}
+        specs |= {TrialKind.STORAGE_FETCH.value: s for s in of(TrialKind.STORAGE_FETCH) if e2e.gpus == 1 and
+                  (s.source, s.cache_state, s.batch_size) == (e2e.source, e2e.cache_state, e2e.batch_size)}
         groups.append(specs)
     once = [s for s in at_one if KINDS[TrialKind(s.kind)].once or s.stage_timing is not None]
     return of(TrialKind.GPU_CEILING), groups, once
 
 
 def _pipe(s: TrialSpec) -> tuple:
-    return s.preset, s.source, s.cache_state, s.batch_size, s.image_size
+    return s.preset, s.source, s.cache_state, s.batch_size, s.image_size, s.gpus
+
+
+def _step_key(s: TrialSpec) -> tuple:
+    return s.model, s.precision, s.mode, s.batch_size, s.gpus, s.p2p
 
 
 def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_row: Callable = lambda rows: None,
@@ -160,14 +166,14 @@ def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_ro
 
     try:
         ceilings, groups, once = _groups(cfg, probe, user, user_loader)
-        steps = {(c.model, c.precision, c.batch_size): run(c).get("samples_per_s") or math.inf for c in ceilings}
+        # per GPU: an N-GPU ceiling is the job's total
+        steps = {_step_key(c): (run(c).get("samples_per_s") or math.inf) / c.gpus for c in ceilings}
         most: dict = {}  # pipeline -> the most workers its search measured
         for specs in groups:
             e2e = specs[TrialKind.END_TO_END.value]
-            step = steps.get((e2e.model, e2e.precision, e2e.batch_size), math.inf)
-            points = _search_group(run, dict(specs), step, ctx.cores, record["skipped"])
-            _record_group(record, e2e, points, done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}), step,
-                          ctx.cores)
+            step, cores = steps.get(_step_key(e2e), math.inf), max(ctx.cores // e2e.gpus, 1)
+            points = _search_group(run, dict(specs), step, cores, record["skipped"])
+            _record_group(record, e2e, points, done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}), step, cores)
             most[_pipe(e2e)] = max([most.get(_pipe(e2e), 1), *points])
         for spec in once:  # the overhead checks, at the most workers measured for their pipeline
             run(_at(spec, most.get(_pipe(spec), 1)))
@@ -183,7 +189,7 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
     record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})", "reason": _why_not(w)}
                           for w in default_workers(cores) if w not in points]
     r1 = one_worker.get("samples_per_s")
-    if 0 not in points and r1:
+    if 0 not in points and r1 and e2e.gpus == 1:
         rate = 1 / (1 / r1 + (1 / step if math.isfinite(step) and step > 0 else 0))
         record["inferred"].append({"group": label, "trial_kind": TrialKind.END_TO_END.value, "model": e2e.model,
                                    "precision": e2e.precision, "preset": e2e.preset, "batch_size": e2e.batch_size,
@@ -201,5 +207,6 @@ def _why_not(workers: int) -> str:
 
 
 def _label(spec: TrialSpec) -> str:
-    return " ".join(str(p) for p in (spec.model, spec.precision, spec.preset, f"bs{spec.batch_size}", spec.source)
-                    if p is not None)
+    return " ".join(str(p) for p in (spec.model, spec.precision, spec.mode, spec.preset, f"bs{spec.batch_size}",
+                                     spec.source, f"{spec.gpus} GPUs" if spec.gpus > 1 else None,
+                                     "p2p off" if spec.p2p is False else None) if p is not None)

@@ -151,8 +151,9 @@ class Step:
 
     def __init__(self, model: torch.nn.Module, device: str | torch.device, precision: str = "fp32",
                  mode: str = "train", channels_last: bool = False, num_classes: int = 1000,
-                 cudnn_benchmark: bool | None = None, loss_fn: Optional[Callable] = None):
+                 cudnn_benchmark: bool | None = None, loss_fn: Optional[Callable] = None, ddp: bool = False):
         self.device = torch.device(device)
+        self.ddp = ddp  # wrap in DistributedDataParallel after the probe (an N-GPU trial's rank)
         self.precision, self.mode, self.num_classes, self.loss_fn = precision, mode, num_classes, loss_fn
         self.settings = configure_precision(self.device, precision, cudnn_benchmark)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -188,6 +189,9 @@ class Step:
                 out = self.model(x)
             self.num_outputs = self._classes_of(out)
             self.model.to(memory_format=self.memory_format)
+            if self.ddp:  # after lazy modules have real parameters: DDP broadcasts rank 0's to the others
+                self.model = torch.nn.parallel.DistributedDataParallel(
+                    self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             if self.mode == "train":
                 self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
             self.probed = True

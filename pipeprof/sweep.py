@@ -15,6 +15,7 @@ import faulthandler
 import functools
 import gc
 import time
+from dataclasses import replace
 from itertools import product
 from typing import Callable, Optional
 
@@ -22,6 +23,8 @@ import torch
 
 from . import noise
 from .augment import load_preset, output_dtype
+from .distributed import run_job
+from .env import usable_cores
 from .models import input_size
 from .schema import TrialKind
 from .trials import KINDS, TrialContext, TrialSpec, run_trial
@@ -55,10 +58,10 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
     kinds = {k: v for k, v in KINDS.items() if k in set(cfg.trials) and not (user_dataset and v.own_source)}
     presets = [None] if user_dataset else cfg.augment.preset
     storage = [(None, None)] if user_dataset else storage_points(cfg)
-    for model, precision, preset, bs in product(cfg.model.name, cfg.model.precision, presets,
-                                                cfg.loader.batch_size):
+    for model, precision, mode, preset, bs in product(cfg.model.name, cfg.model.precision, cfg.model.mode, presets,
+                                                      cfg.loader.batch_size):
         dtype, size = probe(preset, input_size(model))
-        step = dict(model=model, precision=precision, mode=cfg.model.mode)
+        step = dict(model=model, precision=precision, mode=mode)
         specs += [TrialSpec(k.value, batch_size=bs, image_size=size, input_dtype=dtype, **step)
                   for k, kind in kinds.items() if not kind.loader]
 
@@ -80,7 +83,30 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
             # and off between windows: their cost (once per preset; it does not depend on the storage)
             specs.append(TrialSpec(TrialKind.CPU_PIPELINE.value, num_workers=max(cfg.loader.num_workers),
                                    stage_timing=False, **pipe_at(*storage[0])))
-    return list(dict.fromkeys(specs))
+    one_gpu = specs if 1 in cfg.distributed.gpus else []  # distributed.gpus: [2] runs the 2-GPU form only
+    return list(dict.fromkeys(one_gpu + distributed_specs(cfg, specs)))
+
+
+#: the kinds that have an N-GPU form: the ceiling, every rank's loader at once, and the whole job
+DISTRIBUTED_KINDS = (TrialKind.GPU_CEILING.value, TrialKind.CPU_PIPELINE.value, TrialKind.END_TO_END.value)
+
+
+def distributed_specs(cfg, specs: list[TrialSpec]) -> list[TrialSpec]:
+    """The one-GPU specs again for each GPU count N > 1 of ``distributed.gpus``: num_workers is per
+    rank (counts whose N ranks would need more workers than the usable cores are left out), and the
+    step kinds once per ``distributed.p2p`` setting (the loaders do not talk between GPUs)."""
+    out = []
+    cores = int(usable_cores()["usable"])
+    for n in (g for g in cfg.distributed.gpus if g > 1):
+        local = max(n // cfg.distributed.nnodes, 1)  # ranks on this machine share its cores
+        for s in specs:
+            if s.kind not in DISTRIBUTED_KINDS or s.stage_timing is not None:
+                continue
+            if s.num_workers is not None and s.num_workers * local > max(cores, local):
+                continue
+            links = [None] if s.kind == TrialKind.CPU_PIPELINE.value else [p == "on" for p in cfg.distributed.p2p]
+            out += [replace(s, gpus=n, p2p=link) for link in links]
+    return out
 
 
 def _release(device: torch.device) -> None:
@@ -108,9 +134,11 @@ def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> 
     # a worker): print every thread's stack to stderr then, so a log tells where, and carry on
     faulthandler.dump_traceback_later(ctx.measure.max_trial_s + 30, repeat=False)
     try:
-        metrics = run_trial(ctx, spec)
+        metrics = run_job(ctx, spec) if spec.gpus > 1 else run_trial(ctx, spec)
         row |= metrics
-        row |= summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
+        seen = summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
+        # an N-GPU job's CPU columns come from its ranks' own monitors; the GPUs and the machine from ours
+        row |= {k: v for k, v in seen.items() if metrics.get(k) is None}
         row |= noise.attribute(row)
     except KeyboardInterrupt:
         raise

@@ -52,14 +52,14 @@ def test_pil_and_cv2_decode_to_the_same_rgb_image(tiny_dataset):
 
 def test_stage_times_cover_every_transform(tiny_dataset):
     ds = PipelineDataset(files(tiny_dataset), "pil", load_preset("heavy"), stage_timing=True)
-    image, label, times = ds[0]
-    assert image.shape == (3, 224, 224) and label == 0
+    image, label, times, notes = ds[0]
+    assert image.shape == (3, 224, 224) and label == 0 and notes is None  # a good sample: nothing to report
     assert len(times) == len(ds.stage_names) == 2 + 8 and (times > 0).all()
     assert times[1] > times[0]  # decoding a 110 KB JPEG costs more than reading it from page cache
 
 
 def test_collate_sums_stage_times_and_adds_its_own():
-    samples = [(torch.zeros(3, 4, 4), 1, np.array([1.0, 2.0])), (torch.ones(3, 4, 4), 2, np.array([0.5, 0.5]))]
+    samples = [(torch.zeros(3, 4, 4), 1, np.array([1.0, 2.0]), None), (torch.ones(3, 4, 4), 2, np.array([0.5, 0.5]), None)]
     batch = collate_pipeline(samples)
     assert batch["image"].shape == (2, 3, 4, 4) and batch["label"].tolist() == [1, 2]
     assert batch["stage_s"][:2].tolist() == [1.5, 2.5] and batch["stage_s"][2] > 0
@@ -87,5 +87,5 @@ def test_loader_with_real_workers_is_seeded_and_reports_pids(tiny_dataset):
 
 def test_raw_bytes_dataset_reads_sizes(tiny_dataset):
     src = files(tiny_dataset)
-    n, seconds = RawBytesDataset(src)[5]
-    assert n == src.nbytes(5) and seconds >= 0
+    n, seconds, skipped = RawBytesDataset(src)[5]
+    assert n == src.nbytes(5) and seconds >= 0 and skipped == []

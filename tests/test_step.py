@@ -259,7 +259,7 @@ def test_model_loss_must_be_an_import_path(tmp_path):
     assert build({"model": {"loss": "torch.nn.functional:mse_loss"}}).model.loss == "torch.nn.functional:mse_loss"
     with pytest.raises(ConfigError, match="model.loss"):
         build({"model": {"loss": "torch.nn.functional.mse_loss"}})
-    cfg = build({"model": {"loss": "pipeprof.nowhere:loss"}, "device": "cpu", "out_dir": str(tmp_path)})
     with pytest.raises(ConfigError, match="model.loss: cannot import 'pipeprof.nowhere:loss'"):
-        execute(cfg, log=lambda *a: None)
+        execute(build({"model": {"loss": "pipeprof.nowhere:loss"}, "device": "cpu", "out_dir": str(tmp_path)}),
+                log=lambda *a: None)  # refused at validation, before execute
     assert not any(tmp_path.iterdir())  # refused before a run folder was made

@@ -76,7 +76,8 @@ def test_source_specs_get_short_stable_labels():
     ({"source": ["files", "files"]}, "data.source", "share the label 'files'"),
     ({"source": [{"kind": "files", "label": "a/b"}]}, "data.source.0.files.label", "letters, digits"),
     ({"cache": "hot"}, "data.cache.0", "'warm', 'cold' or 'cold-system'"),
-    ({"kind": "factory", "factory": "m:f", "source": "memory"}, "data", "hides its storage"),
+    ({"kind": "factory", "factory": "pipeprof.calibrate:BurnDataset", "source": "memory"}, "data",
+     "hides its storage"),
 ])
 def test_bad_source_and_cache_specs_name_the_field(data, field, hint):
     msg = error_of({"data": data})

@@ -12,6 +12,7 @@ and run.json stores. One module per question, :func:`analyse` the facade:
   measured CPU curve), :func:`actions`, :func:`stage_overhead`
 - ``storage``: :func:`storage_actions` (RAM, shards, more workers, faster storage from swept
   sources), :func:`epoch_estimates` (cold first epoch vs warm later ones)
+- ``scaling``: :func:`scaling` (N GPUs against one: efficiency, exposed all-reduce, the p2p link)
 """
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, r
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
+from .scaling import scaling
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
 from .verdict import evidence, verdicts
 
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
-           "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "epoch_estimates", "evidence",
+           "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "data_problems", "epoch_estimates",
+           "evidence",
            "groups", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
            "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
@@ -63,8 +66,21 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     return {"groups": out, "verdicts": v.to_dict("records") if len(v) else [], "curves": curve_rows(joined, v),
             "epochs": epochs,
             "prediction_error_abs_median": float(errors.median()) if len(errors) else None,
-            "stage_timing_overhead": stage_overhead(trials), "monitor_overhead": monitor_overhead(trials), "cores": cores, "device": device,
-            "trials": int(len(trials)), "failed_trials": int(len(failed)), **_unstable(trials)}
+            "stage_timing_overhead": stage_overhead(trials), "monitor_overhead": monitor_overhead(trials),
+            "scaling": scaling(trials), "cores": cores, "device": device,
+            "trials": int(len(trials)), "failed_trials": int(len(failed)), **_unstable(trials),
+            **data_problems(trials)}
+
+
+def data_problems(trials: pd.DataFrame) -> dict:
+    """Per trial, the bad samples it skipped and the outsize images it met, as the rows recorded them."""
+    out = {}
+    for count, cols in (("bad_samples", ["bad_samples_frac", "bad_samples_first"]),
+                        ("large_images", ["large_images_cost_frac", "large_images_first"])):
+        hit = trials[trials[count].fillna(0) > 0] if count in trials else trials.iloc[0:0]
+        rows = hit[[c for c in ["trial_id", "status", count, *cols] if c in hit]]
+        out[count] = rows.astype(object).where(rows.notna(), None).to_dict("records")
+    return out
 
 
 CURVE_ROW_COLUMNS = ["trial_id", "num_workers", "samples_per_s", "samples_per_s_cv", "samples_per_s_ci95_low",
@@ -122,7 +138,10 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
                                          "and the what-if for GPU machines do not apply; run on the GPU machine")
     elif len(ws) and (ws > 0).any() and len(step):
-        cap = handoff_limit(trials, curve.iloc[0])
+        # N ranks: num_workers is per rank and each rank's main process hands off its own batches,
+        # so the workers and the hand-off limit of the whole job are N times a rank's
+        ranks = int(curve.iloc[0].get("gpus") or 1) if "gpus" in curve else 1
+        cap, ws = handoff_limit(trials, curve.iloc[0]) * ranks, ws * ranks
         advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap)
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve), cap=cap)

@@ -41,6 +41,15 @@ def _files(paths) -> list[str]:
     return out
 
 
+def _open(path: str) -> int | None:
+    """A read-only descriptor of ``path``, or None when it cannot be opened (a dangling link, no
+    permission): the trial reading it counts it as a bad sample; its cache state does not matter."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+
+
 # ---------------------------------------------------------------------------
 # Setting the state
 
@@ -54,7 +63,8 @@ def evict(paths, flush: bool = False) -> dict:
     """
     files, total = _files(paths), 0
     for path in files:
-        fd = os.open(path, os.O_RDONLY)
+        if (fd := _open(path)) is None:
+            continue
         try:
             if flush:
                 os.fdatasync(fd)
@@ -93,7 +103,9 @@ def warm(paths) -> dict:
     files, total, t0 = _files(paths), 0, time.perf_counter()
     buf = bytearray(1 << 20)  # one reusable buffer: warming should not allocate per read
     for path in files:
-        with open(path, "rb", buffering=0) as f:
+        if (fd := _open(path)) is None:
+            continue
+        with open(fd, "rb", buffering=0) as f:
             while n := f.readinto(buf):
                 total += n
     return {"files": len(files), "bytes": total, "seconds": time.perf_counter() - t0}
@@ -148,7 +160,8 @@ def resident_fraction(paths) -> float | None:
         return None
     page, total, resident = mmap.PAGESIZE, 0, 0
     for path in _files(paths):
-        fd = os.open(path, os.O_RDONLY)
+        if (fd := _open(path)) is None:
+            continue
         try:
             size = os.fstat(fd).st_size
             if size == 0:

@@ -25,12 +25,36 @@ def dataset_folder(cfg: RunConfig, log: Callable[[str], None]) -> tuple[Optional
     if data.kind == "folder":
         if not data.path:
             raise ConfigError("data.path: required when data.kind is 'folder'")
-        return data.path, {"kind": "folder", "path": data.path}
+        facts = {"kind": "folder", "path": data.path}
+        return data.path, facts | ({"check": preflight(data, log)} if data.check_files else {})
     from .synthetic import cached_dataset
 
     log(f"synthetic dataset: {data.images} images, {data.classes} classes (cached under {data.cache_dir})")
     path, stats = cached_dataset(data.cache_dir, data.images, data.classes, data.seed)
     return str(path), {"kind": "synthetic", **stats.to_dict()}
+
+
+def preflight(data, log: Callable[[str], None], shown: int = 20) -> dict:
+    """Scan up to ``data.check_files`` files of the folder before anything is measured, log what was
+    found, and return it for run.json. Under ``on_bad_sample: fail`` an unreadable file is a ConfigError:
+    every trial reading it would fail."""
+    from .check import check_paths, dataset_paths
+
+    try:
+        paths = dataset_paths(data.path)
+    except OSError as exc:  # SourceError: a missing or empty folder, a bad file list
+        raise ConfigError(f"data.path: {exc}") from None
+    found = check_paths(paths, data.check_files, data.max_pixels)
+    lines = found.lines()
+    for line in lines[:shown + 1]:
+        log(line)
+    if len(lines) > shown + 1:
+        log(f"  ... and {len(lines) - shown - 1} more (pipeprof check-data {data.path} lists them all)")
+    if found.unreadable and data.on_bad_sample == "fail":
+        path, why = found.unreadable[0]
+        raise ConfigError(f"data.on_bad_sample is 'fail' and {len(found.unreadable)} of the {found.checked} files "
+                          f"checked cannot be read, first {path}: {why}")
+    return found.summary()
 
 
 PACK_MARKER = ".pipeprof-pack.json"

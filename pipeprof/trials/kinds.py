@@ -23,11 +23,12 @@ import torch
 
 from ..augment import load_preset
 from ..confounders import step_threads, torch_threads
-from ..data.dataset import PipelineDataset, RawBytesDataset, TimingSwitch, collate_bytes, collate_pipeline
+from ..data.dataset import (PipelineDataset, RawBytesDataset, SampleTally, TimingSwitch, collate_bytes,
+                             collate_pipeline)
 from ..loader import prefetch_depth
 from ..measure import alternating, summarize_rates
 from ..schema import TIMED_REGIONS, TrialKind
-from .columns import StepRecord, stage_totals, step_columns
+from .columns import StepRecord, sample_columns, stage_totals, step_columns
 from .skeleton import (close_loader, collate_for, loader_columns, loader_trial, loop_with, make_step, open_loader,
                        pipeline_dataset)
 from .spec import TrialContext, TrialSpec
@@ -86,7 +87,8 @@ def cpu_pipeline(ctx: TrialContext, spec: TrialSpec) -> dict:
 def clock_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
     """What the stage clocks cost: one loader, clocks switched on and off between windows."""
     switch = TimingSwitch(True)
-    dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch)
+    dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch,
+                              ctx.sample_policy)
     return _paired_trial(ctx, spec, dataset, collate_pipeline, switch.set,
                          ("clocked", "stage_clock_overhead", "clocked/unclocked"))
 
@@ -104,16 +106,17 @@ def monitor_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
 def _paired_trial(ctx: TrialContext, spec: TrialSpec, dataset, collate, set_mode, names: tuple) -> dict:
     """ABBA windows on one loader with ``set_mode(True/False)``: the B windows' rate and the cost of A."""
     it = open_loader(ctx, spec, dataset, collate)
+    tally = SampleTally(it)
     rounds = max(spec.num_workers or 1, 1)
 
     def on_phase(p: str) -> None:
         ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
     try:
-        paired = alternating(lambda: next(it)["image"].shape[0], set_mode, ctx.measure, on_phase=on_phase,
+        paired = alternating(lambda: next(tally)["image"].shape[0], set_mode, ctx.measure, on_phase=on_phase,
                              drain_batches=prefetch_depth(spec.num_workers, ctx.prefetch_factor) + rounds,
                              batch_multiple=rounds)
-        how = loader_columns(ctx, it)
+        how = loader_columns(ctx, it) | sample_columns(tally, ctx.sample_policy)
     finally:
         close_loader(ctx, it)
     return _paired_columns(paired, ctx.measure.max_trial_s, names) | how
@@ -205,7 +208,7 @@ def storage_fetch(ctx: TrialContext, spec: TrialSpec) -> dict:
     source = ctx.source_for(spec)
     if source is None:
         raise ValueError("storage_fetch needs a pipeprof source; a user Dataset hides its storage")
-    dataset = RawBytesDataset(source)
+    dataset = RawBytesDataset(source, ctx.sample_policy)
     totals = {"bytes": 0, "read_s": 0.0, "n": 0}
     times: list[float] = []
 

@@ -11,13 +11,13 @@ from torch.utils.data import IterableDataset
 
 from ..augment import load_preset
 from ..data import cache
-from ..data.dataset import PipelineDataset, RawBytesDataset, collate_pipeline
+from ..data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline
 from ..loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
                       user_batch, worker_pids)
 from ..measure import steady_state
 from ..models import build as build_model
 from ..step import Step
-from .columns import memory_columns, pct
+from .columns import memory_columns, pct, sample_columns
 from .spec import TrialContext, TrialSpec
 
 
@@ -28,7 +28,7 @@ def pipeline_dataset(ctx: TrialContext, spec: TrialSpec):
         return ctx.user_dataset
     transform = load_preset(spec.preset, spec.image_size)
     timing = ctx.stage_timing if spec.stage_timing is None else spec.stage_timing
-    return PipelineDataset(ctx.source_for(spec), spec.decoder, transform, timing)
+    return PipelineDataset(ctx.source_for(spec), spec.decoder, transform, timing, ctx.sample_policy)
 
 
 def collate_for(dataset):
@@ -46,7 +46,7 @@ def make_step(ctx: TrialContext, spec: TrialSpec) -> Step:
     factory = ctx.models.get(spec.model)
     model = factory() if factory else build_model(spec.model, ctx.num_classes)
     return Step(model, ctx.device, spec.precision, spec.mode, ctx.channels_last, ctx.num_classes,
-                ctx.cudnn_benchmark, loss_fn=ctx.loss_fn)
+                ctx.cudnn_benchmark, loss_fn=ctx.loss_fn, ddp=ctx.ddp is not None)
 
 
 def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate):
@@ -64,7 +64,7 @@ def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate):
     else:
         # a batch that takes longer than a whole trial may take means the storage stopped answering
         loader = build_loader(dataset, spec.batch_size, spec.num_workers, collate, bool(spec.pin_memory),
-                              ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s)
+                              ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s, shard=ctx.ddp)
         it = EndlessIter(loader, on_pass=track) if isinstance(dataset, IterableDataset) else iter(loader)
     track(it)
     return it
@@ -167,15 +167,18 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
     the steady-state windows over ``one_batch(it, measuring) -> samples``, take memory, close.
 
     ``loop(one, phase, check, it) -> Measurement`` replaces the standard warm-up and windows
-    (storage_fetch's cold reads plan theirs). Returns (measurement, memory and storage columns).
+    (storage_fetch's cold reads plan theirs). ``one_batch`` reads through a SampleTally, so the row
+    counts the bad samples and outsize images the workers met. Returns (measurement, memory, storage
+    and sample columns).
     """
     check = CacheCheck(_source_of(dataset), spec.cache_state)
     prepared = check.prepare()
     it = open_loader(ctx, spec, dataset, collate or collate_for(dataset))
+    tally = SampleTally(it)
     phase = {"now": "warmup"}
 
     def one() -> int:
-        return one_batch(it, phase["now"] == "measure")
+        return one_batch(tally, phase["now"] == "measure")
 
     try:
         if loop is not None:
@@ -183,7 +186,7 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
         else:
             m = loop_with(ctx, spec, one, phase, sync, prefetch_depth(spec.num_workers, ctx.prefetch_factor) + 2,
                            check=check, it=it)
-        memory = memory_columns(it) | loader_columns(ctx, it)
+        memory = memory_columns(it) | loader_columns(ctx, it) | sample_columns(tally, ctx.sample_policy)
     finally:
         check.stop()
         close_loader(ctx, it)
@@ -219,4 +222,4 @@ def loop_with(ctx, spec, one, phase, sync, min_warmup, policy=None, check: Optio
 
     rounds = max(spec.num_workers or 1, 1)  # whole rounds of worker output per window (see steady_state)
     return steady_state(one, policy or ctx.measure, min_warmup_batches=min_warmup, batch_multiple=rounds,
-                        sync=sync, on_phase=on_phase)
+                        clock=ctx.clock, sync=sync, on_phase=on_phase)

@@ -1,10 +1,13 @@
 """A trial's settings (:class:`TrialSpec`) and what every trial of a sweep shares (:class:`TrialContext`)."""
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
+
+from ..data.dataset import SamplePolicy
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ class TrialSpec:
     image_size: Optional[int] = None
     input_dtype: Optional[str] = None  # what the loader hands the step: 'uint8' or 'float32'
     stage_timing: Optional[bool] = None  # None: the run's setting; False: the overhead-check twin
+    gpus: int = 1  # processes (one GPU each) of the trial; > 1: DDP under torchrun (see ``distributed``)
+    p2p: Optional[bool] = None  # N > 1 step kinds: False runs with NCCL_P2P_DISABLE=1 (the link off)
 
     @property
     def trial_id(self) -> str:
@@ -33,6 +38,8 @@ class TrialSpec:
                  f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}"]
         if self.stage_timing is False:
             parts.append("untimed")
+        if self.gpus > 1:
+            parts.append(f"g{self.gpus}" + ("-p2p-off" if self.p2p is False else ""))
         return "/".join(str(p) for p in parts if p is not None)
 
     def columns(self) -> dict:
@@ -58,11 +65,29 @@ class TrialContext:
     channels_last: bool = False
     cudnn_benchmark: Optional[bool] = None  # None: step.configure_precision decides per precision
     seed: int = 0
+    sample_policy: SamplePolicy = SamplePolicy()  # bad samples and outsize images (config data.on_bad_sample ...)
     cores: int = 1  # usable cores of the run (affinity and cgroup aware)
     step_threads: Optional[int] = None  # model.threads: the CPU step's threads; None: confounders.step_threads
     models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
     sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep
     source_info: dict = field(default_factory=dict)  # source label -> columns every trial on it carries
+    # N-GPU trials: the run's settings a torchrun job rebuilds this context from (config dump,
+    # dataset folder, the CPUs to split), and inside a rank: DDP on, the clock every rank reads
+    job: Optional[dict] = None
+    ddp: Optional[tuple[int, int]] = None  # (rank, world size) inside a rank: DDP model, sharded samples
+    clock: Callable[[], float] = time.perf_counter
+
+    @classmethod
+    def from_config(cls, cfg, device: torch.device, monitor, sources: dict, cores: int, **extra) -> "TrialContext":
+        """The context of a resolved ``config.RunConfig``: its policies, the sources built from it."""
+        from ..data.prepare import source_info
+
+        return cls(device, next(iter(sources.values()), None), cfg.measure, monitor, stage_timing=cfg.stage_timing,
+                   prefetch_factor=cfg.loader.prefetch_factor, num_classes=cfg.model.num_classes,
+                   channels_last=cfg.model.channels_last, cudnn_benchmark=cfg.model.cudnn_benchmark,
+                   seed=cfg.data.seed, cores=cores, sample_policy=SamplePolicy.of(cfg.data),
+                   step_threads=cfg.model.threads, sources=sources,
+                   source_info=source_info(cfg, sources) if sources else {}, **extra)
 
     def source_for(self, spec: "TrialSpec"):
         """The Source a trial reads: the one its label names, else the sweep's only source."""

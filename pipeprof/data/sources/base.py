@@ -31,6 +31,10 @@ class Source(ABC):
     def nbytes(self, index: int) -> int:
         """Encoded size of sample ``index`` without reading it."""
 
+    def where(self, index: int) -> str:
+        """Where sample ``index`` comes from (its file, shard member or URL), for messages."""
+        return f"{self.kind} sample {index}"
+
     def total_bytes(self) -> int:
         return sum(self.nbytes(i) for i in range(len(self)))
 

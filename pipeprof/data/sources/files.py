@@ -44,6 +44,13 @@ def read_file_list(list_path: str | os.PathLike) -> tuple[list[str], list[int]]:
     return paths, [label for _, label, _ in entries]
 
 
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 class FileSource(Source):
     kind = "files"
 
@@ -55,7 +62,8 @@ class FileSource(Source):
             self.classes = sorted(set(self.labels))
         else:
             self.paths, self.labels, self.classes = scan_image_folder(root)
-        self._sizes = [os.stat(p).st_size for p in self.paths]
+        # a file that cannot be stat'ed (a dangling link) stays in: reading it fails as one bad sample
+        self._sizes = [_size(p) for p in self.paths]
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -69,6 +77,9 @@ class FileSource(Source):
 
     def label(self, index: int) -> int:
         return self.labels[index]
+
+    def where(self, index: int) -> str:
+        return self.paths[index]
 
     def nbytes(self, index: int) -> int:
         return self._sizes[index]

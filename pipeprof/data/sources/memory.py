@@ -19,6 +19,7 @@ class MemorySource(Source):
         # each object's header, so a worker copies one page per sample, not the payload
         self._blobs = [inner.read(i) for i in range(len(inner))]
         self._labels = [inner.label(i) for i in range(len(inner))]
+        self._where = [inner.where(i) for i in range(len(inner))]
         self.location = inner.describe().get("location")
 
     def __len__(self) -> int:
@@ -29,6 +30,9 @@ class MemorySource(Source):
 
     def label(self, index: int) -> int:
         return self._labels[index]
+
+    def where(self, index: int) -> str:
+        return self._where[index]
 
     def nbytes(self, index: int) -> int:
         return len(self._blobs[index])

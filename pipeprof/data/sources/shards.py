@@ -361,6 +361,9 @@ class ShardSource(Source):
     def label(self, index: int) -> int:
         return self._labels[index]
 
+    def where(self, index: int) -> str:
+        return f"{self.shards[self._shard[index]]}:{self._names[index]}"
+
     def nbytes(self, index: int) -> int:
         return self._sizes[index]
 

@@ -81,6 +81,9 @@ class ThrottledSource(Source):
     def label(self, index: int) -> int:
         return self.inner.label(index)
 
+    def where(self, index: int) -> str:
+        return self.inner.where(index)
+
     def nbytes(self, index: int) -> int:
         return self.inner.nbytes(index)
 

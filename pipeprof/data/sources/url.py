@@ -175,6 +175,9 @@ class UrlSource(Source):
     def read(self, index: int) -> bytes:
         return self._call("cat_file", self.urls[index])
 
+    def where(self, index: int) -> str:
+        return self.urls[index]
+
     def label(self, index: int) -> int:
         return self.labels[index]
 

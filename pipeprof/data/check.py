@@ -1,0 +1,97 @@
+"""Pre-flight scan of a dataset's files: which cannot be read or are not whole images, before any
+measurement (``pipeprof check-data DIR``, and before a sweep of a folder dataset).
+
+Fast, without decoding pixels: Pillow reads each file's header (its size in pixels) and checks
+its structure (``verify``: PNG chunk checksums, for instance). Pillow's verify does not notice a
+JPEG cut short, so a JPEG must also hold its end-of-image marker near its end (entropy-coded data
+cannot contain that marker, so a file cut anywhere in its pixels lacks it). The decoders in
+``decode`` remain the judge during a trial; this scan lists what they would refuse.
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import NamedTuple, Optional
+
+from .sources.files import read_file_list, scan_image_folder
+
+JPEG_END = b"\xff\xd9"
+TAIL_BYTES = 1024  # where the end marker must be: after it, some writers pad a little
+
+
+class CheckResult(NamedTuple):
+    """What a scan found: ``unreadable`` (path, reason) and ``large`` (path, pixels) over ``max_pixels``."""
+
+    files: int  # files in the dataset
+    checked: int  # of them, how many were scanned (an evenly spread subset when limited)
+    unreadable: list
+    large: list
+    max_pixels: int
+    seconds: float
+
+    def summary(self, examples: int = 20) -> dict:
+        """Plain JSON for run.json: the counts and the first ``examples`` of each list."""
+        return {"files": self.files, "checked": self.checked, "unreadable": len(self.unreadable),
+                "unreadable_first": [f"{p}: {why}" for p, why in self.unreadable[:examples]],
+                "large": len(self.large), "large_first": [f"{p} ({px / 1e6:.0f} MP)" for p, px in self.large[:examples]],
+                "max_pixels": self.max_pixels, "seconds": self.seconds}
+
+    def lines(self) -> list[str]:
+        """What was found, one line each, for a log or the console."""
+        head = (f"checked {self.checked} of {self.files} files in {self.seconds:.1f} s: "
+                f"{len(self.unreadable)} unreadable, {len(self.large)} above {self.max_pixels / 1e6:g} MP")
+        return ([head] + [f"  unreadable: {p}: {why}" for p, why in self.unreadable]
+                + [f"  large: {p} ({px / 1e6:.0f} MP)" for p, px in self.large])
+
+
+def check_file(path: str) -> tuple[Optional[str], Optional[int]]:
+    """(why the file is not a readable image or None, its pixels or None) from its header."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            # a large image is reported by its size, not by Pillow's warning; one over twice Pillow's
+            # limit raises DecompressionBombError, which the decoder would raise too: unreadable
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                width, height, fmt = img.width, img.height, img.format
+                img.verify()
+        if fmt == "JPEG" and not _jpeg_ends(path):
+            return f"no JPEG end marker in its last {TAIL_BYTES} bytes: the file is truncated", width * height
+        return None, width * height
+    except Exception as exc:  # Pillow raises many types (and OSError for a file it cannot open)
+        return f"{type(exc).__name__}: {exc}", None
+
+
+def _jpeg_ends(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
+        return JPEG_END in f.read()
+
+
+def spread(paths: list, limit: Optional[int]) -> list:
+    """Up to ``limit`` of ``paths``, evenly spread over the list (every class of a sorted tree)."""
+    if limit is None or len(paths) <= limit:
+        return list(paths)
+    step = len(paths) / limit
+    return [paths[int(k * step)] for k in range(limit)]
+
+
+def check_paths(paths: list, limit: Optional[int] = None, max_pixels: int = 50_000_000) -> CheckResult:
+    """Scan up to ``limit`` of ``paths`` (all when None)."""
+    t0 = time.perf_counter()
+    chosen = spread(paths, limit)
+    unreadable, large = [], []
+    for path in chosen:
+        why, pixels = check_file(path)
+        if why is not None:
+            unreadable.append((path, why))
+        if pixels is not None and pixels > max_pixels:
+            large.append((path, pixels))
+    return CheckResult(len(paths), len(chosen), unreadable, large, max_pixels, time.perf_counter() - t0)
+
+
+def dataset_paths(root: str | os.PathLike) -> list[str]:
+    """The files of an ImageFolder tree or a ``path label`` list (SourceError names what is missing)."""
+    return read_file_list(root)[0] if os.path.isfile(root) else scan_image_folder(root)[0]

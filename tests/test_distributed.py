@@ -1,0 +1,146 @@
+"""N-GPU trials through torchrun, on the CPU: gloo, real DataLoaders per rank, CPU affinity split.
+
+The GPU form (NCCL, p2p on/off) is the same code with another backend; ``test_two_gpus`` runs it
+where two CUDA devices exist.
+"""
+import json
+import socket
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+import pipeprof
+from pipeprof import config as C
+from pipeprof.analysis.scaling import scaling
+from pipeprof.distributed import launch_command, launch_env, split_cpus
+from pipeprof.results import load_run
+from pipeprof.trials import TrialSpec
+from pipeprof.trials.columns import combine_ranks
+
+SMALL = {"device": "cpu", "stage_timing": False, "data": {"images": 64, "classes": 4},
+         "augment": {"preset": "light"}, "loader": {"num_workers": [1], "batch_size": 8},
+         "model": {"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
+         "measure": {"window_s": 0.4, "windows": 2, "max_windows": 3, "cpu_reference_s": 0, "max_trial_s": 30}}
+
+
+def test_cpus_are_split_evenly_and_contiguously():
+    assert split_cpus(list(range(32)), 2) == [list(range(16)), list(range(16, 32))]
+    assert split_cpus([0, 1, 2, 3, 4], 2) == [[0, 1, 2], [3, 4]]
+    assert split_cpus([0], 2) == [[0], [0]]  # fewer CPUs than ranks: they share
+
+
+def test_launch_uses_torchrun_and_keeps_nvls_off():
+    spec = TrialSpec("end_to_end", num_workers=4, gpus=4, p2p=False)
+    one = launch_command(spec, __import__("pathlib").Path("/j"), {"nnodes": 1, "node_rank": 0})
+    assert one[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node=4" in one and "--standalone" in one
+    two = launch_command(spec, __import__("pathlib").Path("/j"),
+                         {"nnodes": 2, "node_rank": 1, "rdzv_endpoint": "h:29400"})
+    assert "--nproc-per-node=2" in two and "--node-rank=1" in two and "--rdzv-endpoint=h:29400" in two
+    assert launch_env(spec)["NCCL_P2P_DISABLE"] == "1" and launch_env(spec)["NCCL_NVLS_ENABLE"] == "0"
+    on = launch_env(TrialSpec("end_to_end", gpus=2, p2p=True))
+    assert "NCCL_P2P_DISABLE" not in on and on["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_job_row_sums_ranks_and_names_the_slowest():
+    base = {"trial_id": "t", "kind": "end_to_end", "status": "ok", "node": "a", "cores": 8, "cpus": "0-7"}
+    ranks = [base | {"rank": 0, "samples_per_s": 100.0, "data_wait_frac": 0.1, "main_cpu_pct_mean": 90.0},
+             base | {"rank": 1, "samples_per_s": 100.2, "data_wait_frac": 0.4, "main_cpu_pct_mean": 80.0,
+                     "cpus": "8-15"}]
+    row = combine_ranks(ranks, 2)
+    assert row["samples_per_s"] == pytest.approx(200.2) and row["samples_per_s_per_gpu"] == pytest.approx(100.1)
+    assert row["main_cpu_pct_mean"] == pytest.approx(170.0) and row["data_wait_frac"] == pytest.approx(0.25)
+    # rates within 0.5% are a tie (DDP lockstep): the rank that waited longer for data holds the others
+    assert row["slowest_rank"] == 1 and "8-15" in row["slowest_rank_why"] and "40%" in row["slowest_rank_why"]
+    ranks[0]["samples_per_s"] = 50.0
+    assert combine_ranks(ranks, 2)["slowest_rank"] == 0
+    assert combine_ranks(ranks[:1], 2)["ranks_reported"] == 1  # one node's share of a two-node job
+
+
+def test_scaling_efficiency_and_p2p_effect_from_known_rows():
+    rows = [{"kind": "gpu_ceiling", "model": "m", "gpus": 1, "p2p": None, "samples_per_s": 1000.0},
+            {"kind": "gpu_ceiling", "model": "m", "gpus": 2, "p2p": True, "samples_per_s": 1900.0},
+            {"kind": "gpu_ceiling", "model": "m", "gpus": 2, "p2p": False, "samples_per_s": 1710.0}]
+    df = pd.DataFrame([r | {"status": "ok", "trial_id": f"t{i}"} for i, r in enumerate(rows)])
+    on, off = scaling(df)
+    assert on["efficiency"] == pytest.approx(0.95) and on["comm_exposed_frac"] == pytest.approx(0.05)
+    assert on["p2p_effect"] == pytest.approx(-0.1) and off["efficiency"] == pytest.approx(0.855)
+
+
+def test_gpu_counts_resolve_and_bad_counts_are_named():
+    cfg = C.resolve(C.build({"distributed": {"gpus": "all"}}), cuda=True, bf16_ok=True, usable_cores=64,
+                    gpu_count=8)
+    assert cfg.distributed.gpus == [1, 2, 4, 8]
+    with pytest.raises(C.ConfigError, match="distributed.gpus: 4 asked for, but the job has 2 GPUs"):
+        C.resolve(C.build({"distributed": {"gpus": [1, 4]}}), cuda=True, bf16_ok=True, usable_cores=8, gpu_count=2)
+    with pytest.raises(C.ConfigError, match="rdzv_endpoint"):
+        C.build({"distributed": {"nnodes": 2}})
+
+
+def test_two_process_gloo_run_records_ranks_totals_and_scaling(tmp_path):
+    run = pipeprof.run(None, [f"out_dir={tmp_path}", "trials=[gpu_ceiling,cpu_pipeline,end_to_end]",
+                              "distributed.gpus=[1,2]"] + _sets(SMALL), log=lambda *a: None)
+    t, ranks = run.trials.set_index("trial_id"), run.ranks
+    jobs = t[t["gpus"] == 2]
+    assert len(jobs) == 3 and (jobs["status"] == "ok").all()
+    for tid, job in jobs.iterrows():
+        mine = ranks[ranks["trial_id"] == tid].sort_values("rank")
+        assert list(mine["rank"]) == [0, 1] and mine["cpus"].nunique() == 2  # each rank its own CPU
+        assert job["samples_per_s"] == pytest.approx(mine["samples_per_s"].sum())
+        assert job["ranks_reported"] == 2 and job["slowest_rank"] in (0, 1)
+        assert mine.set_index("rank").loc[int(job["slowest_rank"]), "samples_per_s"] == \
+            pytest.approx(mine["samples_per_s"].min(), rel=0.006)
+    meta = json.loads((run.path / "run.json").read_text())
+    (e2e,) = [s for s in meta["analysis"]["scaling"] if s["kind"] == "end_to_end"]
+    one = t[(t["gpus"] == 1) & (t["kind"] == "end_to_end")]["samples_per_s"].iloc[0]
+    assert e2e["efficiency"] == pytest.approx(e2e["samples_per_s"] / (2 * one))
+    assert {g["gpus"] for g in meta["analysis"]["groups"]} == {1, 2}
+
+
+def test_two_nodes_over_loopback_merge_into_one_job(tmp_path):
+    with socket.socket() as s:  # a free port for node 0's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sets = _sets(SMALL) + ["trials=[cpu_pipeline,end_to_end]", "distributed.gpus=[2]", "distributed.nnodes=2",
+                           f"distributed.rdzv_endpoint=127.0.0.1:{port}"]
+    nodes = [subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *sum([["--set", x] for x in sets + [
+        f"distributed.node_rank={k}", f"out_dir={tmp_path}/node{k}"]], [])], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True) for k in (0, 1)]
+    outs = [p.communicate(timeout=600)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outs
+    folders = [next((tmp_path / f"node{k}").glob("run-*")) for k in (0, 1)]
+    parts = [load_run(f) for f in folders]
+    assert all((p.trials["ranks_reported"] == 1).all() and p.trials["partial_job"].notna().all() for p in parts)
+    assert sorted(pd.concat([p.ranks for p in parts])["rank"].unique()) == [0, 1]
+    merged = subprocess.run([sys.executable, "-m", "pipeprof", "merge", *map(str, folders), "--out-dir",
+                             str(tmp_path / "merged")], capture_output=True, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stderr
+    m = load_run(next((tmp_path / "merged").glob("*-merged-*")))
+    for _, job in m.trials.iterrows():
+        both = pd.concat([p.ranks for p in parts])
+        both = both[both["trial_id"] == job["trial_id"]]
+        assert job["ranks_reported"] == 2 and job["nodes_reported"] in (1, 2)
+        assert job["samples_per_s"] == pytest.approx(both["samples_per_s"].sum())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_gpus(tmp_path):
+    run = pipeprof.run(None, [f"out_dir={tmp_path}", "device=cuda", "distributed.gpus=[1,2]",
+                              "distributed.p2p=[on,off]", "trials=[gpu_ceiling]", "model.name=resnet18",
+                              "loader.batch_size=64", "measure.cpu_reference_s=0"], log=lambda *a: None)
+    two = run.trials[run.trials["gpus"] == 2]
+    assert len(two) == 2 and (two["status"] == "ok").all() and set(two["p2p"]) == {True, False}
+
+
+def _sets(d: dict, prefix: str = "") -> list[str]:
+    """A nested dict as --set assignments."""
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _sets(v, f"{prefix}{k}.")
+        else:
+            out.append(f"{prefix}{k}={json.dumps(v)}")
+    return out

@@ -1,0 +1,115 @@
+"""The run folder survives what stops a run: a write that fails on a full disk keeps the old file, a kill -9
+mid-sweep leaves every completed trial readable, stale temporary files are removed, and `report` says when
+a run did not finish."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+from pipeprof.cli import main
+from pipeprof.results import Run, load_run
+
+OLD_RUN = Path(__file__).parent / "data" / "run-schema1"
+
+
+def _dead_pid() -> int:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(child.stdout)
+
+
+def test_stale_tmp_files_are_removed_when_the_folder_is_opened_a_live_writers_kept(tmp_path, capfd):
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    stale = [run / f"trials.parquet.{_dead_pid()}.tmp", run / "run.json.tmp"]  # a killed writer's, an old-style one
+    live = run / f"timeline.parquet.{os.getpid()}.tmp"  # this process is alive: it may be writing it
+    for f in [*stale, live]:
+        f.write_bytes(b"half a file")
+    assert main(["report", str(run)]) == 0
+    assert [f.exists() for f in stale] == [False, False] and live.exists()
+    assert "run folder:" in capfd.readouterr().out
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 1 MiB filesystem (tmpfs), to fill up; skipped where this process may not mount one."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_write_that_fills_the_disk_keeps_the_old_file_and_leaves_no_tmp(tiny_disk):
+    run = Run(tiny_disk)
+    small = [{"trial_id": f"t{i}", "samples_per_s": float(i)} for i in range(3)]
+    run.save_trials(small)
+    run.meta = {"status": "running", "trials_planned": 3}
+    run.save_meta()
+    rng = np.random.default_rng(0)
+    huge = [{"trial_id": f"t{i}", "noise": rng.bytes(4096)} for i in range(400)]  # ~1.6 MB: cannot fit
+    with pytest.raises(OSError) as exc:
+        run.save_trials(huge)
+    assert exc.value.errno == 28  # ENOSPC: the disk really filled
+    with pytest.raises(OSError):
+        run.meta["padding"] = "x" * 2_000_000
+        run.save_meta()
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["run.json", "trials.parquet"]  # no .tmp left behind
+    assert pd.read_parquet(tiny_disk / "trials.parquet")["trial_id"].tolist() == ["t0", "t1", "t2"]
+    assert json.loads((tiny_disk / "run.json").read_text()) == {"status": "running", "trials_planned": 3}
+
+
+def _session_alive(sid: int) -> list[int]:
+    alive = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+def _rows(folder: Path) -> int:
+    try:
+        return len(pd.read_parquet(folder / "trials.parquet"))
+    except (OSError, ValueError):  # not written yet
+        return 0
+
+
+def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfinished(tmp_path, capfd):
+    out = tmp_path / "out"
+    sets = [f"out_dir={out}", f"data.cache_dir={tmp_path}/ds", "data.images=16", "data.classes=2", "name=k",
+            "trials=[cpu_pipeline]", "loader.num_workers=[0,1,2]", "augment.preset=[light,standard,heavy]",
+            "loader.batch_size=4", "stage_timing=false", "measure.warmup_s=0.2", "measure.window_s=0.3",
+            "measure.windows=3", "measure.max_windows=3", "measure.cpu_reference_s=0"]
+    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (folders := list(out.glob("k-*"))) or _rows(folders[0]) < 1:
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before a trial was saved"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and every process it started, at once
+        proc.wait(timeout=30)
+    assert _session_alive(proc.pid) == []
+    run = load_run(folders[0])  # everything completed before the kill is there and readable
+    done = len(run.trials)
+    assert 1 <= done < 9 and (run.trials["status"] == "ok").all() and run.meta["status"] == "running"
+    assert main(["report", str(folders[0])]) == 0
+    report = capfd.readouterr().out
+    assert "the run did not finish (status 'running': its process stopped without finishing" in report
+    assert f"{done} trials done of 9 planned" in report and "Trials as measured (no analysis saved)" in report
