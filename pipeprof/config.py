@@ -314,7 +314,8 @@ class AugmentConfig(_Strict):
 
 class LoaderConfig(_Strict):
     num_workers: Optional[Axis[NonNegativeInt]] = None  # None: 0,1,2,4,... up to usable cores
-    batch_size: Optional[Axis[PositiveInt]] = None  # None: 256 on GPU, 16 on CPU
+    # None: 256 on GPU, 16 on CPU; auto: the largest that fits on the GPU (runner: batchsize), 16 on CPU
+    batch_size: Union[Literal["auto"], Optional[Axis[PositiveInt]]] = None
     pin_memory: Optional[bool] = None  # None: on when the device is CUDA
     prefetch_factor: PositiveInt = 2
 
@@ -354,7 +355,7 @@ class MeasureConfig(_Strict):
 
     warmup_batches: NonNegativeInt = 2  # margin: the trial adds the loader's prefetch depth to this
     warmup_s: float = Field(0.0, ge=0)  # the least warm-up time; it then ends when the rate settles
-    warmup_max_s: float = Field(15.0, gt=0)  # the most (also at most half of max_trial_s)
+    warmup_max_s: float = Field(15.0, ge=0)  # the most (also at most half of max_trial_s); 0: no settling
     settle_tol: float = Field(0.1, gt=0)  # settled: two warm-up chunks (half a window each) within this share
     window_s: float = Field(1.0, gt=0)  # windows are set by time (whole worker rounds), not batch counts
     window_batches: PositiveInt = 1  # and hold at least this many batches
@@ -462,6 +463,9 @@ def default_workers(usable_cores: int) -> list[int]:
     return sorted(set(counts + [max(usable_cores, 1)]))
 
 
+CPU_BATCH = 16  # the batch on a CPU device, "auto" included: no device memory to fill there
+
+
 def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int, gpu_count: int = 1) -> RunConfig:
     """Fill every machine-dependent ``None`` so the recorded config is what ran."""
     c = cfg.model_copy(deep=True)
@@ -477,8 +481,8 @@ def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int, gpu_co
         raise ConfigError(f"model.precision: {c.model.precision} on CPU; allowed on CPU: fp32, bf16")
     if c.model.channels_last is None:
         c.model.channels_last = gpu
-    if c.loader.batch_size is None:
-        c.loader.batch_size = [256] if gpu else [16]
+    if c.loader.batch_size is None or (c.loader.batch_size == "auto" and not gpu):
+        c.loader.batch_size = [256] if gpu else [CPU_BATCH]  # on a GPU "auto" stays: the runner searches it
     if c.loader.num_workers is None:
         c.loader.num_workers = default_workers(usable_cores)
     if c.loader.pin_memory is None:

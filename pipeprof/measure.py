@@ -152,12 +152,12 @@ def _warm_up(step, policy, m: Measurement, warm: int, clock, sync, multiple: int
     agree within ``settle_tol`` and ``warmup_s`` has passed, or the cap (``warmup_max_s``, at most
     half of ``max_trial_s``) is reached. ``m.warmup_settled`` records which ended it."""
     t0 = clock()
-    cap = min(policy.warmup_max_s, policy.max_trial_s / 2)
     while m.warmup_batches < warm:
         step()
         m.warmup_batches += 1
-        if clock() - t0 > cap:  # a step so slow that warm-up alone eats the budget
+        if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget
             return
+    cap = min(policy.warmup_max_s, policy.max_trial_s / 2)  # 0: no settling (a planned one-pass trial)
     previous, agreed = None, False
     sync()
     while clock() - t0 < cap:
@@ -167,7 +167,7 @@ def _warm_up(step, policy, m: Measurement, warm: int, clock, sync, multiple: int
         if agreed and clock() - t0 >= policy.warmup_s:
             break
         previous = chunk.rate
-    m.warmup_settled = agreed
+    m.warmup_settled = agreed if cap > 0 else None
 
 
 def _more_windows(m: Measurement, policy) -> bool:

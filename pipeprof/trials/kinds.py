@@ -182,8 +182,8 @@ def _cold_loop(ctx: TrialContext, spec: TrialSpec, samples: int, depth: int, pla
         plan.update(one_pass_plan(samples, spec.batch_size, spec.num_workers, depth, ctx.measure.windows,
                                   ctx.measure.window_batches, n / warm_s if warm_s > 0 else None,
                                   ctx.measure.window_s))
-        policy = ctx.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "window_s": 0.0,
-                                                "window_batches": plan["window_batches"],
+        policy = ctx.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "warmup_max_s": 0.0,
+                                                "window_s": 0.0, "window_batches": plan["window_batches"],
                                                 "windows": plan["windows"],
                                                 "max_windows": plan["windows"]})  # more would leave the pass
         m = loop_with(ctx, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
