@@ -33,7 +33,7 @@ from .runner import execute, prepare
 def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, out_dir: str = "out/bench",
                 log: Callable[[str], None] = print) -> pd.DataFrame:
     """One row per run: ``repeats`` pairs of (adaptive, exhaustive), the order alternating per pair."""
-    base = [*overrides, f"out_dir={out_dir}"]
+    base = ["overhead_checks=true", *overrides, f"out_dir={out_dir}"]  # pipeprof's own cost is a result here
     if cfgmod.load(config, base).loader.num_workers is not None:
         raise cfgmod.ConfigError("loader.num_workers must be unset for sweep-speed: the adaptive sweep searches "
                                  "it and the exhaustive one takes the machine's default grid")

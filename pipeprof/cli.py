@@ -1,12 +1,15 @@
 """``pipeprof`` command line: a thin dispatcher onto the Python API.
 
-Exit status: 0 done, 1 a run that was interrupted or in which every trial failed,
-2 bad input (config, arguments, missing folder) before anything ran.
+Exit status: 0 done, 1 a run in which every trial failed, 2 bad input (config, arguments, missing
+folder, a run folder that cannot be resumed) before anything ran, 130 / 143 a run stopped by SIGINT
+(Ctrl-C) / SIGTERM (128 + the signal's number, as a shell reports a process the signal killed).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 
 
@@ -21,6 +24,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "DDP processes under torchrun")
     run.add_argument("--exhaustive", action="store_true",
                      help="measure every point of the grid (sweep: exhaustive) instead of searching num_workers")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="finish this run folder: run only its trials that are missing or did not end ok, with "
+                          "the config (and --set overrides) it was started with, on the same machine")
     doctor = sub.add_parser("doctor", help="the machine as pipeprof sees it")
     doctor.add_argument("--path", default="out", help="dataset path whose filesystem to report")
     doctor.add_argument("--json", action="store_true", help="print the raw snapshot as JSON")
@@ -89,18 +95,73 @@ def _check_data_parser(sub) -> None:
     check.add_argument("--max-pixels", type=float, default=50e6, help="list images larger than this (default 50e6)")
 
 
+class Signals:
+    """SIGINT and SIGTERM during ``pipeprof run``. The first raises KeyboardInterrupt in the main thread: the
+    sweep abandons the window in progress (its trial's loader closes, its workers stop), keeps every
+    completed trial, and the run folder is finished from what exists, status 'interrupted'. A second exits
+    at once (128 + its number) after killing the run's child processes: every file of a run folder is
+    written to a temporary name and renamed (``results``), so none is left half-written."""
+
+    def __init__(self):
+        self.first: int | None = None
+        self._old: dict = {}
+
+    def __enter__(self) -> "Signals":
+        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+    def _on(self, signum: int, frame) -> None:
+        if self.first is not None:
+            _kill_children()
+            os._exit(128 + signum)
+        self.first = signum
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def exit_code(self, code: int) -> int:
+        """128 + the first signal's number once one came, else ``code``."""
+        return code if self.first is None else 128 + self.first
+
+
+def _kill_children() -> None:
+    """SIGKILL to every process this one started (loader workers, an N-GPU job and its ranks)."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 def cmd_run(args) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import config as cfgmod
-    from .report.console import render_console, render_markdown
-    from .runner import execute
 
     extra = (["sweep=exhaustive"] if args.exhaustive else []) + (
         [f"distributed.gpus={args.gpus if args.gpus == 'all' else '[' + args.gpus + ']'}"] if args.gpus else [])
     cfg = cfgmod.load(args.config, args.overrides + extra)
     console = Console(width=None if Console().is_terminal else 140)  # a log file gets the wide tables
+    with Signals() as signals:
+        try:
+            code = _run_and_report(cfg, args.resume, console, signals)
+        except KeyboardInterrupt:  # before the run folder existed, or while its analysis was written
+            console.print("[yellow]interrupted: what was saved is in the run folder, if one was made[/yellow]")
+            code = 130
+        return signals.exit_code(code)
+
+
+def _run_and_report(cfg, resume, console, signals: Signals) -> int:
+    """The run with a progress bar, then its summary, console tables and report.html; the exit status."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .report.console import render_console, render_markdown
+    from .runner import execute
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("preparing", total=None)
@@ -108,14 +169,18 @@ def cmd_run(args) -> int:
         def progress(spec, i, n):
             bar.update(task, total=n, completed=i, description=spec.trial_id if spec else "done")
 
-        run = execute(cfg, log=console.print, progress=progress)
+        run = execute(cfg, log=console.print, progress=progress, resume=resume)
+    if signals.first is not None:
+        run.meta["interrupted_by"] = signal.Signals(signals.first).name
+        run.save_meta()
     run.save_summary(render_markdown(run))
     render_console(run, console)
     _write_html(run, console)
     failed = run.meta["analysis"]["failed_trials"]
     if run.meta["status"] == "interrupted":
-        console.print("[yellow]interrupted: the trials measured so far are saved[/yellow]")
-        return 1
+        console.print(f"[yellow]interrupted: the trials measured so far are saved; `pipeprof run --resume "
+                      f"{run.path}` (with the same config) runs the rest[/yellow]", highlight=False)
+        return 130
     return 1 if failed and failed == run.meta["analysis"]["trials"] else 0
 
 

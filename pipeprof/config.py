@@ -357,10 +357,10 @@ class MeasureConfig(_Strict):
     warmup_s: float = Field(0.0, ge=0)  # the least warm-up time; it then ends when the rate settles
     warmup_max_s: float = Field(15.0, ge=0)  # the most (also at most half of max_trial_s); 0: no settling
     settle_tol: float = Field(0.1, gt=0)  # settled: two warm-up chunks (half a window each) within this share
-    window_s: float = Field(1.0, gt=0)  # windows are set by time (whole worker rounds), not batch counts
+    window_s: float = Field(0.75, gt=0)  # windows are set by time (whole worker rounds), not batch counts
     window_batches: PositiveInt = 1  # and hold at least this many batches
     windows: int = Field(3, ge=2)  # planned windows; more are added while the interval is too wide
-    max_windows: int = Field(10, ge=2)  # at most this many windows (and max_trial_s) per trial
+    max_windows: int = Field(6, ge=2)  # at most this many windows (and max_trial_s) per trial
     max_trial_s: float = Field(120.0, gt=0)
     ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
@@ -392,6 +392,9 @@ class RunConfig(_Strict):
     trials: list[TrialKindName] = list(TRIAL_KINDS)
     monitor_hz: float = Field(10.0, gt=0, le=100)
     stage_timing: bool = True  # per-transform timing inside workers
+    # also measure pipeprof's own cost: the monitor's sampling and the stage clocks, each by
+    # alternating windows on one loader (two trials of about half a minute each on a GPU box)
+    overhead_checks: bool = False
     # adaptive: search num_workers from the cheap trials (search.py); exhaustive: the whole grid
     sweep: Literal["adaptive", "exhaustive"] = "adaptive"
     data: DataConfig = DataConfig()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -113,22 +114,36 @@ def run_job(ctx: TrialContext, spec: TrialSpec) -> dict:
 
 
 def _follow(proc: subprocess.Popen, ctx: TrialContext, limit_s: float) -> str:
-    """Wait for the job, telling the monitor its processes (ranks and their workers); its output."""
-    t0, out = time.monotonic(), []
+    """Wait for the job, telling the monitor its processes (ranks and their workers); its output.
+    A job that overruns, or a signal to the sweep (Ctrl-C, SIGTERM) while it runs, kills its group:
+    started in a session of its own, the ranks would not get the terminal's signal nor die with us."""
+    t0 = time.monotonic()
     reader = _Reader(proc)
-    while proc.poll() is None:
-        if time.monotonic() - t0 > limit_s:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            raise TimeoutError(f"the N-GPU job ran past {limit_s:.0f} s and was killed with its ranks")
-        try:
-            ctx.monitor.track_workers([c.pid for c in psutil.Process(proc.pid).children(recursive=True)])
-        except psutil.NoSuchProcess:
-            pass
-        time.sleep(0.5)
-    ctx.monitor.track_workers([])
-    out.append(reader.text())
-    return "".join(out)
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - t0 > limit_s:
+                _kill_group(proc)
+                raise TimeoutError(f"the N-GPU job ran past {limit_s:.0f} s and was killed with its ranks")
+            try:
+                ctx.monitor.track_workers([c.pid for c in psutil.Process(proc.pid).children(recursive=True)])
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        _kill_group(proc)
+        raise
+    finally:
+        ctx.monitor.track_workers([])
+    return reader.text()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the job's process group (torchrun, its ranks and their loader workers), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group ended meanwhile
+        pass
+    proc.wait()
 
 
 class _Reader:

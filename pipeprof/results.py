@@ -82,7 +82,7 @@ def clean_stale(path: str | Path) -> list[str]:
     removed = []
     for tmp in Path(path).glob("*.tmp"):
         pid = tmp.suffixes[-2].lstrip(".") if len(tmp.suffixes) >= 2 else ""
-        if pid.isdigit() and _running(int(pid)):
+        if pid.isdigit() and is_running(int(pid)):
             continue
         try:
             tmp.unlink()
@@ -92,7 +92,8 @@ def clean_stale(path: str | Path) -> list[str]:
     return removed
 
 
-def _running(pid: int) -> bool:
+def is_running(pid: int) -> bool:
+    """A process ``pid`` exists on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

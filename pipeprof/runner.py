@@ -10,6 +10,7 @@ import os
 import time
 from typing import Callable, NamedTuple, Optional
 
+import pandas as pd
 import torch
 from torch.utils.data import IterableDataset
 
@@ -17,13 +18,15 @@ from . import reference
 from ._version import __version__
 from .analysis import analyse
 from .augment import load_preset
-from .config import ConfigError, RunConfig, resolve
+from .batchsize import auto_batch_size
+from .config import CPU_BATCH, ConfigError, RunConfig, resolve
 from .confounders import WORKER_POLICY
 from .loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from .data.prepare import build_sources, dataset_folder, storage_facts
 from .env import snapshot
 from .monitors import Monitor, summarize
-from .results import Run, check_out_dir, new_run_dir
+from .results import Run, check_out_dir, load_run, new_run_dir
+from .resume import differences, kept_rows
 from .schema import SCHEMA_VERSION
 from .search import run_adaptive
 from .sweep import expand, run_sweep
@@ -44,9 +47,11 @@ class Plan(NamedTuple):
     probe: object = None  # what the loader hands the step, for planning more specs (search)  # fn(num_workers) -> the user's DataLoader; None: pipeprof builds the loaders
 
 
-def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = print, user_loader=None) -> Plan:
-    """Resolve ``cfg`` for this machine, open the data and plan the trials; nothing is measured yet.
-    Bad input (config, paths, import paths) raises ConfigError before any run folder exists.
+def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = print, user_loader=None,
+            models: Optional[dict] = None, loss_fn: Optional[Callable] = None) -> Plan:
+    """Resolve ``cfg`` for this machine, open the data and plan the trials; nothing is measured yet but
+    the step's memory when ``loader.batch_size`` is auto on a GPU (``batchsize``). Bad input (config,
+    paths, import paths) raises ConfigError before any run folder exists.
 
     ``user_loader``: fn(num_workers) -> the user's own DataLoader (``data.kind: loader`` names one);
     its first batch fixes the batch size, image dtype and side."""
@@ -59,6 +64,7 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
         loader_probe, batch = _loader_probe(user_loader)
         cfg = _with_batch_size(cfg, batch)
     cfg, sweep_note = _sweep_policy(cfg)
+    auto = cfg.loader.batch_size == "auto"
     cuda = torch.cuda.is_available()
     cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"],
                   torch.cuda.device_count() if cuda else 0)
@@ -74,19 +80,26 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     folder, data_facts = (None, facts) if user else dataset_folder(cfg, log)
     sources = {} if user else build_sources(cfg, folder, log)
     probe = loader_probe or (_user_probe(user_dataset) if user else None)
+    cfg, batch_search = _batch_size(cfg, auto, probe, user, env, models, loss_fn, log)
     specs = expand(cfg, probe, user_dataset=user, user_loader=user_loader is not None)
-    policy = {"user's DataLoader": USER_WORKER_POLICY_NOTE} if user_loader is not None else WORKER_POLICY
-    source = next(iter(sources.values()), None)
-    meta = {"schema_version": SCHEMA_VERSION, "pipeprof_version": __version__, "status": "running",
-            "config": cfg.model_dump(), "machine": env, "dataset": data_facts,
-            "source": source.describe() if source is not None else None, "storage": storage_facts(cfg, sources),
-            "timed_regions": timed_regions(), "worker_policy": policy, "trials_planned": len(specs)}
-    if cfg.sweep == "adaptive":
-        meta["trials_planned"] = None  # the search decides as it measures
-    elif sweep_note:
+    meta = _meta(cfg, env, data_facts, sources, len(specs), user_loader is not None)
+    if batch_search:
+        meta["batch_size_search"] = batch_search
+    if sweep_note and cfg.sweep != "adaptive":
         meta["search"] = {"policy": "exhaustive", "why": sweep_note}
     job = _job(cfg, folder, user_dataset, user_loader) if max(cfg.distributed.gpus) > 1 else None
     return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, job, probe)
+
+
+def _meta(cfg: RunConfig, env: dict, data_facts: dict, sources: dict, planned: int, own_loader: bool) -> dict:
+    """run.json as the run starts: what it measures, on what, and how."""
+    policy = {"user's DataLoader": USER_WORKER_POLICY_NOTE} if own_loader else WORKER_POLICY
+    source = next(iter(sources.values()), None)
+    return {"schema_version": SCHEMA_VERSION, "pipeprof_version": __version__, "status": "running",
+            "config": cfg.model_dump(), "machine": env, "dataset": data_facts,
+            "source": source.describe() if source is not None else None, "storage": storage_facts(cfg, sources),
+            "timed_regions": timed_regions(), "worker_policy": policy,
+            "trials_planned": None if cfg.sweep == "adaptive" else planned}  # adaptive: decided as it measures
 
 
 def _check_early(cfg: RunConfig) -> None:
@@ -99,39 +112,79 @@ def _check_early(cfg: RunConfig) -> None:
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
             log: Callable[[str], None] = print, progress=None, loss_fn: Optional[Callable] = None,
-            user_loader: Optional[Callable] = None) -> Run:
+            user_loader: Optional[Callable] = None, resume=None) -> Run:
     """Run every trial of ``cfg`` and return the saved :class:`Run`.
 
     ``loss_fn(raw model output, labels) -> scalar tensor`` overrides ``model.loss``.
     ``user_loader``: fn(num_workers) -> the user's own DataLoader, used instead of pipeprof's.
+    ``resume``: a run folder made with this config on this machine: its trials that ended ok are kept,
+    the others and the missing ones run, in the same folder (``resume``; ConfigError when it differs).
+    A KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM into one) ends the sweep: status 'interrupted'.
     """
     started = time.time()
-    plan = prepare(cfg, user_dataset, log, user_loader)
-    cfg, cores = plan.cfg, plan.machine["cores"]["usable"]
+    earlier = load_run(resume) if resume is not None else None
+    if earlier is not None and cfg.loader.batch_size == "auto":  # the size its search chose, not a new search
+        cfg = cfg.model_copy(update={"loader": cfg.loader.model_copy(
+            update={"batch_size": earlier.meta.get("config", {}).get("loader", {}).get("batch_size")})})
     loss_fn = loss_fn if loss_fn is not None else _configured_loss(cfg)  # a bad path fails before the run folder
-    run = Run(new_run_dir(cfg.out_dir, cfg.name))
-    run.meta = plan.meta | {"started": started}
-    run.save_meta()
-    log(f"run folder: {run.path}  ({len(plan.specs)} trials on {cfg.device})")
-    ref_s = cfg.measure.cpu_reference_s
-    if ref_s > 0:  # before the monitor and the trials, so nothing else competes for the cores
-        run.meta["cpu_reference"] = {"timed_region": reference.TIMED_REGION, "seconds": ref_s,
-                                     "start": reference.measure(int(cores), ref_s)}
-        run.save_meta()
-    interrupted = _sweep(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None))
-    if ref_s > 0 and not interrupted:
-        ref = run.meta["cpu_reference"]
-        ref["end"] = reference.measure(int(cores), ref_s)
-        ref["drift"] = reference.drift(ref["start"], ref["end"])
+    plan = prepare(cfg, user_dataset, log, user_loader, models, loss_fn)
+    run, kept = _reopen(earlier, plan, log) if earlier is not None else (_new_run(plan, started, log), {})
+    try:
+        interrupted = _measure(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None), kept)
+    except KeyboardInterrupt:  # outside the sweep's loop (the CPU reference, the monitor): the same stop
+        interrupted = True
     run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
-                 "wall_s": time.time() - started}
+                 "wall_s": (run.meta.get("wall_s") or 0.0) + time.time() - started}
     run.save_meta()  # the measurements are safe before any analysis runs
-    run.meta["analysis"] = analyse(run.trials, cores=cores, device=cfg.device, storage=run.meta["storage"])
+    run.meta["analysis"] = analyse(run.trials, cores=plan.machine["cores"]["usable"], device=plan.cfg.device,
+                                   storage=run.meta["storage"])
     run.save_meta()
     return run
 
 
-def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
+def _new_run(plan: Plan, started: float, log) -> Run:
+    run = Run(new_run_dir(plan.cfg.out_dir, plan.cfg.name))
+    run.meta = plan.meta | {"started": started, "pid": os.getpid()}  # pid: a resume checks it is not running
+    run.save_meta()
+    log(f"run folder: {run.path}  ({len(plan.specs)} trials on {plan.cfg.device})")
+    return run
+
+
+def _reopen(run: Run, plan: Plan, log) -> tuple[Run, dict]:
+    """The earlier ``run`` to resume, checked against ``plan``, with status running again and this session
+    recorded (``resumed``); its rows that ended ok, by spec_key. Its analysis is made again at the end."""
+    why = differences(run.meta, plan.cfg.model_dump(), plan.machine, plan.meta["dataset"].get("kind"), os.getpid())
+    if why:
+        raise ConfigError(f"--resume {run.path}: cannot resume: " + "; ".join(why))
+    kept = kept_rows(run)
+    session = {"at": time.time(), "previous_status": run.meta.get("status"), "trials_kept": len(kept),
+               "trials_to_run_again": len(run.trials) - len(kept)}
+    run.meta = {k: v for k, v in run.meta.items() if k != "analysis"} | {
+        "status": "running", "pid": os.getpid(), "trials_planned": plan.meta["trials_planned"],
+        "resumed": [*run.meta.get("resumed", []), session]}
+    run.save_meta()
+    log(f"resuming {run.path}: {len(kept)} trials kept, {session['trials_to_run_again']} to run again, "
+        f"and those missing")
+    return run, kept
+
+
+def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) -> bool:
+    """The CPU reference, the sweep, the CPU reference again; True when interrupted."""
+    cores, ref_s = plan.machine["cores"]["usable"], plan.cfg.measure.cpu_reference_s
+    if ref_s > 0 and "cpu_reference" not in run.meta:  # before the monitor and the trials, so nothing else
+        # competes for the cores; a resumed run keeps the one its first session measured
+        run.meta["cpu_reference"] = {"timed_region": reference.TIMED_REGION, "seconds": ref_s,
+                                     "start": reference.measure(int(cores), ref_s)}
+        run.save_meta()
+    interrupted = _sweep(run, plan, models, loss_fn, progress, kept)
+    if ref_s > 0 and not interrupted:
+        ref = run.meta["cpu_reference"]
+        ref["end"] = reference.measure(int(cores), ref_s)
+        ref["drift"] = reference.drift(ref["start"], ref["end"])
+    return interrupted
+
+
+def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) -> bool:
     """Every planned trial under the monitor, each row saved as it lands; True when interrupted."""
     cfg, cuda = plan.cfg, plan.cfg.device == "cuda"
     with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
@@ -144,13 +197,35 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress) -> bool:
             user = plan.user_dataset is not None or plan.user_loader is not None
             rows, interrupted, run.meta["search"] = run_adaptive(ctx, cfg, plan.probe, user, timeline_of,
                                                                  on_row=run.save_trials,
-                                                                 user_loader=plan.user_loader is not None)
+                                                                 user_loader=plan.user_loader is not None,
+                                                                 kept=kept)
         else:
-            rows, interrupted = run_sweep(ctx, plan.specs, timeline_of, on_row=run.save_trials, progress=progress)
+            rows, interrupted = run_sweep(ctx, plan.specs, timeline_of, on_row=run.save_trials, progress=progress,
+                                          kept=kept)
         run.meta["monitor_gpu_error"] = monitor.gpu_error
     run.save_trials(rows)
-    run.save_timeline(monitor.timeline())
+    # a resumed run's timeline goes on from its earlier sessions' (t_s is the machine's monotonic clock)
+    run.save_timeline(pd.concat([run.timeline, monitor.timeline()], ignore_index=True) if len(run.timeline)
+                      else monitor.timeline())
     return interrupted
+
+
+def _batch_size(cfg: RunConfig, auto: bool, probe, user: bool, env: dict, models, loss_fn,
+                log) -> tuple[RunConfig, Optional[dict]]:
+    """``loader.batch_size: auto``: on a GPU the largest batch whose step fits (``batchsize``), on a CPU
+    device the CPU default (resolved already); with the record for run.json (None when not auto)."""
+    if not auto:
+        return cfg, None
+    if cfg.loader.batch_size != "auto":
+        return cfg, {"policy": "auto", "chosen": CPU_BATCH,
+                     "note": f"on a CPU device auto is the CPU default batch ({CPU_BATCH}): there is no "
+                             "device memory to fill"}
+    ctx = TrialContext.from_config(cfg, torch.device(cfg.device), None, {}, int(env["cores"]["usable"]),
+                                   models=models or {}, loss_fn=loss_fn)
+    chosen, record = auto_batch_size(ctx, cfg, probe, user, log)
+    c = cfg.model_copy(deep=True)
+    c.loader.batch_size = [chosen]
+    return c, record
 
 
 def _job(cfg: RunConfig, folder, user_dataset, user_loader) -> dict:

@@ -4,7 +4,7 @@ The cheap trials already say where to look: the step ceiling S (one trial) and t
 rate with one worker r1 predict that about S / r1 workers feed the step. The search measures
 there, then doubles while the end-to-end curve still rises by more than its noise (and has
 neither reached the ceiling nor the usable cores), then bisects down to the smallest count
-within 5% of the best. Every worker count of the exhaustive grid that it did not measure is
+within 5% of the best, to within an eighth of that count (:data:`RESOLUTION`). Every worker count of the exhaustive grid that it did not measure is
 listed with the reason (run.json ``search``).
 
 Points the search infers instead of measuring (0 workers: loading and the step take turns, so
@@ -26,9 +26,12 @@ from .analysis.advice import NEAR_BEST
 from .config import default_workers
 from .schema import TrialKind
 from .sweep import expand, run_one
-from .trials import KINDS, TrialSpec
+from .trials import KINDS, TrialSpec, spec_key
 
 MAX_POINTS = 8  # worker counts one group may measure: the grid up to 128 cores has 9
+# bisection stops when the bracket is within an eighth of the count: at 16 workers, 14 vs 15 moves
+# the rate by ~6%, about what the windows of one trial resolve on a shared machine, for two more trials
+RESOLUTION = 8
 STORAGE_FAST = 20.0  # raw reads this many times the pipeline's rate cannot bind: later storage trials skipped
 
 
@@ -69,7 +72,7 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
     good = [w for w, p in points.items() if p.rate >= NEAR_BEST * best.rate]
     upper = min(good)
     lower = max((w for w in points if w < upper), default=0)
-    if upper - lower <= 1 or len(points) >= MAX_POINTS:
+    if upper - lower <= max(1, upper // RESOLUTION) or len(points) >= MAX_POINTS:
         return None
     return (lower + upper) // 2
 
@@ -151,17 +154,25 @@ def _step_key(s: TrialSpec) -> tuple:
 
 
 def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_row: Callable = lambda rows: None,
-                 user_loader: bool = False) -> tuple[list[dict], bool, dict]:
-    """Search every end-to-end setting; returns (rows, interrupted, the search record for run.json)."""
-    rows: list[dict] = []
+                 user_loader: bool = False, kept: Optional[dict] = None) -> tuple[list[dict], bool, dict]:
+    """Search every end-to-end setting; returns (rows, interrupted, the search record for run.json).
+
+    ``kept``: rows of an earlier session of this run by ``spec_key`` (``--resume``): the search runs
+    again from the start and takes a kept row for a trial it asks for instead of measuring it; every
+    kept row stays in the run."""
+    kept = kept or {}
+    rows: list[dict] = list(kept.values())
     done: dict = {}  # a spec measured once serves every group that shares it (a pipeline, a ceiling)
     record: dict = {"policy": "adaptive", "measured_workers": {}, "skipped": [], "inferred": []}
 
     def run(spec: TrialSpec) -> dict:
         if spec not in done:
-            rows.append(run_one(ctx, spec, summarize_monitor))
-            on_row(rows)
-            done[spec] = rows[-1]
+            row = kept.get(spec_key(spec.columns()))
+            if row is None:
+                row = run_one(ctx, spec, summarize_monitor)
+                rows.append(row)
+                on_row(rows)
+            done[spec] = row
         return done[spec]
 
     try:

@@ -6,12 +6,13 @@ over the curve instead of biasing one kind. The storage axes (``data.source`` ×
 ``data.cache``) multiply those three kinds, not gpu_ceiling; the cache axis applies to
 sources that read local files, the others get one point with cache_state 'n/a'. An
 isolation trial whose settings repeat (e.g. a cpu_pipeline shared by two precisions)
-is run once. A failing trial becomes a row with ``status='error'``; Ctrl-C stops the
-sweep and keeps what was measured.
+is run once. A failing trial becomes a row: ``status`` 'error', 'oom' (it ran out of memory: the
+row has the memory held then) or 'timeout' (it ran past its cap: the row has the hung code's
+stack; see ``trials.watchdog``); Ctrl-C (and SIGTERM under ``pipeprof run``) stops the sweep and
+keeps what was measured.
 """
 from __future__ import annotations
 
-import faulthandler
 import functools
 import gc
 import time
@@ -27,7 +28,12 @@ from .distributed import run_job
 from .env import usable_cores
 from .models import input_size
 from .schema import TrialKind
-from .trials import KINDS, TrialContext, TrialSpec, run_trial
+from .trials import KINDS, TrialContext, TrialSpec, run_trial, spec_key
+from .trials.columns import is_oom, oom_columns
+from .trials.watchdog import Leash, TrialTimeout, run_bounded
+
+#: a trial's cap beyond measure.max_trial_s: its set-up (model, workers, page cache) and the last window
+SETUP_MARGIN_S = 30.0
 
 
 @functools.cache  # it runs the preset on an image: once per (preset, size), not per model x precision x batch
@@ -77,8 +83,8 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
                       for k, kind in kinds.items() if kind.loader and not kind.once]
         # once-per-pipeline kinds (an overhead check): at the most workers and the first storage point
         specs += [TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0]))
-                  for k, kind in kinds.items() if kind.once]
-        if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and not user_dataset:
+                  for k, kind in kinds.items() if kind.once and cfg.overhead_checks]
+        if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on
             # and off between windows: their cost (once per preset; it does not depend on the storage)
             specs.append(TrialSpec(TrialKind.CPU_PIPELINE.value, num_workers=max(cfg.loader.num_workers),
@@ -109,7 +115,8 @@ def distributed_specs(cfg, specs: list[TrialSpec]) -> list[TrialSpec]:
     return out
 
 
-def _release(device: torch.device) -> None:
+def release(device: torch.device) -> None:
+    """Free what a trial left: its cycles, and the device memory torch's allocator still caches."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -126,15 +133,34 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
     return text[:limit]
 
 
+def failure_columns(exc: Exception, device: torch.device) -> dict:
+    """The status and error of a trial that raised: timeout, oom (with the memory held), or error."""
+    if isinstance(exc, TrialTimeout):
+        return {"status": "timeout", "error": error_text(exc)}
+    if is_oom(exc):
+        held = oom_columns(device)
+        then = ", ".join(f"{k.removeprefix('oom_')} {v:,.0f}" for k, v in held.items())
+        return {"status": "oom", "error": f"{error_text(exc, 1900)} (memory then: {then})"} | held
+    return {"status": "error", "error": error_text(exc)}
+
+
+def bounded_trial(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """``run_trial`` under the watchdog (``trials.watchdog``): at most measure.max_trial_s + SETUP_MARGIN_S."""
+    leash = Leash(ctx.monitor, ctx.clock)
+    watched = replace(ctx, monitor=leash, clock=leash.clock)
+    return run_bounded(lambda: run_trial(watched, spec), leash, ctx.measure.max_trial_s + SETUP_MARGIN_S,
+                       f"trial {spec.trial_id}")
+
+
 def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     """One row: the trial's settings, status, error, metrics and monitor summary."""
     t0 = time.perf_counter()
     row = spec.columns() | ctx.source_info.get(spec.source, {}) | {"status": "ok", "error": None}
-    # a trial that outlives its whole time budget is stuck somewhere (a step, cuDNN autotuning,
-    # a worker): print every thread's stack to stderr then, so a log tells where, and carry on
-    faulthandler.dump_traceback_later(ctx.measure.max_trial_s + 30, repeat=False)
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)  # an oom row's peak is this trial's
     try:
-        metrics = run_job(ctx, spec) if spec.gpus > 1 else run_trial(ctx, spec)
+        # an N-GPU job is its own process group, bounded and killed by distributed.run_job
+        metrics = run_job(ctx, spec) if spec.gpus > 1 else bounded_trial(ctx, spec)
         row |= metrics
         seen = summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
         # an N-GPU job's CPU columns come from its ranks' own monitors; the GPUs and the machine from ours
@@ -142,27 +168,32 @@ def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> 
         row |= noise.attribute(row)
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # any failure, CUDA OOM included, is a row, not a crashed sweep
-        row |= {"status": "error", "error": error_text(exc)}
+    except Exception as exc:  # any failure is a row, not a crashed sweep
+        row |= failure_columns(exc, ctx.device)
     finally:
-        faulthandler.cancel_dump_traceback_later()
         ctx.monitor.set_trial(None)
-        _release(ctx.device)
+        release(ctx.device)
     row["trial_s"] = time.perf_counter() - t0
     return row
 
 
 def run_sweep(ctx: TrialContext, specs: list[TrialSpec], summarize_monitor: Callable,
               on_row: Callable[[list[dict]], None] = lambda rows: None,
-              progress: Callable[[TrialSpec, int, int], None] = lambda spec, i, n: None) -> tuple[list[dict], bool]:
-    """Run every trial; ``on_row`` gets all rows so far after each. Returns (rows, interrupted)."""
-    rows: list[dict] = []
-    for i, spec in enumerate(specs):
-        progress(spec, i, len(specs))
-        try:
+              progress: Callable[[TrialSpec, int, int], None] = lambda spec, i, n: None,
+              kept: Optional[dict] = None) -> tuple[list[dict], bool]:
+    """Run every trial; ``on_row`` gets all rows so far after each. Returns (rows, interrupted).
+
+    ``kept``: rows of an earlier session of this run by ``spec_key`` (``--resume``): they come first
+    and their trials are not run again."""
+    kept = kept or {}
+    rows: list[dict] = list(kept.values())
+    todo = [s for s in specs if spec_key(s.columns()) not in kept]
+    try:
+        for i, spec in enumerate(todo):
+            progress(spec, i, len(todo))
             rows.append(run_one(ctx, spec, summarize_monitor))
-        except KeyboardInterrupt:
-            return rows, True
-        on_row(rows)
-    progress(None, len(specs), len(specs))
+            on_row(rows)
+    except KeyboardInterrupt:  # wherever it lands in the loop, the rows so far are returned (and saved)
+        return rows, True
+    progress(None, len(todo), len(todo))
     return rows, False

@@ -54,7 +54,7 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     from pipeprof.calibrate import BurnDataset, FixedStepModel
 
     run = pipeprof.profile(BurnDataset(256, 0.004), model=FixedStepModel(0.08, num_classes=10), batch_size=8,
-                           threads=1, sweep="adaptive", device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
+                           threads=1, sweep="adaptive", overhead_checks=True, device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
                            measure={"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.4, "window_batches": 2,
                                     "windows": 3, "max_windows": 4, "cpu_reference_s": 0})
     kinds = run.trials.groupby("kind")["num_workers"].apply(lambda s: sorted(s.dropna().astype(int)))

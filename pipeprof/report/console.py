@@ -301,8 +301,8 @@ def render_console(run, console=None) -> None:
         for row in rows:
             t.add_row(*row)
         console.print(t)
-    for n in notes:
-        console.print(f"  {n}", style="yellow", highlight=False)
+    for n in notes:  # errors quote code and paths: a "[...]" in them is text, not markup
+        console.print(f"  {n}", style="yellow", markup=False, highlight=False)
     console.print(legend(_device(run)), style="dim", highlight=False)
     for line in recommendation_lines(run):
         console.print(f"[bold]→[/bold] {line}", highlight=False)

@@ -4,6 +4,7 @@
 state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``).
 """
 from .kinds import KINDS, Kind, one_pass_plan, run_trial, timed_regions
-from .spec import TrialContext, TrialSpec
+from .spec import TrialContext, TrialSpec, spec_key
 
-__all__ = ["KINDS", "Kind", "TrialContext", "TrialSpec", "one_pass_plan", "run_trial", "timed_regions"]
+__all__ = ["KINDS", "Kind", "TrialContext", "TrialSpec", "one_pass_plan", "run_trial", "spec_key",
+           "timed_regions"]

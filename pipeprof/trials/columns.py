@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import NamedTuple, Optional
 
 import numpy as np
+import psutil
+import torch
 
 from ..loader import worker_pids
 from ..monitors import total_pss_mb
@@ -46,6 +49,27 @@ def sample_columns(tally, policy) -> dict:
                  "error": f"{tally.bad} of {tried} samples ({frac:.1%}) could not be read or decoded, more than "
                           f"data.max_bad_frac ({policy.max_bad_frac:.1%}); first: {first}"}
     return cols
+
+
+_MIB = 2 ** 20
+#: what an allocator says when memory ran out: CUDA's "out of memory", the CPU allocator's "can't allocate memory"
+OOM_WORDS = re.compile(r"out of memory|(?:could not|can't|cannot|unable to|failed to) allocate", re.IGNORECASE)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """The trial ran out of memory (device or host), as opposed to failing: the batch did not fit."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and bool(OOM_WORDS.search(str(exc)))
+
+
+def oom_columns(device) -> dict:
+    """The memory held when a trial ran out of it, read at once (before the sweep releases anything): the
+    device's allocated and peak bytes since the trial began on CUDA, the process's RSS on a CPU device."""
+    if device.type == "cuda":
+        return {"oom_allocated_mb": torch.cuda.memory_allocated(device) / _MIB,
+                "oom_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / _MIB}
+    return {"oom_rss_mb": psutil.Process().memory_info().rss / _MIB}
 
 
 def stage_columns(names: list[str], stage_sum_s: np.ndarray, samples: int) -> dict:

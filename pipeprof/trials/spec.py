@@ -1,8 +1,9 @@
 """A trial's settings (:class:`TrialSpec`) and what every trial of a sweep shares (:class:`TrialContext`)."""
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Optional
 
 import torch
@@ -44,6 +45,23 @@ class TrialSpec:
 
     def columns(self) -> dict:
         return asdict(self) | {"trial_id": self.trial_id}
+
+
+def spec_key(values: dict) -> tuple:
+    """A trial's settings as a key that is equal for a spec's ``columns()`` and its row read back from
+    trials.parquet (where a missing number is NaN and a whole number may come back as a float): a resumed
+    run matches its earlier rows to the trials it plans by it. Every field counts (``trial_id`` omits mode)."""
+    return tuple(_plain(values.get(f.name)) for f in fields(TrialSpec))
+
+
+def _plain(v):
+    if hasattr(v, "item"):  # a numpy scalar from a DataFrame row
+        v = v.item()
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    return float(v)
 
 
 @dataclass
