@@ -71,6 +71,11 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
         return min(2 * top, cores)
     good = [w for w, p in points.items() if p.rate >= NEAR_BEST * best.rate]
     upper = min(good)
+    below = upper - max(1, upper // RESOLUTION)
+    if not reached and upper == top and below > 0 and below not in points and len(points) < MAX_POINTS:
+        # the loader binds at the most workers measured: one probe just below says whether all are
+        # needed; a rising curve's answer is then found without bisecting the whole range
+        return below
     lower = max((w for w in points if w < upper), default=0)
     if upper - lower <= max(1, upper // RESOLUTION) or len(points) >= MAX_POINTS:
         return None

@@ -152,6 +152,15 @@ def bounded_trial(ctx: TrialContext, spec: TrialSpec) -> dict:
                        f"trial {spec.trial_id}")
 
 
+def _no_window(metrics: dict, cap_s: float) -> dict:
+    """A trial whose warm-up left no time for a single window measured nothing: failed, and why."""
+    if metrics.get("windows") != 0:
+        return {}
+    return {"status": "failed", "error": f"no timed window fitted in measure.max_trial_s ({cap_s:g} s): the "
+                                         f"warm-up alone took {metrics.get('warmup_s') or 0:.1f} s (cuDNN autotuning, "
+                                         "a slow first batch); raise measure.max_trial_s"}
+
+
 def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> dict:
     """One row: the trial's settings, status, error, metrics and monitor summary."""
     t0 = time.perf_counter()
@@ -165,7 +174,7 @@ def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> 
         seen = summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
         # an N-GPU job's CPU columns come from its ranks' own monitors; the GPUs and the machine from ours
         row |= {k: v for k, v in seen.items() if metrics.get(k) is None}
-        row |= noise.attribute(row)
+        row |= noise.attribute(row) | _no_window(metrics, ctx.measure.max_trial_s)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # any failure is a row, not a crashed sweep
