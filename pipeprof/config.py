@@ -417,7 +417,9 @@ class RunConfig(_Strict):
 def _format_errors(exc: ValidationError, origin: str) -> str:
     lines = [f"invalid config ({origin}):"]
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        # a union's branch shows in the location as its type ("literal['auto']", "function-after[...]"):
+        # the user wrote the field, not the branch
+        field = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and "[" in p)) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"

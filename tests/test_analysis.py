@@ -262,3 +262,20 @@ def test_bounds_within_their_noise_are_balanced_not_ranked():
     tight = [r | {"samples_per_s_ci95_low": r["samples_per_s"] * 0.995, "samples_per_s_ci95_high": r["samples_per_s"]
                   * 1.005} for r in rows[:2]]
     assert verdicts(frame(*tight, rows[2]), 16).iloc[0]["verdict"] == "cpu-bound"
+
+
+@pytest.mark.parametrize("rate, busy, verdict", [
+    (6247.0, 28.7, "cores-bound"),  # 70% of the 2-GPU ceiling with 90% of the cores busy (2xH200, DDP)
+    (6247.0, 20.0, "gpu-bound"),    # as slow, but cores to spare: nothing says the host is starved
+    (8700.0, 28.7, "gpu-bound"),    # at its ceiling: busy cores alone do not make the cores bind
+])
+def test_a_gpu_step_slowed_below_its_ceiling_on_busy_cores_is_cores_bound(rate, busy, verdict):
+    from pipeprof.analysis.verdict import Evidence, decide
+
+    ev = Evidence(wait=0.02, busy_cores=busy, run_cores=busy, foreign_cores=0.0, cores=32, workers=15,
+                  worker_busy=0.87, device_busy=0.94)
+    row = pd.Series({"samples_per_s": rate, "num_workers": 15})
+    got, basis = decide(ev, {"step": 8892.0, "cpu": 6624.0, "io": None}, row, "cuda", "gpu-bound")
+    assert got == verdict
+    if verdict == "cores-bound":
+        assert f"{rate / 8892:.0%} of its rate alone" in basis

@@ -285,7 +285,7 @@ def test_pairs_are_added_beyond_the_plan_until_narrow_or_at_the_most(ci_target, 
 
 def test_default_policy_plans_fewer_pairs_than_it_may_add():
     from pipeprof.measure import Paired
-    assert Paired.plan(MeasureConfig()) == (2, 5)
+    assert Paired.plan(MeasureConfig()) == (2, MeasureConfig().max_windows // 2)
 
 
 def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):

@@ -6,8 +6,9 @@ An end-to-end trial measures directly how long the step waited for data
 ``foreign_cores_mean``) and how busy the workers were. Those decide the side:
 
 * the step waits little (< ``WAIT_STEP``): the step binds — ``gpu-bound`` on a GPU,
-  ``step-bound`` on a machine without one; on a CPU device whose cores are all busy the
-  step shares them with the workers: ``cores-bound``;
+  ``step-bound`` on a machine without one; when the usable cores are all busy and the step
+  shares them with the workers (on a CPU device always; on a GPU when the step runs more than
+  10% below its rate alone, and then from 80% of the cores busy) the cores bind: ``cores-bound``;
 * the step waits much (>= ``WAIT_INPUT``): the input binds — ``io-bound`` when the pipeline
   runs at the storage's measured rate, ``cores-bound`` when the usable cores are all busy
   (more workers cannot help), ``loader-bound`` when the workers idle while the loader's main
@@ -35,6 +36,10 @@ from .bounds import (BALANCED, _clean, _known, classify, cpu_curve, curves, grou
 WAIT_INPUT = 0.20  # the step waits >= 20% of the wall time: input-bound
 WAIT_STEP = 0.05  # the step waits < 5%: the step binds
 SATURATED = 0.90  # >= 90% of the usable cores busy: the machine's cores are the limit
+# a step running > 10% below its rate alone, hardly waiting for data, with >= 80% of the cores busy:
+# its host side is starved (a machine-wide mean hides each DDP rank's full slice: on the 2xH200 box
+# 2 ranks x (15 workers + the training process) kept 28.7 of 32 cores busy at 70% of the 2-GPU ceiling)
+SLOWED_SATURATED = 0.80
 WORKERS_BUSY = 0.70  # workers computing >= 70% of their time: they are the CPU limit, not waiting
 STEP_SIDE = {"gpu-bound", "step-bound"}
 INPUT_SIDE = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
@@ -75,8 +80,8 @@ def evidence(row: pd.Series, cores: float) -> Evidence:
                     workers / (100 * w) if w and workers is not None else None, _num(row, "device_busy_frac"))
 
 
-def _saturated(ev: Evidence) -> bool:
-    return ev.busy_cores is not None and ev.busy_cores >= SATURATED * ev.cores
+def _saturated(ev: Evidence, share: float = SATURATED) -> bool:
+    return ev.busy_cores is not None and ev.busy_cores >= share * ev.cores
 
 
 def _busy_text(ev: Evidence) -> str:
@@ -134,8 +139,14 @@ def decide(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds:
                            f"within their measured noise, and the step waits {ev.wait:.0%} of the time: speeding " \
                            "up one side alone gains little"
     if ev.wait < WAIT_STEP:
-        if device != "cuda" and ev.workers > 0 and _saturated(ev):
-            return "cores-bound", f"the step waits only {ev.wait:.0%}, but it shares the cores with " \
+        step = bounds.get("step")
+        slowed = _known(step) and rate < (1 - 2 * BALANCED) * step  # the step runs slower than alone
+        starved = _saturated(ev) or (slowed and _saturated(ev, SLOWED_SATURATED))
+        if ev.workers > 0 and starved and (device != "cuda" or slowed):
+            # the training process shares the cores with the workers: its host side (launches, the
+            # hand-off, the copy) is starved, so the step itself slows although it hardly waits
+            alone = f", at {rate / step:.0%} of its rate alone" if _known(step) else ""
+            return "cores-bound", f"the step waits only {ev.wait:.0%}{alone}, but it shares the cores with " \
                                   f"{ev.workers} workers: {_busy_text(ev)}"
         busy = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
         return step_verdict(device), f"the step waits for data only {ev.wait:.0%} of the time{busy}"
