@@ -157,8 +157,8 @@ def _no_window(metrics: dict, cap_s: float) -> dict:
     if metrics.get("windows") != 0:
         return {}
     return {"status": "failed", "error": f"no timed window fitted in measure.max_trial_s ({cap_s:g} s): the "
-                                         f"warm-up alone took {metrics.get('warmup_s') or 0:.1f} s (cuDNN autotuning, "
-                                         "a slow first batch); raise measure.max_trial_s"}
+                                         f"warm-up alone took {metrics.get('warmup_s') or 0:.1f} s (a slow first batch: cuDNN "
+                                         "autotuning, slow reads); raise measure.max_trial_s"}
 
 
 def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> dict:

@@ -87,7 +87,8 @@ def test_bad_source_and_cache_specs_name_the_field(data, field, hint):
 def test_source_and_cache_axes_multiply_the_loader_trials_only():
     cfg = C.resolve(C.build({"data": {"source": ["files", "memory", {"kind": "throttled", "mb_s": 20}],
                                       "cache": ["warm", "cold"]},
-                             "loader": {"num_workers": [0, 2]}}), cuda=False, bf16_ok=False, usable_cores=2)
+                             "loader": {"num_workers": [0, 2]}, "overhead_checks": True}), cuda=False,
+                   bf16_ok=False, usable_cores=2)
     specs = expand(cfg)
     points = {(s.source, s.cache_state) for s in specs if s.kind == "storage_fetch"}
     assert points == {("files", "warm"), ("files", "cold"), ("memory", "n/a"),
@@ -102,7 +103,9 @@ def test_default_config_sweeps_files_warm_only():
     cfg = C.resolve(C.build({}), cuda=False, bf16_ok=False, usable_cores=2)
     specs = [s for s in expand(cfg) if s.kind != "gpu_ceiling"]
     assert {(s.source, s.cache_state) for s in specs} == {("files", "warm")}
-    assert len(expand(cfg)) == 1 + 3 * 3 + 2  # + the stage-clock and monitor overhead checks
+    assert len(expand(cfg)) == 1 + 3 * 3  # the overhead checks only with overhead_checks: true
+    checked = C.resolve(C.build({"overhead_checks": True}), cuda=False, bf16_ok=False, usable_cores=2)
+    assert len(expand(checked)) == 1 + 3 * 3 + 2  # + the stage-clock and monitor overhead checks
 
 
 def test_storage_study_config_validates_and_sweeps_what_it_says():
@@ -535,7 +538,7 @@ def test_files_source_reads_a_file_list(jpeg_folder, tmp_path):
         FileSource(listing)
 
 
-def test_storage_fetch_without_a_window_is_an_unstable_row_without_a_rate(jpeg_folder, tmp_path):
+def test_storage_fetch_without_a_window_is_a_failed_row_without_a_rate(jpeg_folder, tmp_path):
     # each read waits 0.8 s, so one warm-up batch outlives the whole 1-s trial budget: no window is timed
     # (0 workers: the main process reads, so no DataLoader timeout ends the trial first)
     raw = raw_config(tmp_path, jpeg_folder, [{"kind": "throttled", "inner": "files", "mb_s": 1000, "latency_ms": 800}],
@@ -543,6 +546,6 @@ def test_storage_fetch_without_a_window_is_an_unstable_row_without_a_rate(jpeg_f
                      measure=QUICK | {"max_trial_s": 1.0, "cpu_reference_s": 0})
     run = pipeprof.run(C.build(raw), log=lambda *a: None)
     (row,) = run.trials.to_dict("records")
-    assert row["status"] == "ok", row["error"]
+    assert row["status"] == "failed" and "no timed window fitted in measure.max_trial_s (1 s)" in row["error"]
     assert row["windows"] == 0 and row["unstable"] and "warm-up cut short" in row["unstable_reason"]
     assert pd.isna(row.get("read_mb_s")) and pd.isna(row["samples_per_s"])
