@@ -380,11 +380,12 @@ COMMANDS = {"check-data": cmd_check_data, "run": cmd_run, "pack": cmd_pack, "val
 
 def main(argv=None) -> int:
     from .config import ConfigError
+    from .results import DiskFull
 
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError, FileNotFoundError, DiskFull) as exc:
         print(f"pipeprof {args.command}: {exc}", file=sys.stderr)
         return 2
 

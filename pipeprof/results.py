@@ -14,8 +14,10 @@ longer running is stale and is removed when the folder is opened (:func:`clean_s
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,22 @@ from .schema import SCHEMA_VERSION
 
 TRIALS, TIMELINE, META, SUMMARY = "trials.parquet", "timeline.parquet", "run.json", "summary.md"
 RANKS = "ranks.parquet"
+RESERVE_BYTES = 1 << 20  # room kept back for run.json's last write on a full disk
+
+
+class DiskFull(RuntimeError):
+    """A run-folder write found no space left: what was saved before stays whole; the message says
+    how much room is needed (the CLI exits 2 with it)."""
+
+    def __init__(self, path: Path, partial_bytes: int):
+        folder = path.parent
+        free = shutil.disk_usage(folder).free
+        held = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        # a table is rewritten whole next to its old copy: room for both, and for the files to grow
+        need = max(2 * max(partial_bytes, path.stat().st_size if path.exists() else 0), 1 << 20)
+        super().__init__(f"disk full writing {path.name} in {folder}: {free / 1e6:.1f} MB free on its "
+                         f"filesystem, the run folder holds {held / 1e6:.1f} MB; free at least {need / 1e6:.1f} MB "
+                         f"more and finish it with --resume {folder}")
 
 
 class SchemaError(ValueError):
@@ -71,6 +89,12 @@ def _atomic(path: Path, write) -> None:
         with open(tmp, "rb") as f:  # on disk before the rename: a power cut cannot leave an empty file
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        partial = tmp.stat().st_size if tmp.exists() else 0
+        tmp.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(path, partial) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -136,6 +160,26 @@ class Run:
         of = f" of {planned} planned" if planned else " (an adaptive search: the number planned grows as it goes)"
         analysed = "" if "analysis" in self.meta else "; no analysis was saved: the trials are shown as measured"
         return f"the run did not finish (status '{status}': {why}): {len(self.trials)} trials done{of}{analysed}"
+
+    def reserve(self, size: int = RESERVE_BYTES) -> None:
+        """Hold ``size`` bytes in the folder (a ``.tmp`` named for this process: a killed run's is cleaned
+        like any stale one), given back by :meth:`release_reserve` so a run that fills the disk can still
+        write its final status."""
+        try:
+            with open(self._reserve_path(), "wb") as f:
+                f.write(b"\0" * size)
+                os.fsync(f.fileno())
+        except OSError as exc:
+            self.release_reserve()
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(self._reserve_path(), size) from None
+            raise
+
+    def release_reserve(self) -> None:
+        self._reserve_path().unlink(missing_ok=True)
+
+    def _reserve_path(self) -> Path:
+        return self.path / f".reserve.{os.getpid()}.tmp"
 
     def save_meta(self) -> None:
         _atomic(self.path / META, lambda p: p.write_text(json.dumps(self.meta, indent=2, default=str)))

@@ -6,6 +6,7 @@ API (``pipeprof.profile`` / ``pipeprof.run``) both come through :func:`execute`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Callable, NamedTuple, Optional
@@ -25,7 +26,7 @@ from .loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from .data.prepare import build_sources, dataset_folder, storage_facts
 from .env import snapshot
 from .monitors import Monitor, summarize
-from .results import Run, check_out_dir, load_run, new_run_dir
+from .results import DiskFull, Run, check_out_dir, load_run, new_run_dir
 from .resume import differences, kept_rows
 from .schema import SCHEMA_VERSION
 from .search import run_adaptive
@@ -130,6 +131,21 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     plan = prepare(cfg, user_dataset, log, user_loader, models, loss_fn)
     run, kept = _reopen(earlier, plan, log) if earlier is not None else (_new_run(plan, started, log), {})
     try:
+        run.reserve()
+        _finish(run, plan, models, loss_fn, progress, kept, started)
+    except DiskFull:  # what was saved stays whole; the reserve gives run.json room for its last status
+        run.release_reserve()
+        run.meta["status"] = "failed: disk full"
+        with contextlib.suppress(OSError, DiskFull):
+            run.save_meta()
+        raise
+    run.release_reserve()
+    return run
+
+
+def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started: float) -> None:
+    """The trials, the status, then the analysis, each saved as it lands."""
+    try:
         interrupted = _measure(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None), kept)
     except KeyboardInterrupt:  # outside the sweep's loop (the CPU reference, the monitor): the same stop
         interrupted = True
@@ -139,7 +155,6 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     run.meta["analysis"] = analyse(run.trials, cores=plan.machine["cores"]["usable"], device=plan.cfg.device,
                                    storage=run.meta["storage"])
     run.save_meta()
-    return run
 
 
 def _new_run(plan: Plan, started: float, log) -> Run:

@@ -1,6 +1,7 @@
 """The run folder survives what stops a run: a write that fails on a full disk keeps the old file, a kill -9
 mid-sweep leaves every completed trial readable, stale temporary files are removed, and `report` says when
 a run did not finish."""
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import psutil
 import pytest
 
 from pipeprof.cli import main
-from pipeprof.results import Run, load_run
+from pipeprof.results import DiskFull, Run, load_run
 
 OLD_RUN = Path(__file__).parent / "data" / "run-schema1"
 
@@ -40,10 +41,19 @@ def test_stale_tmp_files_are_removed_when_the_folder_is_opened_a_live_writers_ke
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A real 1 MiB filesystem (tmpfs), to fill up; skipped where this process may not mount one."""
+    yield from _tmpfs(tmp_path, "1m")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    yield from _tmpfs(tmp_path, "8m")
+
+
+def _tmpfs(tmp_path, size: str):
+    """A real filesystem of ``size`` (tmpfs), to fill up; skipped where this process may not mount one."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
     try:
@@ -60,10 +70,9 @@ def test_a_write_that_fills_the_disk_keeps_the_old_file_and_leaves_no_tmp(tiny_d
     run.save_meta()
     rng = np.random.default_rng(0)
     huge = [{"trial_id": f"t{i}", "noise": rng.bytes(4096)} for i in range(400)]  # ~1.6 MB: cannot fit
-    with pytest.raises(OSError) as exc:
-        run.save_trials(huge)
-    assert exc.value.errno == 28  # ENOSPC: the disk really filled
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull, match="disk full writing trials.parquet .*free at least"):
+        run.save_trials(huge)  # ENOSPC: the disk really filled
+    with pytest.raises(DiskFull):
         run.meta["padding"] = "x" * 2_000_000
         run.save_meta()
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["run.json", "trials.parquet"]  # no .tmp left behind
@@ -105,6 +114,9 @@ def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfi
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the run and every process it started, at once
         proc.wait(timeout=30)
+    deadline = time.monotonic() + 5  # SIGKILL is delivered at once; the kernel reaps in its own time
+    while _session_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _session_alive(proc.pid) == []
     run = load_run(folders[0])  # everything completed before the kill is there and readable
     done = len(run.trials)
@@ -113,3 +125,31 @@ def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfi
     report = capfd.readouterr().out
     assert "the run did not finish (status 'running': its process stopped without finishing" in report
     assert f"{done} trials done of 9 planned" in report and "Trials as measured (no analysis saved)" in report
+
+
+def test_a_disk_that_fills_mid_run_keeps_the_trials_says_how_much_and_exits_2(small_disk, tmp_path):
+    sets = ["data.images=16", "data.classes=2", f"data.cache_dir={tmp_path}/datasets", f"out_dir={small_disk}",
+            "loader.num_workers=[0,1,2]", "loader.batch_size=4", "augment.preset=light", "name=full",
+            "trials=[cpu_pipeline,end_to_end]", "model.name=pipeprof.calibrate:fixed_step_model_5ms",
+            "model.threads=1", "measure.window_s=0.3", "measure.max_windows=3", "measure.cpu_reference_s=0"]
+    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *sum([["--set", x] for x in sets], [])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, folder = time.time() + 120, None
+    while time.time() < deadline and not (folder and _rows(folder)):
+        folder = next(small_disk.glob("full-*"), None)
+        time.sleep(0.2)
+    assert folder and _rows(folder) >= 1, "no trial was saved in time"
+    children = psutil.Process(proc.pid).children(recursive=True)
+    with open(small_disk / "filler", "wb") as f:  # every free byte, as another program filling the disk would
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert "disk full writing" in err and "free at least" in err and "--resume" in err
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["status"] == "failed: disk full"
+    assert _rows(folder) >= 1 and not list(folder.glob("*.tmp"))  # whole files, no temporary left
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
