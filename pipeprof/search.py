@@ -8,7 +8,9 @@ within 5% of the best, to within an eighth of that count (:data:`RESOLUTION`). E
 listed with the reason (run.json ``search``).
 
 Points the search infers instead of measuring (0 workers: loading and the step take turns, so
-its rate is 1 / (1/r1 + 1/S)) are stored with their basis (``search.inferred``), so a plot can
+its rate is 1 / (1/r1 + 1/S); measured instead when that is within 5% of the best measured rate,
+as where a CPU step gets every core back without workers) are stored with their basis
+(``search.inferred``), so a plot can
 tell them from measured ones. The once-per-pipeline overhead checks (monitor, stage clocks) run
 at the most workers the search measured, as the grid runs them at its most.
 
@@ -112,7 +114,22 @@ def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: floa
             break
         points[w] = p
         w = next_workers(points, step_rate, per_worker, cores)
+    zero = zero_workers_rate(per_worker, step_rate)
+    if points and specs[TrialKind.END_TO_END.value].gpus == 1 and zero >= NEAR_BEST * max(
+            p.rate for p in points.values()):
+        # 0 workers is implied only when clearly slower: where loading is cheap beside the step (a CPU
+        # step that gets every core back without workers) it may be the answer, so it is measured
+        p = _point(_measure_at(run, specs, 0, per_worker, True, skipped))
+        if p is not None:
+            points[0] = p
     return points
+
+
+def zero_workers_rate(per_worker: float, step_rate: float) -> float:
+    """0 workers: loading (at the one-worker rate) and the step take turns in one process."""
+    if per_worker <= 0:
+        return 0.0
+    return 1 / (1 / per_worker + (1 / step_rate if math.isfinite(step_rate) and step_rate > 0 else 0))
 
 
 def _measure_at(run, specs: dict, w: int, per_worker: float, storage_done: bool, skipped: list) -> dict:
@@ -206,7 +223,7 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
                           for w in default_workers(cores) if w not in points]
     r1 = one_worker.get("samples_per_s")
     if 0 not in points and r1 and e2e.gpus == 1:
-        rate = 1 / (1 / r1 + (1 / step if math.isfinite(step) and step > 0 else 0))
+        rate = zero_workers_rate(r1, step)
         record["inferred"].append({"group": label, "trial_kind": TrialKind.END_TO_END.value, "model": e2e.model,
                                    "precision": e2e.precision, "preset": e2e.preset, "batch_size": e2e.batch_size,
                                    "source": e2e.source, "cache_state": e2e.cache_state, "num_workers": 0,
@@ -218,7 +235,8 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
 def _why_not(workers: int) -> str:
     if workers == 0:
         return ("0 workers: loading and the step take turns in one process, so its rate follows from the "
-                "one-worker loader rate and the step ceiling (1 / (1/r1 + 1/step)); not measured")
+                "one-worker loader rate and the step ceiling (1 / (1/r1 + 1/step)), more than 5% below the "
+                "best measured; not measured")
     return "not needed: the counts measured located the answer"
 
 

@@ -84,3 +84,33 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     assert zero["samples_per_s"] == pytest.approx(1 / (1 / 250 + 1 / 100), rel=0.2)
     # the once-per-pipeline overhead check runs at the most workers the search measured
     assert kinds["monitor_overhead"] == [max(kinds["end_to_end"])]
+
+
+def _group_search(e2e_rate, r1, step):
+    """search._search_group on rows of known rate: end-to-end by worker count, the loader's r1 a worker."""
+    from pipeprof.search import _search_group
+    from pipeprof.trials import TrialSpec
+
+    specs = {"end_to_end": TrialSpec("end_to_end", num_workers=1), "cpu_pipeline": TrialSpec("cpu_pipeline",
+                                                                                             num_workers=1)}
+    measured = []
+
+    def run(spec):
+        measured.append((spec.kind, spec.num_workers))
+        rate = e2e_rate(spec.num_workers) if spec.kind == "end_to_end" else r1 * max(spec.num_workers, 1)
+        return {"status": "ok", "samples_per_s": rate, "num_workers": spec.num_workers, "gpus": 1}
+    return _search_group(run, specs, step, 2, []), measured
+
+
+def test_zero_workers_is_measured_when_its_inferred_rate_rivals_the_best():
+    # a 2-core CPU machine (the default CPU run): loading 330/s a worker, the step alone 57/s; without
+    # workers the step gets both cores back and runs 60/s, with one worker 48/s. Inferred, 0 workers
+    # would be 1/(1/330 + 1/57) = 48.6/s, a tie with the best measured: so it is measured, and wins
+    points, measured = _group_search(lambda w: {0: 60.0, 1: 48.0, 2: 40.0}[w], 330.0, 57.0)
+    assert ("end_to_end", 0) in measured and max(points.values(), key=lambda p: p.rate).workers == 0
+
+
+def test_zero_workers_stays_inferred_when_clearly_slower():
+    # 250/s a worker feeding a 100/s step: 1 worker gives 95/s; 0 workers would give 71/s: not measured
+    points, measured = _group_search(lambda w: {1: 95.0, 2: 97.0}[w], 250.0, 100.0)
+    assert 0 not in points and all(w != 0 for _, w in measured)
