@@ -8,7 +8,6 @@ are node 0's (the first folder given). The analysis is run again on the merged r
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 

@@ -89,3 +89,15 @@ def free_port() -> int:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
 
+
+
+def session_alive(sid: int) -> list[int]:
+    """PIDs of the live (not zombie) processes of session ``sid``: what a killed run left running."""
+    alive = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive

@@ -16,6 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 
+from conftest import session_alive
 from pipeprof.cli import main
 from pipeprof.results import DiskFull, Run, load_run
 
@@ -80,17 +81,6 @@ def test_a_write_that_fills_the_disk_keeps_the_old_file_and_leaves_no_tmp(tiny_d
     assert json.loads((tiny_disk / "run.json").read_text()) == {"status": "running", "trials_planned": 3}
 
 
-def _session_alive(sid: int) -> list[int]:
-    alive = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                alive.append(p.pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return alive
-
-
 def _rows(folder: Path) -> int:
     try:
         return len(pd.read_parquet(folder / "trials.parquet"))
@@ -115,9 +105,9 @@ def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfi
         os.killpg(proc.pid, signal.SIGKILL)  # the run and every process it started, at once
         proc.wait(timeout=30)
     deadline = time.monotonic() + 5  # SIGKILL is delivered at once; the kernel reaps in its own time
-    while _session_alive(proc.pid) and time.monotonic() < deadline:
+    while session_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _session_alive(proc.pid) == []
+    assert session_alive(proc.pid) == []
     run = load_run(folders[0])  # everything completed before the kill is there and readable
     done = len(run.trials)
     assert 1 <= done < 9 and (run.trials["status"] == "ok").all() and run.meta["status"] == "running"

@@ -10,12 +10,12 @@ import threading
 import time
 
 import pandas as pd
-import psutil
 import pytest
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
 import pipeprof
+from conftest import session_alive
 from pipeprof import sweep
 from pipeprof.cli import main
 from pipeprof.trials.watchdog import Abandoned, Leash
@@ -129,17 +129,6 @@ EXITS = textwrap.dedent('''
 ''')
 
 
-def _session_alive(sid: int) -> list[int]:
-    alive = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                alive.append(p.pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return alive
-
-
 def test_a_dataset_that_ends_the_process_at_0_workers_leaves_a_folder_that_says_the_run_did_not_finish(
         tmp_path, capfd):
     (tmp_path / "exits.py").write_text(EXITS)
@@ -152,7 +141,7 @@ def test_a_dataset_that_ends_the_process_at_0_workers_leaves_a_folder_that_says_
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     log = proc.communicate(timeout=300)[0]
     assert proc.returncode == 3, log  # the dataset's own exit status: nothing of pipeprof ran after it
-    assert _session_alive(proc.pid) == []  # the 1-worker trial's worker had stopped with its trial
+    assert session_alive(proc.pid) == []  # the 1-worker trial's worker had stopped with its trial
     (folder,) = out.glob("x-*")
     meta = json.loads((folder / "run.json").read_text())
     trials = pd.read_parquet(folder / "trials.parquet")
