@@ -8,7 +8,6 @@ are node 0's (the first folder given). The analysis is run again on the merged r
 """
 from __future__ import annotations
 
-
 import pandas as pd
 
 from .analysis import analyse

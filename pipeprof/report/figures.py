@@ -236,13 +236,15 @@ def timeline_figure(run) -> list[Figure]:
             ax.set_ylabel(title, rotation=0, ha="right", va="center")
             if title.endswith("%"):
                 ax.set_ylim(0, 105)
-            if len(cols) > 1:
-                ax.legend(loc="upper right", fontsize=8, ncol=len(cols))
+            if len(cols) > 1:  # beside the panel: inside it would cover the lines
+                ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
         axes[-1, 0].set_xlabel("seconds since the monitor started")
         handles = [Rectangle((0, 0), 1, 1, color=COLOURS[k], alpha=0.3) for k in sorted(set(kinds.values()))
                    if k in COLOURS]
+        height = fig.get_figheight()
+        fig.subplots_adjust(top=1 - 0.45 / height)  # room for the kinds' legend, no more
         fig.legend(handles, [k for k in sorted(set(kinds.values())) if k in COLOURS], loc="upper center",
-                   ncol=5, fontsize=8, bbox_to_anchor=(0.5, 1.02))
+                   ncol=5, fontsize=8, bbox_to_anchor=(0.5, 1.0))
         return [Figure("fig-timeline", "Monitor timeline", to_svg(fig, "fig-timeline"),
                        "10 Hz monitor samples over the run; shaded: each trial's measured windows, coloured by "
                        "its kind (warm-up clear).")]

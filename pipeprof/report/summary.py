@@ -139,7 +139,7 @@ def _ratios(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     base = table.merge(fp32, on=others, how="left", suffixes=("", "_base"))
     for col in rates:
         table[col.replace("_samples_per_s", "_over_fp32")] = base[col] / base[f"{col}_base"]
-    if "gpus" in keys:
+    if "gpus" in keys and table["gpus"].nunique() > 1:  # one GPU count: no scaling to show
         one = table.loc[table["gpus"] == 1, ["model", "precision"] + rates]
         base = table.merge(one, on=["model", "precision"], how="left", suffixes=("", "_base"))
         for col in rates:
