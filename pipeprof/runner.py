@@ -152,8 +152,13 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
     run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
                  "wall_s": (run.meta.get("wall_s") or 0.0) + time.time() - started}
     run.save_meta()  # the measurements are safe before any analysis runs
-    run.meta["analysis"] = analyse(run.trials, cores=plan.machine["cores"]["usable"], device=plan.cfg.device,
-                                   storage=run.meta["storage"])
+    try:
+        run.meta["analysis"] = analyse(run.trials, cores=plan.machine["cores"]["usable"], device=plan.cfg.device,
+                                       storage=run.meta["storage"])
+    except KeyboardInterrupt:  # every trial is saved, but a 'complete' run without its analysis would mislead
+        run.meta["status"] = "interrupted"
+        run.save_meta()
+        raise
     run.save_meta()
 
 

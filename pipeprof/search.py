@@ -119,7 +119,7 @@ def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: floa
             p.rate for p in points.values()):
         # 0 workers is implied only when clearly slower: where loading is cheap beside the step (a CPU
         # step that gets every core back without workers) it may be the answer, so it is measured
-        p = _point(_measure_at(run, specs, 0, per_worker, True, skipped))
+        p = _point(run(_at(specs[TrialKind.END_TO_END.value], 0)))  # the loader alone at 0 adds nothing here
         if p is not None:
             points[0] = p
     return points
