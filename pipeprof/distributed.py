@@ -98,6 +98,7 @@ def run_job(ctx: TrialContext, spec: TrialSpec) -> dict:
     with tempfile.TemporaryDirectory(prefix="pipeprof-job-") as tmp:
         job_dir = Path(tmp)
         (job_dir / JOB_FILE).write_text(json.dumps({**job, "spec": asdict(spec)}))
+        ctx.monitor.set_trial(spec.trial_id, "job")  # our samples (the GPUs, the machine) are the job's
         proc = subprocess.Popen(launch_command(spec, job_dir, dist_cfg), env=launch_env(spec),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)  # its own group: an overrun kills every rank

@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from ..analysis import groups
-from .summary import answer_lines
+from .summary import answer_lines, shape
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -110,7 +110,8 @@ def _setting(r) -> str:
     parts = {"gpu_ceiling": [r.get("model"), r.get("precision")],
              "cpu_pipeline": [r.get("preset"), r.get("decoder"), *_storage(r)],
              "storage_fetch": _storage(r)}.get(r["kind"], [])
-    return " ".join(str(p) for p in parts if p is not None and p == p)
+    text = " ".join(str(p) for p in parts if p is not None and p == p)
+    return f"{text} ({shape(r)})" if shape(r) else text
 
 
 def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
@@ -120,7 +121,8 @@ def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
     where = " ".join(str(p) for p in _storage(key | {"emulated": bool(curve.get("emulated", pd.Series([False])).any())})
                      if p is not None and p == p)
     where = f" · {where}" if where else ""
-    return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{where}{tail}"
+    extra = f" · {shape(key)}" if shape(key) else ""
+    return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{where}{extra}{tail}"
 
 
 def _device(run) -> str:
@@ -164,7 +166,8 @@ def recommendation_lines(run) -> list[str]:
 def _group_lines(g: dict) -> list[str]:
     """One group's recommended workers, cores per GPU and its first three actions."""
     where = " ".join(str(p) for p in _storage(g) if p is not None and p == p)
-    head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "")
+    head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "") + (
+        f" ({shape(g)})" if shape(g) else "")
     tied = [w for w in g.get("tied_with_best", []) if w != g["recommended_workers"]]
     tie = f"; tied within noise: {', '.join(map(str, tied))}" if tied else ""
     lines = [f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "

@@ -25,15 +25,25 @@ def rate(x: Optional[float]) -> str:
 
 
 def group_label(g: dict) -> str:
-    """model precision · preset · batch · source (cache state): how a group is named everywhere."""
+    """model precision · preset · batch · source (cache state) · shape: how a group is named everywhere."""
     where = " ".join(str(p) for p in (g.get("source"), g.get("cache_state")) if p not in (None, "n/a"))
-    parts = [f"{g['model']} {g['precision']}", str(g["preset"]), f"batch {g['batch_size']}", where]
+    parts = [f"{g['model']} {g['precision']}", str(g["preset"]), f"batch {g['batch_size']}", where, shape(g)]
     return " · ".join(p for p in parts if p)
+
+
+def shape(g: dict) -> str:
+    """What sets a trial or group apart beyond its pipeline: inference, N GPUs (batch and workers per GPU),
+    the GPUs' peer-to-peer link off; '' for one GPU training."""
+    gpus = g.get("gpus")
+    parts = ["inference" if g.get("mode") == "inference" else "",
+             f"{int(gpus)} GPUs" if gpus is not None and gpus == gpus and gpus > 1 else "",
+             "p2p off" if g.get("p2p") is False else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _curve_row(run, g: dict, workers: int) -> dict:
     """The stored curve row of group ``g`` at ``workers`` ({} when it is not there)."""
-    keys = ("model", "precision", "preset", "batch_size", "source", "cache_state")
+    keys = ("model", "precision", "mode", "preset", "batch_size", "source", "cache_state", "gpus", "p2p")
     for row in run.meta.get("analysis", {}).get("curves", []):
         if row.get("num_workers") == workers and all(row.get(k) == g.get(k) for k in keys):
             return row
@@ -49,17 +59,24 @@ def _interval(row: dict) -> str:
     return f" ± {half:,.0f}" if half >= 100 else f" ± {half:.2g}"  # two figures: it is an interval
 
 
+def _gpus(g: dict) -> int:
+    n = g.get("gpus")
+    return int(n) if n is not None and n == n and n > 1 else 1
+
+
 def _cores_clause(g: dict, device: str) -> str:
     need = g.get("cores_needed")
     if device != "cuda" or not need:
         return ""
-    precision = str(g["precision"]).upper()
+    precision, n = str(g["precision"]).upper(), _gpus(g)
+    them = "this GPU" if n == 1 else f"these {n} GPUs"
     if need.get("cores_needed") is None:
-        return (f"; no core count keeps this GPU busy in {precision}: one loader hands off at most "
+        loaders = "one loader hands" if n == 1 else f"{n} loaders (one per GPU) hand"
+        return (f"; no core count keeps {them} busy in {precision}: {loaders} off at most "
                 f"{rate(need.get('handoff_limit'))} samples/s (about {need.get('cores_to_handoff_limit')} cores "
                 "reach 95% of that)")
     past = ", extrapolated past the workers measured" if need.get("extrapolated") else ""
-    return f"; about {need['cores_needed']} cores keep this GPU busy in {precision}{past}"
+    return f"; about {need['cores_needed']} cores keep {them} busy in {precision}{past}"
 
 
 def answer(run, g: dict) -> str:
@@ -70,10 +87,14 @@ def answer(run, g: dict) -> str:
     row = _curve_row(run, g, w)
     verdict = VERDICT_WORDS.get(g.get("verdict_at_recommended") or "unknown", g.get("verdict_at_recommended"))
     ceiling = row.get("step_bound_samples_per_s")
-    what = "the GPU" if device == "cuda" else "the step on the CPU"
-    alone = f"; {what} alone takes {rate(ceiling)}" if ceiling is not None and ceiling == ceiling else ""
-    return (f"{verdict}: with {w} worker{'' if w == 1 else 's'} training runs at {rate(g['recommended_samples_per_s'])}"
-            f"{_interval(row)} samples/s{alone}; set num_workers={w}{_cores_clause(g, device)}.")
+    n = _gpus(g)  # N GPUs: num_workers is each rank's, the rates and the ceiling the whole job's
+    what = ("the GPU alone takes" if n == 1 else f"the {n} GPUs alone take") if device == "cuda" else \
+        "the step on the CPU alone takes"
+    alone = f"; {what} {rate(ceiling)}" if ceiling is not None and ceiling == ceiling else ""
+    per, each = ("", "") if n == 1 else (" per GPU", " in each rank's DataLoader")
+    return (f"{verdict}: with {w} worker{'' if w == 1 else 's'}{per} training runs at "
+            f"{rate(g['recommended_samples_per_s'])}{_interval(row)} samples/s{alone}; set num_workers={w}"
+            f"{each}{_cores_clause(g, device)}.")
 
 
 def answers(run) -> list[tuple[str, str]]:
