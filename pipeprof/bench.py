@@ -27,6 +27,7 @@ import psutil
 
 from . import config as cfgmod
 from .env import usable_cores
+from .report.summary import group_label
 from .runner import execute, prepare
 
 
@@ -52,22 +53,18 @@ def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, o
 def _row(run, sweep: str, pair: int, wall_s: float, group: dict) -> dict:
     """One run's answer for one group, read from its stored analysis."""
     a = run.meta["analysis"]
-    rec = group.get("recommended_workers")
-    at = [c for c in a["curves"] if c["num_workers"] == rec and all(c.get(k) == group.get(k) for k in
-                                                                    ("model", "precision", "preset", "source"))]
-    monitor, clocks = a.get("monitor_overhead") or {}, a.get("stage_timing_overhead") or {}
-    return {"pair": pair + 1, "sweep": sweep, "group": " ".join(str(group.get(k)) for k in
-                                                               ("model", "precision", "preset", "batch_size")),
-            "wall_s": wall_s, "trials": a["trials"], "recommended_workers": rec,
-            "samples_per_s": at[0]["samples_per_s"] if at else None,
+    monitor, clocks = a.get("monitor_overhead") or [], a.get("stage_timing_overhead") or []
+    return {"pair": pair + 1, "sweep": sweep, "group": group_label(group), "wall_s": wall_s, "trials": a["trials"],
+            "recommended_workers": group.get("recommended_workers"),
+            "samples_per_s": group.get("recommended_samples_per_s"),
             "verdict": group.get("verdict_at_recommended"), "run": str(run.path),
             **_cost("monitor", monitor), **_cost("clocks", clocks)}
 
 
-def _cost(name: str, overhead: dict) -> dict:
-    """An overhead's cost and 95% interval (each a share of the rate), None where not measured."""
-    if isinstance(overhead, list):  # one per preset: the first stands for the run
-        overhead = overhead[0] if overhead else {}
+def _cost(name: str, overheads: list[dict]) -> dict:
+    """An overhead's cost and 95% interval (each a share of the rate), None where not measured; one is
+    stored per preset, and the benchmark's run has one preset."""
+    overhead = overheads[0] if overheads else {}
     return {f"{name}_cost": overhead.get("overhead_frac"), f"{name}_low": overhead.get("overhead_ci95_low"),
             f"{name}_high": overhead.get("overhead_ci95_high")}
 

@@ -88,7 +88,8 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
         meta["batch_size_search"] = batch_search
     if sweep_note and cfg.sweep != "adaptive":
         meta["search"] = {"policy": "exhaustive", "why": sweep_note}
-    job = _job(cfg, folder, user_dataset, user_loader) if max(cfg.distributed.gpus) > 1 else None
+    job = _job(cfg, folder, user_dataset, user_loader, models, loss_fn) if max(cfg.distributed.gpus) > 1 \
+        else None
     return Plan(cfg, env, user_dataset, sources, specs, meta, user_loader, job, probe)
 
 
@@ -248,14 +249,18 @@ def _batch_size(cfg: RunConfig, auto: bool, probe, user: bool, env: dict, models
     return c, record
 
 
-def _job(cfg: RunConfig, folder, user_dataset, user_loader) -> dict:
+def _job(cfg: RunConfig, folder, user_dataset, user_loader, models, loss_fn) -> dict:
     """What a rank of an N-GPU trial rebuilds its context from: objects cannot cross to the
-    processes torchrun starts, so a user's dataset or loader must be named by an import path."""
-    if (user_dataset is not None and cfg.data.kind != "factory") or (user_loader is not None
-                                                                      and cfg.data.kind != "loader"):
-        raise ConfigError("distributed.gpus > 1: each rank is a new process; name the dataset or loader by an "
-                          "import path (data.kind: factory | loader, data.factory: pkg.mod:fn) instead of passing "
-                          "the object")
+    processes torchrun starts, so a user's dataset, loader, model or loss must be named by an import
+    path (a rank would otherwise fail on the name, or silently train with another loss)."""
+    passed = [what for what, obj in (("dataset", user_dataset is not None and cfg.data.kind != "factory"),
+                                     ("DataLoader", user_loader is not None and cfg.data.kind != "loader"),
+                                     ("model", bool(models)), ("loss", loss_fn is not None and cfg.model.loss is None))
+              if obj]
+    if passed:
+        raise ConfigError(f"distributed.gpus > 1: each rank is a new process, which the {', '.join(passed)} passed "
+                          "as a Python object cannot reach; name it by an import path instead (data.kind: factory | "
+                          "loader with data.factory, model.name, model.loss: pkg.mod:fn)")
     return {"config": cfg.model_dump(mode="json"), "folder": None if folder is None else str(folder),
             "cpus": sorted(os.sched_getaffinity(0))}
 

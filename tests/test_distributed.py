@@ -165,3 +165,13 @@ def test_the_answer_for_two_gpus_speaks_per_rank_and_for_the_job():
     assert "the 2 GPUs alone take 8,892" in text and "in each rank's DataLoader" in text
     assert "no core count keeps these 2 GPUs busy in BF16: 2 loaders (one per GPU) hand off at most 7,295" in text
     assert "2 GPUs" in group_label(g) and "GPUs" not in group_label(one)
+
+
+def test_objects_that_ranks_cannot_reach_are_refused_by_name(tmp_path):
+    from pipeprof.calibrate import BurnDataset, FixedStepModel
+
+    with pytest.raises(C.ConfigError, match="the dataset, model, loss passed as a Python object"):
+        pipeprof.profile(BurnDataset(16, 0.001), model=FixedStepModel(0.001, num_classes=10), batch_size=4,
+                         device="cpu", out_dir=str(tmp_path), loss_fn=lambda out, y: out.sum(),
+                         config={"distributed": {"gpus": [1, 2]}}, log=lambda *a: None)
+    assert not list(tmp_path.glob("*-20*"))  # refused before any run folder

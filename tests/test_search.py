@@ -114,3 +114,20 @@ def test_zero_workers_stays_inferred_when_clearly_slower():
     # 250/s a worker feeding a 100/s step: 1 worker gives 95/s; 0 workers would give 71/s: not measured
     points, measured = _group_search(lambda w: {1: 95.0, 2: 97.0}[w], 250.0, 100.0)
     assert 0 not in points and all(w != 0 for _, w in measured)
+
+
+def test_sweep_speed_pairs_compare_the_two_sweeps_of_each_pair():
+    import pandas as pd
+
+    from pipeprof.bench import pairs, render_sweep_speed
+
+    base = {"group": "g", "trials": 10, "verdict": "cpu-bound", "run": "r", "monitor_cost": None, "monitor_low": None,
+            "monitor_high": None, "clocks_cost": 0.01, "clocks_low": -0.02, "clocks_high": 0.04}
+    df = pd.DataFrame([base | {"pair": 1, "sweep": "adaptive", "wall_s": 60.0, "recommended_workers": 14,
+                               "samples_per_s": 2108.0},
+                       base | {"pair": 1, "sweep": "exhaustive", "wall_s": 240.0, "recommended_workers": 16,
+                               "samples_per_s": 2254.0}])
+    (p,) = pairs(df).to_dict("records")
+    assert p["time_ratio"] == 4.0 and p["rate_diff"] == pytest.approx(2108 / 2254 - 1)
+    assert (p["adaptive_workers"], p["exhaustive_workers"]) == (14, 16)
+    assert "240 s / 60 s = 4.0x" in render_sweep_speed(df) and "+1.0% (-2.0%…+4.0%)" in render_sweep_speed(df)

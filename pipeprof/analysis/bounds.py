@@ -127,11 +127,17 @@ def worker_capacity(row: pd.Series) -> float | None:
     return max(row["num_workers"], 1) / cost if cost else None
 
 
+def matching(df: pd.DataFrame, like: pd.Series, keys) -> pd.DataFrame:
+    """The rows of ``df`` with ``like``'s values in ``keys`` (missing matches missing; a key absent
+    from either side is not compared)."""
+    for k in keys:
+        if k in df and k in like:
+            df = df[df[k].eq(like[k]) | (df[k].isna() & pd.isna(like[k]))]
+    return df
+
+
 def _same_pipeline(c: pd.DataFrame, like: pd.Series) -> pd.DataFrame:
-    for k in BOUND_KEYS["cpu_pipeline"]:
-        if k != "num_workers" and k in c and k in like:
-            c = c[c[k].eq(like[k]) | (c[k].isna() & pd.isna(like[k]))]
-    return c
+    return matching(c, like, [k for k in BOUND_KEYS["cpu_pipeline"] if k != "num_workers"])
 
 
 class CpuCurve(NamedTuple):

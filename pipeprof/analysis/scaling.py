@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .bounds import matching
+
 SAME = ["kind", "model", "precision", "mode", "batch_size", "preset", "source", "cache_state", "num_workers"]
 
 
@@ -31,7 +33,7 @@ def scaling(trials: pd.DataFrame) -> list[dict]:
     one = done[done["gpus"] == 1]
     out = []
     for _, r in done[done["gpus"] > 1].iterrows():
-        base = _match(one, r, keys)
+        base = matching(one, r, keys)
         single = float(base["samples_per_s"].iloc[0]) if len(base) else None
         n = int(r["gpus"])
         eff = r["samples_per_s"] / (n * single) if single else None
@@ -46,17 +48,11 @@ def scaling(trials: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _match(df: pd.DataFrame, like: pd.Series, keys: list[str]) -> pd.DataFrame:
-    for k in keys:
-        df = df[df[k].eq(like[k]) | (df[k].isna() & pd.isna(like[k]))]
-    return df
-
-
 def _p2p_effect(done: pd.DataFrame, r: pd.Series, keys: list[str]):
     """rate(p2p off) / rate(p2p on) − 1 at this trial's settings; None unless both were measured."""
     if "p2p" not in done or pd.isna(r.get("p2p")):
         return None
-    same = _match(done[done["gpus"] == r["gpus"]], r, keys)
+    same = matching(done[done["gpus"] == r["gpus"]], r, keys)
     on, off = same[same["p2p"].eq(True)], same[same["p2p"].eq(False)]
     if on.empty or off.empty:
         return None
