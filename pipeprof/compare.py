@@ -15,7 +15,7 @@ import pandas as pd
 
 #: the settings that make two trials the same measurement (those a run lacks are left out)
 SETTINGS = ["kind", "model", "precision", "mode", "preset", "decoder", "source", "cache_state", "batch_size",
-            "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus"]
+            "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus", "p2p"]
 #: config fields that name a run rather than change what it measures
 NOT_SETTINGS = {"name", "out_dir", "data.cache_dir"}
 MACHINE = ["cpu_model", "cores.usable", "memory.total_gb", "torch.version", "torch.device_names",
@@ -69,10 +69,22 @@ def _key(value) -> str:
     return str(value)
 
 
+def _text(df: pd.DataFrame, cols: list[str]) -> pd.Series:
+    return df[cols].apply(lambda c: c.map(_key)).agg("|".join, axis=1) if len(df) and cols else \
+        pd.Series("", index=df.index, dtype=str)
+
+
 def _keyed(trials: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """The run's ok trials keyed by ``cols``; two trials that share a key but differ in a setting the
+    other run lacks cannot be matched one to one, and raise rather than one being dropped."""
     ok = trials[(trials["status"] == "ok") & trials["samples_per_s"].notna()] if len(trials) else trials
-    keys = ok[cols].apply(lambda c: c.map(_key)).agg("|".join, axis=1) if len(ok) else pd.Series(dtype=str)
-    return ok.assign(_match=keys).drop_duplicates("_match")
+    ok = ok.assign(_match=_text(ok, cols))
+    rest = [c for c in SETTINGS if c in ok and c not in cols]
+    clash = ok.assign(_rest=_text(ok, rest)).groupby("_match")["_rest"].nunique()
+    if (clash > 1).any():
+        raise ValueError(f"trials {clash[clash > 1].index[0]!r} differ only in {rest}, which the other run "
+                         "lacks: they cannot be matched")
+    return ok.drop_duplicates("_match")
 
 
 def _interval(df: pd.DataFrame, side: str) -> pd.Series:

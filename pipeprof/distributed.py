@@ -45,6 +45,7 @@ import torch
 from .schema import TrialKind
 from .trials import TrialContext, TrialSpec, run_trial
 from .trials.columns import combine_ranks
+from .trials.watchdog import TrialTimeout
 
 JOB_FILE, RANK_FILE = "job.json", "rank-{rank}.json"
 LAUNCH_MARGIN_S = 180.0  # torchrun, imports, model build and rendezvous, on top of the trial's own cap
@@ -124,7 +125,7 @@ def _follow(proc: subprocess.Popen, ctx: TrialContext, limit_s: float) -> str:
         while proc.poll() is None:
             if time.monotonic() - t0 > limit_s:
                 _kill_group(proc)
-                raise TimeoutError(f"the N-GPU job ran past {limit_s:.0f} s and was killed with its ranks")
+                raise TrialTimeout(f"the N-GPU job ran past {limit_s:.0f} s and was killed with its ranks")
             try:
                 ctx.monitor.track_workers([c.pid for c in psutil.Process(proc.pid).children(recursive=True)])
             except psutil.NoSuchProcess:

@@ -189,9 +189,11 @@ class Run:
         ranks = [r | {"trial_id": row["trial_id"]} for row in rows for r in row.get("ranks") or []]
         self.trials = frame([{k: v for k, v in row.items() if k != "ranks"} for row in rows])
         _atomic(self.path / TRIALS, lambda p: self.trials.to_parquet(p, index=False))
+        self.ranks = frame(ranks)
         if ranks:
-            self.ranks = frame(ranks)
             _atomic(self.path / RANKS, lambda p: self.ranks.to_parquet(p, index=False))
+        else:  # a resumed run whose N-GPU rows were all run again without ranks: none stale
+            (self.path / RANKS).unlink(missing_ok=True)
 
     def save_timeline(self, timeline: pd.DataFrame) -> None:
         self.timeline = timeline

@@ -140,7 +140,8 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
         with contextlib.suppress(OSError, DiskFull):
             run.save_meta()
         raise
-    run.release_reserve()
+    finally:  # however the run ends (an interrupt during the analysis too), the reserve goes
+        run.release_reserve()
     return run
 
 

@@ -133,14 +133,15 @@ def error_text(exc: BaseException, limit: int = 2000) -> str:
     return text[:limit]
 
 
-def failure_columns(exc: Exception, device: torch.device) -> dict:
-    """The status and error of a trial that raised: timeout, oom (with the memory held), or error."""
+def failure_columns(exc: Exception, device: Optional[torch.device]) -> dict:
+    """The status and error of a trial that raised: timeout, oom (with the memory this process held on
+    ``device``; None: not this process's memory), or error."""
     if isinstance(exc, TrialTimeout):
         return {"status": "timeout", "error": error_text(exc)}
     if is_oom(exc):
-        held = oom_columns(device)
+        held = oom_columns(device) if device is not None else {}
         then = ", ".join(f"{k.removeprefix('oom_')} {v:,.0f}" for k, v in held.items())
-        return {"status": "oom", "error": f"{error_text(exc, 1900)} (memory then: {then})"} | held
+        return {"status": "oom", "error": error_text(exc, 1900) + (f" (memory then: {then})" if held else "")} | held
     return {"status": "error", "error": error_text(exc)}
 
 
@@ -178,7 +179,8 @@ def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> 
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # any failure is a row, not a crashed sweep
-        row |= failure_columns(exc, ctx.device)
+        # an N-GPU job's memory was its ranks': this process's allocator says nothing of it
+        row |= failure_columns(exc, ctx.device if spec.gpus == 1 else None)
     finally:
         ctx.monitor.set_trial(None)
         release(ctx.device)

@@ -62,6 +62,10 @@ def test_reference_normalised_ratio(runs, result):
     ref_a, ref_b = (reference_rate(r.meta) for r in runs)
     points = runs[0].meta["cpu_reference"]["start"]["points"]
     assert ref_a > 0 and ref_b > 0 and max(p["processes"] for p in points) == 2  # the all-cores point of 2
+    for run, ref in zip(runs, (ref_a, ref_b)):  # the mean of start and end at 2 processes, read off run.json
+        at_two = [p["decodes_per_s"] for w in ("start", "end") for p in run.meta["cpu_reference"][w]["points"]
+                  if p["processes"] == 2]
+        assert len(at_two) == 2 and ref == pytest.approx(sum(at_two) / 2)
     df = result.ratios
     assert df["reference_ratio"].iloc[0] == pytest.approx(ref_b / ref_a)
     assert df["normalised_ratio"].tolist() == pytest.approx((df["ratio"] / (ref_b / ref_a)).tolist())
@@ -78,7 +82,7 @@ def test_a_run_against_itself(runs):
     same = compare([runs[1], runs[1]], ["b", "b again"])
     assert same.differences == []
     assert same.ratios["ratio"].tolist() == pytest.approx([1.0] * len(same.ratios))
-    assert same.ratios["within_noise"].dropna().all()
+    assert same.ratios["within_noise"].notna().sum() >= 6 and same.ratios["within_noise"].dropna().all()
 
 
 def test_cli_writes_html_and_prints_markdown(tmp_path, capsys):

@@ -17,7 +17,6 @@ import pytest
 
 from pipeprof.cli import main
 from pipeprof.report.html import render_html
-from pipeprof.report.summary import group_label
 from pipeprof.results import load_run
 
 DATA = Path(__file__).parent / "data"
@@ -78,7 +77,8 @@ def test_answer_sentences_carry_the_stored_numbers(run, page):
     for (m, label), g in zip(found, groups):
         row = curves[(curves["num_workers"] == g["recommended_workers"]) & (curves["precision"] == g["precision"])
                      & (curves["source"] == g["source"])].iloc[0]
-        assert label == group_label(g)
+        where = {"files": "files warm", "memory": "memory"}[g["source"]]
+        assert label == f"mobilenet_v3_small {g['precision']} · light · batch 4 · {where}"
         assert int(m.group(1)) == int(m.group(5)) == g["recommended_workers"]
         assert printed_equals(m.group(2), g["recommended_samples_per_s"])
         assert printed_equals(m.group(3), (row["samples_per_s_ci95_high"] - row["samples_per_s_ci95_low"]) / 2)

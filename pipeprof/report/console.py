@@ -175,17 +175,19 @@ def _group_lines(g: dict) -> list[str]:
              f"{g['best_workers']}{tie}; {g['criterion']})"]
     need = g.get("cores_needed")
     if need:
-        lines.append(_cores_line(head, need))
+        lines.append(_cores_line(head, need, int(g.get("gpus") or 1)))
     if g.get("cpu_figures_skipped"):
         lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
     return lines + [line for a in g.get("actions", [])[:3] if (line := _action_line(head, a))]
 
 
-def _cores_line(head: str, need: dict) -> str:
+def _cores_line(head: str, need: dict, gpus: int = 1) -> str:
+    """Cores to reach the step ceiling: per GPU on one GPU; for N GPUs the job's figure, and per GPU."""
     if need.get("cores_needed") is None:
         return f"{head}: no core count feeds the step ceiling: {need['basis']}"
     extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
-    return f"{head}: {need['cores_needed']} cores per GPU to reach the step ceiling ({need['basis']}{extra})"
+    what = "cores per GPU" if gpus == 1 else f"cores for the {gpus} GPUs ({need['cores_needed'] / gpus:.1f} per GPU)"
+    return f"{head}: {need['cores_needed']} {what} to reach the step ceiling ({need['basis']}{extra})"
 
 
 def _action_line(head: str, a: dict) -> str | None:

@@ -18,6 +18,9 @@ import pandas as pd
 from matplotlib.figure import Figure as Canvas
 from matplotlib.patches import Rectangle
 
+from pipeprof.analysis import BOUND_KEYS, GROUP_KEYS, ok
+from pipeprof.analysis.bounds import matching
+
 from .summary import group_label, rate
 
 # one colour per meaning, the same in every figure
@@ -59,21 +62,10 @@ def _subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple, **kw):
     return fig, fig.subplots(nrows, ncols, **kw)
 
 
-def _ok(trials: pd.DataFrame, kind: str) -> pd.DataFrame:
-    if trials.empty or "kind" not in trials:
-        return trials.iloc[0:0]
-    sel = (trials["kind"] == kind) & (trials["status"] == "ok") & trials["samples_per_s"].notna()
-    if "stage_timing" in trials:  # the stage-timing-off twins measure the clocks' cost, not the curve
-        sel &= trials["stage_timing"].astype("boolean").fillna(True)
-    return trials[sel]
-
-
-def _matching(df: pd.DataFrame, g: dict, keys: tuple) -> pd.DataFrame:
-    """Rows whose settings equal the group's on ``keys`` (a key the rows lack does not filter)."""
-    for k in keys:
-        if k in df and g.get(k) is not None:
-            df = df[df[k] == g[k]]
-    return df.sort_values("num_workers")
+def _bound_rows(trials: pd.DataFrame, kind: str, like) -> pd.DataFrame:
+    """The ``kind`` trials at ``like``'s settings (those the bound shares with it), by worker count."""
+    rows = matching(ok(trials, kind), like, [k for k in BOUND_KEYS[kind] if k != "num_workers"])
+    return rows.sort_values("num_workers") if len(rows) else rows
 
 
 def _band(ax, df: pd.DataFrame, colour: str, label: str, **line) -> None:
@@ -115,8 +107,12 @@ def _storage_line(ax, io_: pd.DataFrame, top: float) -> None:
 
 def _curve_axes(ax, run, g: dict, e2e: pd.DataFrame) -> None:
     trials = run.trials
-    cpu = _matching(_ok(trials, "cpu_pipeline"), g, ("preset", "source", "cache_state", "batch_size"))
-    io_ = _matching(_ok(trials, "storage_fetch"), g, ("source", "cache_state", "batch_size"))
+    like = pd.Series(g)  # the group's settings, with the first end-to-end trial's others (decoder, pin_memory, ...)
+    if "trial_id" in trials and "trial_id" in e2e:
+        first = trials[trials["trial_id"] == e2e["trial_id"].iloc[0]]
+        like = first.iloc[0] if len(first) else like
+    cpu = _bound_rows(trials, "cpu_pipeline", like)
+    io_ = _bound_rows(trials, "storage_fetch", like)
     top = _top((e2e, "samples_per_s_ci95_high"), (e2e, "samples_per_s"), (e2e, "step_bound_samples_per_s"),
                (e2e, "predicted_samples_per_s"), (cpu, "samples_per_s"))
     if len(cpu):
@@ -143,8 +139,8 @@ def curve_figures(run) -> list[Figure]:
     """samples/s against num_workers per group, the bounds drawn in, the recommended count marked."""
     out = []
     curves = pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))
-    for i, g in enumerate(run.meta.get("analysis", {}).get("groups", [])):
-        e2e = _matching(curves, g, ("model", "precision", "preset", "batch_size", "source", "cache_state"))
+    for i, g in enumerate(run.meta.get("analysis", {}).get("groups", []) if len(curves) else []):
+        e2e = matching(curves, g, GROUP_KEYS).sort_values("num_workers")
         if e2e.empty:
             continue
         with matplotlib.rc_context(STYLE):
@@ -172,7 +168,7 @@ def _trial_label(r) -> str:
 
 def step_split_figure(run) -> list[Figure]:
     """Per end-to-end trial, where a step's time goes: data wait, host→device copy, compute (ms)."""
-    e2e = _ok(run.trials, "end_to_end")
+    e2e = ok(run.trials, "end_to_end")
     need = {"data_wait_frac", "batch_ms_mean", "h2d_ms_mean", "compute_ms_p50"}
     if e2e.empty or not need <= set(e2e):
         return []
@@ -252,7 +248,7 @@ def timeline_figure(run) -> list[Figure]:
 
 def stage_figure(run) -> list[Figure]:
     """Per-stage CPU cost per sample (ms) as bars, one panel per preset (cpu_pipeline trials)."""
-    cpu = _ok(run.trials, "cpu_pipeline")
+    cpu = ok(run.trials, "cpu_pipeline")
     cols = [c for c in cpu if c.startswith("stage_us_per_sample.")]
     if cpu.empty or not cols or "preset" not in cpu:
         return []
@@ -297,7 +293,7 @@ def _bar_axes(labels: list[str], series: dict[str, list[float]], fmt: str = "{:,
 
 def _ceilings(run) -> pd.DataFrame:
     """The step ceilings as stored, one row per model × precision × mode (× GPUs), the best if repeated."""
-    ceil = _ok(run.trials, "gpu_ceiling")
+    ceil = ok(run.trials, "gpu_ceiling")
     if ceil.empty:
         return ceil
     ceil = ceil.assign(mode=ceil["mode"].fillna("train") if "mode" in ceil else "train")
@@ -344,7 +340,7 @@ def mode_figure(run) -> list[Figure]:
 def storage_figure(run) -> list[Figure]:
     """Best rate of the raw reads, the CPU pipeline and end to end per source × cache state (2+ of them)."""
     kinds = ["storage_fetch", "cpu_pipeline", "end_to_end"]
-    rows = pd.concat([_ok(run.trials, k) for k in kinds])
+    rows = pd.concat([ok(run.trials, k) for k in kinds])
     if rows.empty or "source" not in rows:
         return []
     rows = rows.assign(where=rows["source"].astype(str) + " " + rows.get("cache_state", pd.Series("", index=rows.index))
@@ -366,8 +362,8 @@ def scaling_figure(run) -> list[Figure]:
     trials = run.trials
     if "gpus" not in trials or trials["gpus"].nunique() < 2:
         return []
-    e2e = _ok(trials, "end_to_end")
-    rows = e2e if len(e2e) else _ok(trials, "gpu_ceiling")
+    e2e = ok(trials, "end_to_end")
+    rows = e2e if len(e2e) else ok(trials, "gpu_ceiling")
     best = rows.groupby(["model", "precision", "gpus"])["samples_per_s"].max().reset_index()
     with matplotlib.rc_context(STYLE):
         fig, ax = _subplots(figsize=(7.5, 3.4))
@@ -383,7 +379,10 @@ def scaling_figure(run) -> list[Figure]:
                        "Solid: best measured rate at each GPU count; dashed: N × the one-GPU rate (linear).")]
 
 
-GROUP = ("model", "precision", "preset", "batch_size", "source", "cache_state")
+def _group_key(row: pd.Series) -> tuple:
+    """A curve row's group as text, the same across runs: missing is '' (a run without the column included)."""
+    return tuple("" if v is None or v != v else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+                 for v in (row.get(k) for k in GROUP_KEYS))
 
 
 def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
@@ -393,9 +392,8 @@ def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
     for label, df in zip(labels, curves):
         if df.empty:
             continue
-        keys = [k for k in GROUP if k in df]
-        for key, rows in df.groupby(keys, dropna=False):
-            keyed.setdefault(tuple(map(str, key)), []).append((label, rows.sort_values("num_workers")))
+        for key, rows in df.groupby(df.apply(_group_key, axis=1), sort=False):
+            keyed.setdefault(key, []).append((label, rows.sort_values("num_workers")))
     out = []
     for i, (key, entries) in enumerate(item for item in keyed.items() if len(item[1]) > 1):
         first = entries[0][1].iloc[0]

@@ -11,6 +11,9 @@ from typing import NamedTuple, Optional
 
 import pandas as pd
 
+from pipeprof.analysis import GROUP_KEYS, ok
+from pipeprof.analysis.bounds import matching
+
 VERDICT_WORDS = {"cpu-bound": "CPU-bound", "gpu-bound": "GPU-bound", "io-bound": "I/O-bound",
                  "step-bound": "Step-bound", "cores-bound": "Cores-bound", "loader-bound": "Loader-bound",
                  "input-bound": "Input-bound", "balanced": "Balanced", "unknown": "Verdict unknown"}
@@ -43,11 +46,11 @@ def shape(g: dict) -> str:
 
 def _curve_row(run, g: dict, workers: int) -> dict:
     """The stored curve row of group ``g`` at ``workers`` ({} when it is not there)."""
-    keys = ("model", "precision", "mode", "preset", "batch_size", "source", "cache_state", "gpus", "p2p")
-    for row in run.meta.get("analysis", {}).get("curves", []):
-        if row.get("num_workers") == workers and all(row.get(k) == g.get(k) for k in keys):
-            return row
-    return {}
+    curves = pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))
+    if curves.empty or "num_workers" not in curves:
+        return {}
+    rows = matching(curves[curves["num_workers"] == workers], g, GROUP_KEYS)
+    return rows.iloc[0].to_dict() if len(rows) else {}
 
 
 def _interval(row: dict) -> str:
@@ -92,7 +95,8 @@ def answer(run, g: dict) -> str:
         "the step on the CPU alone takes"
     alone = f"; {what} {rate(ceiling)}" if ceiling is not None and ceiling == ceiling else ""
     per, each = ("", "") if n == 1 else (" per GPU", " in each rank's DataLoader")
-    return (f"{verdict}: with {w} worker{'' if w == 1 else 's'}{per} training runs at "
+    doing = "inference" if g.get("mode") == "inference" else "training"
+    return (f"{verdict}: with {w} worker{'' if w == 1 else 's'}{per} {doing} runs at "
             f"{rate(g['recommended_samples_per_s'])}{_interval(row)} samples/s{alone}; set num_workers={w}"
             f"{each}{_cores_clause(g, device)}.")
 
@@ -126,29 +130,31 @@ def actions(run) -> list[Action]:
             for g in run.meta.get("analysis", {}).get("groups", []) for a in g.get("actions", [])]
 
 
-def _ok(trials: pd.DataFrame, kind: str) -> pd.DataFrame:
-    if trials.empty or "kind" not in trials:
-        return trials
-    sel = (trials["kind"] == kind) & (trials["status"] == "ok") & trials["samples_per_s"].notna()
-    return trials[sel]
-
-
 def review_table(run) -> pd.DataFrame:
     """The reviews' table: images/s per model × precision (× GPU count), the step alone in train and
     inference as measured (gpu_ceiling), the best end-to-end rate, FP16 (or BF16) over FP32 for the
     same model, mode and GPU count, and N GPUs over one. Empty without step ceilings."""
-    ceil = _ok(run.trials, "gpu_ceiling")
+    ceil = ok(run.trials, "gpu_ceiling")
     if ceil.empty:
         return pd.DataFrame()
     keys = [k for k in REVIEW_KEYS if k in ceil]
     mode = ceil["mode"].fillna("train") if "mode" in ceil else pd.Series("train", index=ceil.index)
     table = ceil.assign(mode=mode).pivot_table(index=keys, columns="mode", values="samples_per_s", aggfunc="max")
     table = table.rename(columns=lambda m: f"{m}_samples_per_s").reset_index()
+    return _ratios(_best_end_to_end(run, table, keys), keys)
+
+
+def _best_end_to_end(run, table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``table`` with the best end-to-end rate of the training groups of the same model, precision (and
+    GPU count where both have it) beside each row: the review's end-to-end figure is a training one."""
     e2e = pd.DataFrame(run.meta.get("analysis", {}).get("groups", []))
-    if len(e2e) and {"model", "precision"} <= set(e2e):
-        best = e2e.groupby(["model", "precision"])["best_samples_per_s"].max().rename("end_to_end_samples_per_s")
-        table = table.merge(best.reset_index(), on=["model", "precision"], how="left")
-    return _ratios(table, keys)
+    if e2e.empty or not {"model", "precision", "best_samples_per_s"} <= set(e2e):
+        return table
+    if "mode" in e2e:
+        e2e = e2e[e2e["mode"].fillna("train") == "train"]
+    on = [k for k in keys if k in e2e]
+    best = e2e.groupby(on)["best_samples_per_s"].max().rename("end_to_end_samples_per_s").reset_index()
+    return table.merge(best, on=on, how="left")
 
 
 def _ratios(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

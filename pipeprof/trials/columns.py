@@ -119,8 +119,11 @@ RANK_MEAN = ("data_wait_frac", "samples_per_s_cv")
 
 def combine_ranks(ranks: list[dict], gpus: int) -> dict:
     """The job's row: rates and CPU summed over ranks (their windows ran at the same time), data
-    wait averaged, the slowest rank named with why, and how many of the job's ranks reported (a
-    node of a multi-machine job holds its own only; ``merge`` joins the nodes' rows).
+    wait averaged. The rate's interval and extremes are summed too: exact for the step kinds, whose
+    ranks time the same windows on rank 0's clock (every window's job rate is N times a rank's), and
+    wider than the job's for the loaders alone, whose ranks time their own windows. Also: the slowest
+    rank named with why, and how many of the job's ranks reported (a node of a multi-machine job
+    holds its own only; ``merge`` joins the nodes' rows).
 
     Slowest: the lowest rate; in DDP the ranks step in lockstep and their rates agree, so then the
     rank that waited longest for data (it holds the others at each all-reduce)."""
