@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ._version import __version__  # noqa: F401 - the package's public version
 
-from .confounders import quiet_albumentations
+from pipeprof.measure.confounders import quiet_albumentations
 
 quiet_albumentations()
 
@@ -20,7 +20,7 @@ quiet_albumentations()
 def run(config=None, overrides=(), **kwargs):
     """Run an experiment file (or the defaults) with ``section.key=value`` overrides; returns a Run."""
     from .config import RunConfig, load
-    from .runner import execute
+    from pipeprof.orchestrate.runner import execute
 
     cfg = config if isinstance(config, RunConfig) else load(config, list(overrides))
     return execute(cfg, **kwargs)
@@ -52,7 +52,7 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     (``model.threads``; default: the cores the workers leave).
     """
     from .config import build
-    from .runner import execute
+    from pipeprof.orchestrate.runner import execute
 
     if dataset is not None and loader is not None:
         raise ValueError("profile(): pass dataset= or loader=, not both (the loader factory builds its own dataset)")

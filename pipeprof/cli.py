@@ -140,7 +140,7 @@ def _kill_children() -> None:
 def cmd_run(args) -> int:
     from rich.console import Console
 
-    from . import config as cfgmod
+    from pipeprof import config as cfgmod
 
     extra = (["sweep=exhaustive"] if args.exhaustive else []) + (
         [f"distributed.gpus={args.gpus if args.gpus == 'all' else '[' + args.gpus + ']'}"] if args.gpus else [])
@@ -159,8 +159,8 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
     """The run with a progress bar, then its summary, console tables and report.html; the exit status."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .report.console import render_console, render_markdown
-    from .runner import execute
+    from pipeprof.report.console import render_console, render_markdown
+    from pipeprof.orchestrate.runner import execute
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -186,7 +186,7 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
 
 def cmd_doctor(args) -> int:
     from .env import snapshot
-    from .report.doctor import render_doctor
+    from pipeprof.report.doctor import render_doctor
 
     snap = snapshot(args.path)
     print(json.dumps(snap, indent=2)) if args.json else render_doctor(snap)
@@ -194,7 +194,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_make_dataset(args) -> int:
-    from .data.synthetic import make_dataset
+    from pipeprof.data.synthetic import make_dataset
 
     stats = make_dataset(args.dir, args.images, args.classes, args.seed)
     print(f"wrote {stats.images} images in {stats.classes} classes to {stats.path}: mean {stats.mean_kb:.1f} KB, "
@@ -205,7 +205,7 @@ def cmd_make_dataset(args) -> int:
 
 def _write_html(run, console) -> None:
     """report.html beside the run; a rendering failure is reported, never loses the measured run."""
-    from .report.html import write_report
+    from pipeprof.report.html import write_report
 
     try:
         console.print(f"report: {write_report(run)}", highlight=False)
@@ -215,12 +215,12 @@ def _write_html(run, console) -> None:
 
 def cmd_report(args) -> int:
     from .report import render
-    from .report.console import render_console
+    from pipeprof.report.console import render_console
     from .results import load_run
 
     run = load_run(args.run_dir, partial=True)  # a damaged folder: report what can be read
     if args.html is not None or args.csv:
-        from .report.html import write_report
+        from pipeprof.report.html import write_report
 
         if args.html is not None:
             print(f"wrote {write_report(run, args.html or None)}")
@@ -242,8 +242,8 @@ def _problems(run) -> int:
 def cmd_compare(args) -> int:
     from pathlib import Path
 
-    from .compare import compare
-    from .report.comparison import render_compare_html, render_compare_markdown
+    from pipeprof.analysis.compare import compare
+    from pipeprof.report.comparison import render_compare_html, render_compare_markdown
     from .results import load_run
 
     runs = [load_run(d) for d in args.run_dirs]
@@ -259,7 +259,7 @@ def cmd_validate(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .validate import run_validation
+    from pipeprof.checks.validate import run_validation
 
     console = Console(width=None if Console().is_terminal else 140)
     if args.sizing:
@@ -283,8 +283,8 @@ def cmd_validate(args) -> int:
 def _validate_sizing(args, console) -> int:
     from rich.table import Table
 
-    from . import config as cfgmod
-    from . import sizing
+    from pipeprof import config as cfgmod
+    from .checks import sizing
     from .env import usable_cores
 
     raw: dict = dict(sizing.KNOWN)
@@ -323,8 +323,8 @@ def _validate_sizing(args, console) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .merge import merge_runs
-    from .report.console import render_console
+    from pipeprof.orchestrate.merge import merge_runs
+    from pipeprof.report.console import render_console
 
     if len(args.run_dirs) < 2:
         raise ValueError("merge needs the run folders of two or more nodes")
@@ -335,7 +335,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import render_sweep_speed, soak, sweep_speed
+    from pipeprof.checks.bench import render_sweep_speed, soak, sweep_speed
 
     if args.which == "soak":
         soak(args.minutes, args.config, log=lambda text: print(text, flush=True))
@@ -347,7 +347,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_pack(args) -> int:
-    from .data.sources.shards import pack_folder
+    from pipeprof.data.sources.shards import pack_folder
 
     try:
         info = pack_folder(args.src, args.dst, shard_size_mb=args.shard_size, seed=args.seed, overwrite=args.overwrite)
@@ -362,7 +362,7 @@ def cmd_pack(args) -> int:
 
 def cmd_check_data(args) -> int:
     """Exit 0 when every file checked reads, 1 when some do not, 2 when the folder is missing or empty."""
-    from .data.check import check_paths, dataset_paths
+    from pipeprof.data.check import check_paths, dataset_paths
 
     try:
         paths = dataset_paths(args.dir)

@@ -404,7 +404,7 @@ class RunConfig(_Strict):
     # also measure pipeprof's own cost: the monitor's sampling and the stage clocks, each by
     # alternating windows on one loader (two trials of about half a minute each on a GPU box)
     overhead_checks: bool = False
-    # adaptive: search num_workers from the cheap trials (search.py); exhaustive: the whole grid
+    # adaptive: search num_workers from the cheap trials (orchestrate/search.py); exhaustive: the whole grid
     sweep: Literal["adaptive", "exhaustive"] = "adaptive"
     data: DataConfig = DataConfig()
     augment: AugmentConfig = AugmentConfig()

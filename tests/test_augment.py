@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pipeprof.augment import A, load_preset, output_dtype, stage_names
+from pipeprof.data.augment import A, load_preset, output_dtype, stage_names
 from pipeprof.presets import available, preset_path
 
 

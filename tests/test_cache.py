@@ -12,7 +12,7 @@ from pipeprof import env
 from pipeprof.data import cache
 from pipeprof.data.dataset import RawBytesDataset, collate_bytes
 from pipeprof.data.sources.files import FileSource
-from pipeprof.loader import build_loader, shutdown, worker_pids
+from pipeprof.measure.loader import build_loader, shutdown, worker_pids
 
 REPO = Path(__file__).resolve().parents[1]
 # Filesystems whose pages live only in memory: fadvise cannot drop them

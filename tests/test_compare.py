@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeprof.cli import main
-from pipeprof.compare import compare, reference_rate
+from pipeprof.analysis.compare import compare, reference_rate
 from pipeprof.results import load_run
 
 DATA = Path(__file__).parent / "data"

@@ -15,14 +15,14 @@ import torch
 import pipeprof
 from pipeprof import config as C
 from pipeprof.analysis.scaling import scaling
-from pipeprof.distributed import launch_command, launch_env, split_cpus
+from pipeprof.orchestrate.distributed import launch_command, launch_env, split_cpus
 from pipeprof.results import load_run
 from pipeprof.trials import TrialSpec
 from pipeprof.trials.columns import combine_ranks
 
 SMALL = {"device": "cpu", "stage_timing": False, "data": {"images": 64, "classes": 4},
          "augment": {"preset": "light"}, "loader": {"num_workers": [1], "batch_size": 8},
-         "model": {"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
+         "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
          "measure": {"window_s": 0.4, "windows": 2, "max_windows": 3, "cpu_reference_s": 0, "max_trial_s": 30}}
 
 
@@ -168,7 +168,7 @@ def test_the_answer_for_two_gpus_speaks_per_rank_and_for_the_job():
 
 
 def test_objects_that_ranks_cannot_reach_are_refused_by_name(tmp_path):
-    from pipeprof.calibrate import BurnDataset, FixedStepModel
+    from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 
     with pytest.raises(C.ConfigError, match="the dataset, model, loss passed as a Python object"):
         pipeprof.profile(BurnDataset(16, 0.001), model=FixedStepModel(0.001, num_classes=10), batch_size=4,

@@ -45,8 +45,8 @@ def test_a_preset_albumentations_cannot_load_names_the_file_and_its_message(tmp_
 @pytest.mark.parametrize("field, path, message", [
     ("model.name", "nosuch.mod:fn", "model.name: cannot import 'nosuch.mod:fn': ModuleNotFoundError"),
     ("model.loss", "os:sep", "model.loss: 'os:sep' is a str, not a function or class"),
-    ("data.factory", "pipeprof.calibrate:no_such_dataset", "data.factory: cannot import "
-     "'pipeprof.calibrate:no_such_dataset': AttributeError"),
+    ("data.factory", "pipeprof.checks.calibrate:no_such_dataset", "data.factory: cannot import "
+     "'pipeprof.checks.calibrate:no_such_dataset': AttributeError"),
 ])
 def test_an_import_path_that_does_not_import_fails_at_validation(tmp_path, capfd, field, path, message):
     sets = [f"{field}={path}", f"out_dir={tmp_path}/out"] + (["data.kind=factory"] if field == "data.factory" else [])

@@ -8,7 +8,7 @@ own and the expected figures hold.
 import pytest
 
 import pipeprof
-from pipeprof.calibrate import BurnDataset, FixedStepModel, expected_rate
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, expected_rate
 
 MEASURE = {"warmup_batches": 3, "warmup_s": 0.3, "window_s": 0.5, "window_batches": 3, "windows": 3}
 

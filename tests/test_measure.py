@@ -4,7 +4,7 @@ import math
 import pytest
 
 from pipeprof.config import MeasureConfig
-from pipeprof.measure import alternating, instability, steady_state, summarize_rates, window
+from pipeprof.measure.windows import alternating, instability, steady_state, summarize_rates, window
 
 
 class FakeClock:
@@ -284,7 +284,7 @@ def test_pairs_are_added_beyond_the_plan_until_narrow_or_at_the_most(ci_target, 
 
 
 def test_default_policy_plans_fewer_pairs_than_it_may_add():
-    from pipeprof.measure import Paired
+    from pipeprof.measure.windows import Paired
     assert Paired.plan(MeasureConfig()) == (2, MeasureConfig().max_windows // 2)
 
 
@@ -292,7 +292,7 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
     """trials.clock_overhead on a fake loader (``cost_s`` a batch) and the fake clock: its row and the closes."""
     from types import SimpleNamespace
 
-    from pipeprof import measure
+    from pipeprof.measure import windows as measure
     from pipeprof.trials import kinds as trials
     clock, closed = FakeClock(), []
 

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from pipeprof import monitors
-from pipeprof.monitors import Monitor
+from pipeprof.measure import monitors
+from pipeprof.measure.monitors import Monitor
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def one_gpu_that_is_lost(monkeypatch):
 
 
 def test_nvml_failing_mid_run_is_logged_once_and_empties_the_gpu_columns(one_gpu_that_is_lost, caplog):
-    caplog.set_level(logging.WARNING, logger="pipeprof.monitors")
+    caplog.set_level(logging.WARNING, logger="pipeprof.measure.monitors")
     with Monitor(hz=50, gpu=True) as monitor:
         monitor.set_trial("t", "measure")
         time.sleep(0.8)
@@ -57,7 +57,7 @@ def test_nvml_failing_mid_run_is_logged_once_and_empties_the_gpu_columns(one_gpu
 
 
 def test_a_sample_that_raises_is_skipped_and_said_once(monkeypatch, caplog):
-    caplog.set_level(logging.WARNING, logger="pipeprof.monitors")
+    caplog.set_level(logging.WARNING, logger="pipeprof.measure.monitors")
     real, failures = monitors.Monitor._disk_rate, {"left": 3}
 
     def flaky(self):

@@ -1,4 +1,4 @@
-"""Tests for pipeprof.monitors (fast: a few seconds in total)."""
+"""Tests for pipeprof.measure.monitors (fast: a few seconds in total)."""
 import json
 import multiprocessing as mp
 import os
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeprof.monitors import THROTTLE_MASK, Monitor, summarize
+from pipeprof.measure.monitors import THROTTLE_MASK, Monitor, summarize
 
 
 def _burn(seconds: float) -> None:

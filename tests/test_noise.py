@@ -1,5 +1,5 @@
 """The unstable flag names its likely cause with the figure the monitor measured."""
-from pipeprof.noise import attribute, causes
+from pipeprof.measure.noise import attribute, causes
 
 
 def test_foreign_load_and_steal_are_named_with_their_figures():

@@ -10,9 +10,9 @@ from torch import nn
 
 import pipeprof
 from pipeprof import config as C
-from pipeprof.batchsize import auto_batch_size, largest_batch, step_fits
-from pipeprof.calibrate import BurnDataset
-from pipeprof.runner import prepare
+from pipeprof.orchestrate.batchsize import auto_batch_size, largest_batch, step_fits
+from pipeprof.checks.calibrate import BurnDataset
+from pipeprof.orchestrate.runner import prepare
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.columns import is_oom
 

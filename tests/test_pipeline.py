@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeprof.augment import load_preset
+from pipeprof.data.augment import load_preset
 from pipeprof.data.dataset import CyclingSampler, PipelineDataset, RawBytesDataset, collate_pipeline
 from pipeprof.data.decode import DecodeError, decode_cv2, decode_pil, get_decoder
 from pipeprof.data.sources import SourceError, source_class
-from pipeprof.loader import build_loader, shutdown, worker_pids
+from pipeprof.measure.loader import build_loader, shutdown, worker_pids
 
 
 def files(root):

@@ -1,7 +1,7 @@
 """The machine's fixed-work CPU reference: real decodes in real processes, and its arithmetic."""
 import pytest
 
-from pipeprof import reference
+from pipeprof.measure import reference
 from pipeprof.report.console import reference_line
 
 

@@ -144,8 +144,8 @@ def test_report_csv_writes_the_trials(tmp_path, run, capsys):
 
 def test_pipeprof_run_writes_report_html(tmp_path):
     """A real (tiny) run on workloads of known cost ends with report.html in its folder."""
-    sets = ["data.kind=factory", "data.factory=pipeprof.calibrate:burn_dataset_10ms", f"out_dir={tmp_path}",
-            "model.name=pipeprof.calibrate:fixed_step_model_5ms", "model.threads=1", "loader.num_workers=[1]",
+    sets = ["data.kind=factory", "data.factory=pipeprof.checks.calibrate:burn_dataset_10ms", f"out_dir={tmp_path}",
+            "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", "model.threads=1", "loader.num_workers=[1]",
             "loader.batch_size=4", "trials=[gpu_ceiling,cpu_pipeline,end_to_end]", "name=h", "measure.warmup_s=0.1",
             "measure.window_s=0.2", "measure.window_batches=2", "measure.windows=2", "measure.max_windows=3",
             "measure.cpu_reference_s=0"]

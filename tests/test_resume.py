@@ -20,7 +20,7 @@ FLAKY = textwrap.dedent('''
 
     from torch.utils.data import get_worker_info
 
-    from pipeprof.calibrate import BurnDataset
+    from pipeprof.checks.calibrate import BurnDataset
 
     DOWN = pathlib.Path(__file__).with_name("storage-down")
 
@@ -125,8 +125,8 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
 
 def test_resume_of_an_adaptive_run_after_kill_9_reuses_its_rows_in_the_search(tmp_path):
     out = tmp_path / "out"
-    sets = [f"out_dir={out}", "name=r", "data.kind=factory", "data.factory=pipeprof.calibrate:BurnDataset",
-            "model.name=pipeprof.calibrate:fixed_step_model_5ms", *QUICK]
+    sets = [f"out_dir={out}", "name=r", "data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset",
+            "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", *QUICK]
     folder, _ = _run(sets, dict(os.environ), 2, out, signal.SIGKILL)
     before = pd.read_parquet(folder / "trials.parquet")
     assert json.loads((folder / "run.json").read_text())["status"] == "running" and len(before) >= 2

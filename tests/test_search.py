@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from pipeprof.search import Point, first_guess, next_workers
+from pipeprof.orchestrate.search import Point, first_guess, next_workers
 
 
 def search(rate_of, step, per_worker, cores, noise=0.01):
@@ -59,7 +59,7 @@ def test_noise_wider_than_the_gain_stops_the_climb():
 def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     # 4 ms of CPU a sample (250/s a worker) feeding an 80 ms step of batch 8 (100/s): 1 worker feeds it
     import pipeprof
-    from pipeprof.calibrate import BurnDataset, FixedStepModel
+    from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 
     run = pipeprof.profile(BurnDataset(256, 0.004), model=FixedStepModel(0.08, num_classes=10), batch_size=8,
                            threads=1, sweep="adaptive", overhead_checks=True, device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
@@ -88,7 +88,7 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
 
 def _group_search(e2e_rate, r1, step):
     """search._search_group on rows of known rate: end-to-end by worker count, the loader's r1 a worker."""
-    from pipeprof.search import _search_group
+    from pipeprof.orchestrate.search import _search_group
     from pipeprof.trials import TrialSpec
 
     specs = {"end_to_end": TrialSpec("end_to_end", num_workers=1), "cpu_pipeline": TrialSpec("cpu_pipeline",
@@ -119,7 +119,7 @@ def test_zero_workers_stays_inferred_when_clearly_slower():
 def test_sweep_speed_pairs_compare_the_two_sweeps_of_each_pair():
     import pandas as pd
 
-    from pipeprof.bench import pairs, render_sweep_speed
+    from pipeprof.checks.bench import pairs, render_sweep_speed
 
     base = {"group": "g", "trials": 10, "verdict": "cpu-bound", "run": "r", "monitor_cost": None, "monitor_low": None,
             "monitor_high": None, "clocks_cost": 0.01, "clocks_low": -0.02, "clocks_high": 0.04}

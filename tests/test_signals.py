@@ -18,7 +18,7 @@ from pipeprof.results import load_run
 MEASURE = ["measure.warmup_s=0.2", "measure.window_s=1.0", "measure.windows=3", "measure.max_windows=3",
            "measure.window_batches=2", "measure.cpu_reference_s=0"]
 # 10 ms of CPU a sample, batch 4: each trial runs its workers for 3 s and more
-BURN = ["data.kind=factory", "data.factory=pipeprof.calibrate:BurnDataset", "loader.batch_size=4", "device=cpu",
+BURN = ["data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset", "loader.batch_size=4", "device=cpu",
         "stage_timing=false", "model.threads=1"]
 
 
@@ -126,13 +126,13 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_whole_files(tmp_path):
 
 
 def _ranks_with_workers(kids: list[psutil.Process]) -> bool:
-    """Both ranks of the torchrun job (``python -m pipeprof.distributed``, not torchrun, whose arguments name
+    """Both ranks of the torchrun job (``python -m pipeprof.orchestrate.distributed``, not torchrun, whose arguments name
     it too; a forked worker shares its rank's command line but has no children) run their loader worker."""
     ranks = 0
     for p in kids:
         try:
             cmd = " ".join(p.cmdline())
-            ranks += "pipeprof.distributed" in cmd and "torch.distributed.run" not in cmd and bool(p.children())
+            ranks += "pipeprof.orchestrate.distributed" in cmd and "torch.distributed.run" not in cmd and bool(p.children())
         except psutil.NoSuchProcess:
             pass
     return ranks == 2

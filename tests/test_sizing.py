@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeprof import sizing
+from pipeprof.checks import sizing
 from pipeprof.env import parse_cpu_list
 
 

@@ -18,7 +18,7 @@ from pipeprof.data.sources.memory import MemorySource
 from pipeprof.data.sources.shards import ShardSource, pack_folder
 from pipeprof.data.sources.throttled import ThrottledSource
 from pipeprof.data.sources.url import UrlSource, write_index
-from pipeprof.loader import build_loader, shutdown
+from pipeprof.measure.loader import build_loader, shutdown
 
 from conftest import LOOPBACK, free_port, serve_folder
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from pipeprof.models import build as build_model
-from pipeprof.step import Step, autotune_default, configure_precision
+from pipeprof.measure.step import Step, autotune_default, configure_precision
 
 
 @pytest.mark.parametrize("precision, override, expected", [
@@ -43,7 +43,7 @@ from torch.nn import functional as F  # noqa: E402
 from torchvision.models.inception import InceptionOutputs  # noqa: E402
 
 import pipeprof  # noqa: E402
-from pipeprof.step import main_output  # noqa: E402
+from pipeprof.measure.step import main_output  # noqa: E402
 
 LOGITS, AUX = torch.randn(2, 4), torch.randn(2, 4)
 
@@ -254,7 +254,7 @@ def test_profile_reports_labels_beyond_the_models_outputs_as_a_trial_error(tmp_p
 
 def test_model_loss_must_be_an_import_path(tmp_path):
     from pipeprof.config import ConfigError, build
-    from pipeprof.runner import execute
+    from pipeprof.orchestrate.runner import execute
 
     assert build({"model": {"loss": "torch.nn.functional:mse_loss"}}).model.loss == "torch.nn.functional:mse_loss"
     with pytest.raises(ConfigError, match="model.loss"):

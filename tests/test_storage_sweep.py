@@ -23,8 +23,8 @@ from pipeprof.data.sources.files import FileSource
 from pipeprof.data.sources.shards import ShardSource, pack_folder
 from pipeprof.data.sources.url import write_index
 from pipeprof.env import filesystem_of
-from pipeprof.loader import build_loader, shutdown
-from pipeprof.sweep import expand
+from pipeprof.measure.loader import build_loader, shutdown
+from pipeprof.orchestrate.sweep import expand
 from pipeprof.trials import one_pass_plan
 
 from conftest import LOOPBACK, free_port, serve_folder
@@ -76,7 +76,7 @@ def test_source_specs_get_short_stable_labels():
     ({"source": ["files", "files"]}, "data.source", "share the label 'files'"),
     ({"source": [{"kind": "files", "label": "a/b"}]}, "data.source.0.files.label", "letters, digits"),
     ({"cache": "hot"}, "data.cache.0", "'warm', 'cold' or 'cold-system'"),
-    ({"kind": "factory", "factory": "pipeprof.calibrate:BurnDataset", "source": "memory"}, "data",
+    ({"kind": "factory", "factory": "pipeprof.checks.calibrate:BurnDataset", "source": "memory"}, "data",
      "hides its storage"),
 ])
 def test_bad_source_and_cache_specs_name_the_field(data, field, hint):
@@ -318,7 +318,7 @@ def throttle_demo(jpeg_folder, tmp_path_factory):
     """ImageNet-like JPEGs behind a 20 MB/s throttle, and the same files unthrottled, feeding a 5 ms step."""
     tmp = tmp_path_factory.mktemp("demo")
     raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 20}],
-                     model={"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
+                     model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
                      loader={"num_workers": [2], "batch_size": 8},
                      measure={"warmup_s": 0.5, "window_s": 0.75, "window_batches": 4, "windows": 3})
     return pipeprof.run(C.build(raw), log=lambda *a: None)

@@ -1,37 +1,51 @@
 """The shape of the code, checked: imports go one way along the data flow, no cycles, short functions.
 
-The layers follow DESIGN's flow: config → data (sources, decode) → augment → dataset → loader →
-step → monitors → measure → trials → sweep → analysis → results (and the adaptive search, which
-reads measured rows to plan the next trial) → runner → report → commands.
+The layers follow DESIGN's flow, folder by folder: the nouns (config, presets, models, env) → data/
+(sources, decode, augment, dataset) → measure/ (loader, step, monitors, windows) → trials/ →
+orchestrate/ (sweep, launcher) → analysis/ → results and the planners that read measured rows
+(search, resume) → the runner → report/ → checks/ and the command line.
 Shared records (the version, the schema, the preset and model registries, the machine snapshot,
 the confounders) sit below all of them. A module may import its own layer and those below.
 A new module must be placed here: the test fails on a module it does not know.
 """
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeprof"
 LAYERS = {
-    0: ["_version", "schema", "presets", "models", "confounders", "env", "calibrate"],
+    # the nouns every layer may use: versions, schema, registries of presets and models, the machine
+    0: ["_version", "schema", "presets", "models", "env", "measure.confounders", "checks.calibrate"],
     1: ["config"],
+    # data/: where samples come from and how they become tensors
     2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",
         "data.sources.shards", "data.sources.throttled", "data.sources.url", "data.decode", "data.synthetic",
         "data.cache", "data.check"],
-    3: ["augment"],
+    3: ["data.augment"],
     4: ["data.dataset", "data.prepare"],
-    5: ["loader"],
-    6: ["step"],
-    7: ["monitors", "noise", "reference"],
-    8: ["measure"],
+    # measure/: the instruments
+    5: ["measure", "measure.loader"],
+    6: ["measure.step"],
+    7: ["measure.monitors", "measure.noise", "measure.reference"],
+    8: ["measure.windows"],
+    # trials/: one steady-state measurement each
     9: ["trials.spec", "trials.columns", "trials.skeleton", "trials.kinds", "trials", "trials.watchdog"],
-    10: ["distributed", "sweep", "batchsize"],
-    11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling", "analysis"],
-    12: ["results", "search", "compare", "resume"],
-    13: ["runner", "merge"],
+    # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
+    10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize"],
+    11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
+         "analysis.compare", "analysis"],
+    12: ["results", "orchestrate.search", "orchestrate.resume"],
+    13: ["orchestrate.runner", "orchestrate.merge"],
+    # report/: renderers only
     14: ["report", "report.summary", "report.console", "report.doctor", "report.figures", "report.html",
          "report.comparison"],
-    15: ["sizing", "validate", "bench", "cli", "", "__main__"],
+    # checks/ and the command line
+    15: ["checks", "checks.sizing", "checks.validate", "checks.bench", "cli", "", "__main__"],
 }
+# The role folders, each of whose __init__ says what lives there and what it may import.
+# checks.calibrate (workloads of known cost, named by import path in configs) and measure.confounders
+# (the thread policy the step and the workers share) sit with the shared records at layer 0.
+FOLDERS = ["data", "measure", "trials", "orchestrate", "analysis", "report", "checks"]
 LAYER = {m: n for n, mods in LAYERS.items() for m in mods}
 
 
@@ -53,8 +67,10 @@ def imports(name: str, tree: ast.Module, is_package: bool) -> set[str]:
             base = pkg[:len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
             targets = [".".join(base)] if node.module else [".".join(base + [a.name]) for a in node.names]
             found.update(targets)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeprof"):
-            found.add(node.module.removeprefix("pipeprof").lstrip("."))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pipeprof":
+            base = node.module.removeprefix("pipeprof").lstrip(".")
+            subs = [f"{base}.{a.name}".lstrip(".") for a in node.names]  # from pipeprof.x import module
+            found.update([s for s in subs if s in LAYER] or [base])
         elif isinstance(node, ast.Import):
             found.update(a.name.removeprefix("pipeprof").lstrip(".") for a in node.names
                          if a.name.split(".")[0] == "pipeprof")
@@ -71,6 +87,26 @@ def graph() -> dict[str, set[str]]:
 
 def test_every_module_has_a_layer():
     assert sorted(set(modules()) - set(LAYER)) == []
+
+
+def test_every_folder_says_what_lives_there():
+    """Each role folder's __init__ has a docstring naming its modules and what it may import."""
+    missing = []
+    for folder in FOLDERS:
+        doc = ast.get_docstring(modules()[folder]) or ""
+        names = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}
+        names |= {p.name for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()}
+        missing += [f"{folder}: {n}" for n in sorted(names) if f"``{n}" not in doc]
+        missing += [f"{folder}: no 'May import'"] * ("May import" not in doc)
+    assert missing == []
+
+
+def test_readme_map_matches_the_tree():
+    """The README's map names every role folder that exists, and no folder that does not."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    tree = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    mapped = set(re.findall(r"^  (\w+)/ ", readme, flags=re.M))
+    assert tree == mapped
 
 
 def test_imports_never_go_up_a_layer():

@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 import pipeprof
 from pipeprof import config as C
-from pipeprof.calibrate import BurnDataset, FixedStepModel
-from pipeprof.loader import EndlessIter, shutdown, user_batch, worker_pids
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+from pipeprof.measure.loader import EndlessIter, shutdown, user_batch, worker_pids
 
 # short windows: these tests check the plumbing, not the rates
 MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 2, "windows": 3,
@@ -178,15 +178,15 @@ def test_user_batch_forms():
 
 
 def test_config_loader_kind_validates():
-    cfg = C.build({"data": {"kind": "loader", "factory": "pipeprof.calibrate:burn_loader"}})
+    cfg = C.build({"data": {"kind": "loader", "factory": "pipeprof.checks.calibrate:burn_loader"}})
     assert cfg.data.kind == "loader"
     with pytest.raises(C.ConfigError, match=r"data\.factory: required with kind 'loader'"):
         C.build({"data": {"kind": "loader"}})
     with pytest.raises(C.ConfigError, match="storage axes need pipeprof's own pipeline"):
-        C.build({"data": {"kind": "loader", "factory": "pipeprof.calibrate:burn_loader", "source": ["memory"]}})
+        C.build({"data": {"kind": "loader", "factory": "pipeprof.checks.calibrate:burn_loader", "source": ["memory"]}})
 
 
-@pytest.mark.parametrize("factory", ["pipeprof.calibrate:no_such_loader", "pipeprof.calibrate:burn"])
+@pytest.mark.parametrize("factory", ["pipeprof.checks.calibrate:no_such_loader", "pipeprof.checks.calibrate:burn"])
 def test_config_loader_factory_that_cannot_serve_is_refused(tmp_path, factory):
     # burn(0) returns None: not an iterable of batches
     raw = {"data": {"kind": "loader", "factory": factory}, "device": "cpu", "out_dir": str(tmp_path)}
@@ -196,8 +196,8 @@ def test_config_loader_factory_that_cannot_serve_is_refused(tmp_path, factory):
 
 
 def test_config_names_user_loader_by_import_path(tmp_path):
-    raw = {"data": {"kind": "loader", "factory": "pipeprof.calibrate:burn_loader"},
-           "model": {"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
+    raw = {"data": {"kind": "loader", "factory": "pipeprof.checks.calibrate:burn_loader"},
+           "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
            "loader": {"num_workers": [1]}, "device": "cpu", "measure": MEASURE, "out_dir": str(tmp_path)}
     run = pipeprof.run(C.build(raw, origin="test"), log=quiet)
     assert_profiled(run, [1])

@@ -1,13 +1,13 @@
 """The known answers through the whole tool: isolation trials, analysis and verdict.
 
-Each case is a calibrated workload (``pipeprof.calibrate``): samples that cost a known CPU
+Each case is a calibrated workload (``pipeprof.checks.calibrate``): samples that cost a known CPU
 time, a step of known duration (sleeping like a GPU, or burning a core like a CPU step), a
 model of 10 outputs or with a tuple output, more workers than cores. Its rate and verdict
 are known in advance from the machine's usable cores (``Case.expected``).
 """
 import pytest
 
-from pipeprof.validate import CASES, Case, run_case
+from pipeprof.checks.validate import CASES, Case, run_case
 
 BY_NAME = {c.name.split(":")[0]: c for c in CASES}
 

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 import pipeprof
 from conftest import session_alive
-from pipeprof import sweep
+from pipeprof.orchestrate import sweep
 from pipeprof.cli import main
 from pipeprof.trials.watchdog import Abandoned, Leash
 

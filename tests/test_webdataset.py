@@ -18,7 +18,7 @@ from pipeprof.data.dataset import RawBytesDataset
 from pipeprof.data.sources import SourceError, source_class
 from pipeprof.data.sources.files import FileSource
 from pipeprof.data.sources.shards import ShardSource, pack_folder
-from pipeprof.loader import build_loader, shutdown
+from pipeprof.measure.loader import build_loader, shutdown
 
 
 def sha(data: bytes) -> str:

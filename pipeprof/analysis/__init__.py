@@ -13,6 +13,10 @@ and run.json stores. One module per question, :func:`analyse` the facade:
 - ``storage``: :func:`storage_actions` (RAM, shards, more workers, faster storage from swept
   sources), :func:`epoch_estimates` (cold first epoch vs warm later ones)
 - ``scaling``: :func:`scaling` (N GPUs against one: efficiency, exposed all-reduce, the p2p link)
+- ``compare``: :func:`compare` (several runs' matching trials side by side, ratios, within-noise)
+
+May import: the nouns (``schema``, ``config``) and ``trials.columns``' pure helpers; never ``measure``,
+``orchestrate`` or ``report``.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 import psutil
 
-from .. import env
+from pipeprof import env
 
 _CHUNK = 1 << 30  # mincore window: bounds the residency vector to 256 KiB per GiB mapped
 

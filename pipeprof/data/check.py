@@ -14,7 +14,7 @@ import time
 import warnings
 from typing import NamedTuple, Optional
 
-from .sources.files import read_file_list, scan_image_folder
+from pipeprof.data.sources.files import read_file_list, scan_image_folder
 
 JPEG_END = b"\xff\xd9"
 TAIL_BYTES = 1024  # where the end marker must be: after it, some writers pad a little

@@ -98,7 +98,7 @@ class PipelineDataset(Dataset):
 
     def __init__(self, source: Source, decoder: str, transform, stage_timing: "bool | TimingSwitch" = True,
                  policy: SamplePolicy = SamplePolicy()):
-        from ..augment import stage_names
+        from .augment import stage_names
 
         self.source, self.policy = source, policy
         self.decode = get_decoder(decoder)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import ConfigError, RunConfig
+from pipeprof.config import ConfigError, RunConfig
 from . import cache
 from .sources import source_class
 
@@ -68,7 +68,7 @@ def auto_shard_size_mb(total_bytes: int) -> float:
 def packed_shards(folder: str, cache_dir: str, shard_size_mb: Optional[float], seed: int,
                   log: Callable[[str], None]) -> Path:
     """Tar shards of ``folder`` under ``cache_dir/shards/``, packed once and reused while the folder is unchanged."""
-    from .sources.shards import pack_folder
+    from pipeprof.data.sources.shards import pack_folder
 
     files = source_class("files")(folder)
     total = files.total_bytes()

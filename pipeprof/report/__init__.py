@@ -1,5 +1,11 @@
 """Renderers: they format a stored Run; they never measure or analyse.
 
+Modules: ``console`` (text and markdown), ``html`` (report.html), ``figures`` (matplotlib SVGs),
+``summary`` (the answer's sentences from stored figures), ``comparison`` (``pipeprof compare``),
+``doctor`` (``pipeprof doctor``).
+
+May import: the nouns, ``results`` and ``analysis``' stored records; never ``measure`` or ``orchestrate``.
+
 A renderer is ``render(run) -> str``. To add one, write it in a module here and add one entry
 to :data:`RENDERERS` (``pipeprof report RUN --format NAME`` then offers it).
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ..compare import Comparison
+from pipeprof.analysis.compare import Comparison
 from . import figures as F
 from .console import reference_line
 from .html import esc, page, table_html

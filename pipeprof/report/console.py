@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from ..analysis import groups
+from pipeprof.analysis import groups
 from .summary import answer_lines, shape
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}

@@ -1,7 +1,10 @@
 """Trials: one steady-state measurement each, returning a row.
 
 ``spec`` (settings, shared context) → ``skeleton`` (dataset, step, loader lifecycle, cache
-state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``).
+state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``);
+``watchdog`` bounds a trial's time and turns a hang into a failed row.
+
+May import: the nouns, ``data`` and ``measure``.
 """
 from .kinds import KINDS, Kind, one_pass_plan, run_trial, timed_regions
 from .spec import TrialContext, TrialSpec, spec_key

@@ -9,8 +9,8 @@ import numpy as np
 import psutil
 import torch
 
-from ..loader import worker_pids
-from ..monitors import total_pss_mb
+from pipeprof.measure.loader import worker_pids
+from pipeprof.measure.monitors import total_pss_mb
 
 
 class StepRecord(NamedTuple):

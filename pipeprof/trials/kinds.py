@@ -21,13 +21,13 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ..augment import load_preset
-from ..confounders import step_threads, torch_threads
-from ..data.dataset import (PipelineDataset, RawBytesDataset, SampleTally, TimingSwitch, collate_bytes,
+from pipeprof.data.augment import load_preset
+from pipeprof.measure.confounders import step_threads, torch_threads
+from pipeprof.data.dataset import (PipelineDataset, RawBytesDataset, SampleTally, TimingSwitch, collate_bytes,
                              collate_pipeline)
-from ..loader import prefetch_depth
-from ..measure import alternating, summarize_rates
-from ..schema import TIMED_REGIONS, TrialKind
+from pipeprof.measure.loader import prefetch_depth
+from pipeprof.measure.windows import alternating, summarize_rates
+from pipeprof.schema import TIMED_REGIONS, TrialKind
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
 from .skeleton import (close_loader, collate_for, loader_columns, loader_trial, loop_with, make_step, open_loader,
                        pipeline_dataset)

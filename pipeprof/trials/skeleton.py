@@ -9,14 +9,14 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import IterableDataset
 
-from ..augment import load_preset
-from ..data import cache
-from ..data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline
-from ..loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
+from pipeprof.data.augment import load_preset
+from pipeprof.data import cache
+from pipeprof.data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline
+from pipeprof.measure.loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
                       user_batch, worker_pids)
-from ..measure import steady_state
-from ..models import build as build_model
-from ..step import Step
+from pipeprof.measure.windows import steady_state
+from pipeprof.models import build as build_model
+from pipeprof.measure.step import Step
 from .columns import memory_columns, pct, sample_columns
 from .spec import TrialContext, TrialSpec
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..data.dataset import SamplePolicy
+from pipeprof.data.dataset import SamplePolicy
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class TrialContext:
     @classmethod
     def from_config(cls, cfg, device: torch.device, monitor, sources: dict, cores: int, **extra) -> "TrialContext":
         """The context of a resolved ``config.RunConfig``: its policies, the sources built from it."""
-        from ..data.prepare import source_info
+        from pipeprof.data.prepare import source_info
 
         return cls(device, next(iter(sources.values()), None), cfg.measure, monitor, stage_timing=cfg.stage_timing,
                    prefetch_factor=cfg.loader.prefetch_factor, num_classes=cfg.model.num_classes,

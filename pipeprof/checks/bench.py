@@ -25,10 +25,10 @@ from typing import Callable, Optional
 import pandas as pd
 import psutil
 
-from . import config as cfgmod
-from .env import usable_cores
-from .report.summary import group_label
-from .runner import execute, prepare
+from pipeprof import config as cfgmod
+from pipeprof.env import usable_cores
+from pipeprof.report.summary import group_label
+from pipeprof.orchestrate.runner import execute, prepare
 
 
 def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, out_dir: str = "out/bench",

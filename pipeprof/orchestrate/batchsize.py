@@ -18,11 +18,11 @@ from typing import Callable, Optional
 import psutil
 import torch
 
-from .config import ConfigError
+from pipeprof.config import ConfigError
 from .sweep import expand, release
-from .trials import TrialContext, TrialSpec
-from .trials.columns import is_oom
-from .trials.skeleton import make_step
+from pipeprof.trials import TrialContext, TrialSpec
+from pipeprof.trials.columns import is_oom
+from pipeprof.trials.skeleton import make_step
 
 START, MOST = 32, 4096
 FIT_STEPS = 2

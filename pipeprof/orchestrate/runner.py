@@ -15,23 +15,23 @@ import pandas as pd
 import torch
 from torch.utils.data import IterableDataset
 
-from . import reference
-from ._version import __version__
-from .analysis import analyse
-from .augment import load_preset
+from pipeprof.measure import reference
+from pipeprof._version import __version__
+from pipeprof.analysis import analyse
+from pipeprof.data.augment import load_preset
 from .batchsize import auto_batch_size
-from .config import CPU_BATCH, ConfigError, RunConfig, resolve
-from .confounders import WORKER_POLICY
-from .loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
-from .data.prepare import build_sources, dataset_folder, storage_facts
-from .env import snapshot
-from .monitors import Monitor, summarize
-from .results import DiskFull, Run, check_out_dir, load_run, new_run_dir
+from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
+from pipeprof.measure.confounders import WORKER_POLICY
+from pipeprof.measure.loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
+from pipeprof.data.prepare import build_sources, dataset_folder, storage_facts
+from pipeprof.env import snapshot
+from pipeprof.measure.monitors import Monitor, summarize
+from pipeprof.results import DiskFull, Run, check_out_dir, load_run, new_run_dir
 from .resume import differences, kept_rows
-from .schema import SCHEMA_VERSION
+from pipeprof.schema import SCHEMA_VERSION
 from .search import run_adaptive
 from .sweep import expand, run_sweep
-from .trials import TrialContext, timed_regions
+from pipeprof.trials import TrialContext, timed_regions
 
 
 class Plan(NamedTuple):
@@ -70,7 +70,7 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"],
                   torch.cuda.device_count() if cuda else 0)
     if user_dataset is None and cfg.data.kind == "factory":
-        from .models import load_callable
+        from pipeprof.models import load_callable
 
         user_dataset = load_callable(cfg.data.factory)()
     user = user_dataset is not None or user_loader is not None
@@ -283,7 +283,7 @@ def _configured_loss(cfg: RunConfig) -> Optional[Callable]:
     """The callable ``model.loss`` names; None when unset."""
     if cfg.model.loss is None:
         return None
-    from .models import load_callable
+    from pipeprof.models import load_callable
 
     try:
         return load_callable(cfg.model.loss)
@@ -304,7 +304,7 @@ def _user_probe(dataset) -> Callable[[str, int], tuple[str, int]]:
 
 def _load_loader_factory(path: str) -> Callable:
     """The callable ``data.factory`` names for ``data.kind: loader``."""
-    from .models import load_callable
+    from pipeprof.models import load_callable
 
     try:
         return load_callable(path)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from .results import Run, is_running
-from .trials import spec_key
+from pipeprof.results import Run, is_running
+from pipeprof.trials import spec_key
 
 IGNORED = ("out_dir", "name")  # where the run folder lives and what it is called: not what is measured
 

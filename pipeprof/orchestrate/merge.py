@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .analysis import analyse
-from .results import Run, load_run, new_run_dir
-from .trials.columns import combine_ranks
+from pipeprof.analysis import analyse
+from pipeprof.results import Run, load_run, new_run_dir
+from pipeprof.trials.columns import combine_ranks
 
 #: config fields that differ between the nodes of one job by design
 NODE_FIELDS = {("distributed", "node_rank"), ("out_dir",)}

@@ -73,7 +73,7 @@ CASES = [
 
 
 def _machine_cores() -> int:
-    from .env import usable_cores
+    from pipeprof.env import usable_cores
 
     return int(usable_cores()["usable"])
 
@@ -98,8 +98,8 @@ def run_case(case: Case, out_dir: str) -> dict:
     The calibrated steps are single-threaded by construction, so the step runs on one thread
     (``model.threads``): torch's idle pool would add milliseconds to each sleep's wake-up.
     """
-    from .config import build
-    from .runner import execute
+    from pipeprof.config import build
+    from pipeprof.orchestrate.runner import execute
 
     cores = _machine_cores()
     cfg = build({"name": "validate", "out_dir": out_dir, "device": "cpu", "measure": MEASURE,
@@ -126,10 +126,10 @@ STORAGE_CASES = [StorageCase("io: JPEGs behind a 20 MB/s throttle", 20.0)]
 
 def run_storage_case(case: StorageCase, out_dir: str) -> dict:
     """Run the throttled source through the whole sweep; expected rate from the files' real mean size."""
-    from .config import build
-    from .data.sources.files import FileSource
-    from .runner import execute
-    from .data.synthetic import cached_dataset
+    from pipeprof.config import build
+    from pipeprof.data.sources.files import FileSource
+    from pipeprof.orchestrate.runner import execute
+    from pipeprof.data.synthetic import cached_dataset
 
     folder, _ = cached_dataset(f"{out_dir}/datasets", case.images, classes=4, seed=0)
     files = FileSource(folder)
@@ -138,7 +138,7 @@ def run_storage_case(case: StorageCase, out_dir: str) -> dict:
                  "data": {"kind": "folder", "path": str(folder),
                           "source": [{"kind": "throttled", "inner": "files", "mb_s": case.mb_s}]},
                  "augment": {"preset": "light"},
-                 "model": {"name": "pipeprof.calibrate:fixed_step_model_5ms", "threads": 1},
+                 "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
                  "loader": {"num_workers": [case.workers], "batch_size": case.batch}, "measure": MEASURE})
     run = execute(cfg, log=lambda *a: None)
     return _compare(case.name, (rate, "io-bound"), run)

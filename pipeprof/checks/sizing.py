@@ -24,15 +24,15 @@ from typing import Optional
 import pandas as pd
 import yaml
 
-from .analysis import cores_needed, cpu_curve, curves, handoff_limit, main_cpu_s_per_sample, ok, what_if
-from .results import Run, load_run
+from pipeprof.analysis import cores_needed, cpu_curve, curves, handoff_limit, main_cpu_s_per_sample, ok, what_if
+from pipeprof.results import Run, load_run
 
 #: The known-answer sizing config: 10 ms of CPU per sample (100 samples/s per core) feeding a
 #: 5 ms step that uses no CPU (1,600 samples/s at batch 8), on the CPU device.
 KNOWN = {
     "device": "cpu", "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"],
-    "data": {"kind": "factory", "factory": "pipeprof.calibrate:burn_dataset_10ms"},
-    "model": {"name": ["pipeprof.calibrate:fixed_step_model_5ms"], "threads": 1},
+    "data": {"kind": "factory", "factory": "pipeprof.checks.calibrate:burn_dataset_10ms"},
+    "model": {"name": ["pipeprof.checks.calibrate:fixed_step_model_5ms"], "threads": 1},
     "loader": {"batch_size": [8]},
     "measure": {"warmup_batches": 3, "warmup_s": 0.5, "window_s": 0.75, "window_batches": 3, "windows": 4,
                 "max_windows": 8, "cpu_reference_s": 0},
@@ -128,7 +128,7 @@ def check(raw: dict, core_counts: list[int], out_dir: str | Path, overrides: lis
           full_run: Optional[str] = None, groups: Optional[list[list[int]]] = None,
           progress=lambda text: None) -> pd.DataFrame:
     """One row per core count: the full run's prediction, the masked run's measurement, cores-per-GPU."""
-    from .env import cpu_groups
+    from pipeprof.env import cpu_groups
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

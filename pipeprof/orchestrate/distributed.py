@@ -42,10 +42,10 @@ from typing import Callable, Optional
 import psutil
 import torch
 
-from .schema import TrialKind
-from .trials import TrialContext, TrialSpec, run_trial
-from .trials.columns import combine_ranks
-from .trials.watchdog import TrialTimeout
+from pipeprof.schema import TrialKind
+from pipeprof.trials import TrialContext, TrialSpec, run_trial
+from pipeprof.trials.columns import combine_ranks
+from pipeprof.trials.watchdog import TrialTimeout
 
 JOB_FILE, RANK_FILE = "job.json", "rank-{rank}.json"
 LAUNCH_MARGIN_S = 180.0  # torchrun, imports, model build and rendezvous, on top of the trial's own cap
@@ -72,7 +72,7 @@ def launch_command(spec: TrialSpec, job_dir: Path, dist_cfg: dict) -> list[str]:
     else:
         cmd += [f"--node-rank={dist_cfg['node_rank']}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={dist_cfg['rdzv_endpoint']}", f"--rdzv-id={rdzv_id(spec)}"]
-    return cmd + ["-m", "pipeprof.distributed", str(job_dir / JOB_FILE)]
+    return cmd + ["-m", "pipeprof.orchestrate.distributed", str(job_dir / JOB_FILE)]
 
 
 def rdzv_id(spec: TrialSpec) -> str:
@@ -169,7 +169,7 @@ def rank_main(job_path: str) -> int:
     """One rank of an N-GPU trial (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)."""
     import torch.distributed as dist
 
-    from .config import RunConfig
+    from pipeprof.config import RunConfig
 
     job = json.loads(Path(job_path).read_text())
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -201,8 +201,8 @@ def _measure(cfg, job: dict, spec: TrialSpec, device: torch.device, rank: int, w
     """The trial in this rank, under its own monitor (its CPU: main process and workers)."""
     import torch.distributed as dist
 
-    from .data.prepare import build_sources
-    from .monitors import Monitor, summarize
+    from pipeprof.data.prepare import build_sources
+    from pipeprof.measure.monitors import Monitor, summarize
 
     sources = build_sources(cfg, job["folder"], lambda *a: None) if job["folder"] else {}
     lockstep = spec.kind != TrialKind.CPU_PIPELINE.value
@@ -237,7 +237,7 @@ def shared_clock(group) -> Callable[[], float]:
 def _user_dataset(cfg):
     if cfg.data.kind != "factory":
         return None
-    from .models import load_callable
+    from pipeprof.models import load_callable
 
     return load_callable(cfg.data.factory)()
 
@@ -245,7 +245,7 @@ def _user_dataset(cfg):
 def _user_loader(cfg) -> Optional[Callable]:
     if cfg.data.kind != "loader":
         return None
-    from .models import load_callable
+    from pipeprof.models import load_callable
 
     return load_callable(cfg.data.factory)
 

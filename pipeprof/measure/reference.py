@@ -24,7 +24,7 @@ import time
 
 from PIL import Image
 
-from .data.synthetic import encode_image
+from pipeprof.data.synthetic import encode_image
 
 #: What is timed, recorded in run.json beside the figures.
 TIMED_REGION = ("Pillow decode (open + convert RGB + load) of one fixed synthetic JPEG (seed 0, image 3), "

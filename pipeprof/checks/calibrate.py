@@ -91,14 +91,14 @@ def expected_rate(cost_s: float, workers: int, batch: int, step_s: float) -> tup
 
 
 def fixed_step_model_5ms() -> FixedStepModel:
-    """A 5 ms step for configs (``model.name: "pipeprof.calibrate:fixed_step_model_5ms"``): a fast,
+    """A 5 ms step for configs (``model.name: "pipeprof.checks.calibrate:fixed_step_model_5ms"``): a fast,
     CPU-free stand-in for an accelerator, so the data side of a run is what binds."""
     return FixedStepModel(0.005)
 
 
 def burn_dataset_10ms() -> BurnDataset:
     """2,048 samples of 10 ms CPU each, for configs (``data: {kind: factory, factory:
-    "pipeprof.calibrate:burn_dataset_10ms"}``): a pipeline whose CPU curve is known, 100 samples/s
+    "pipeprof.checks.calibrate:burn_dataset_10ms"}``): a pipeline whose CPU curve is known, 100 samples/s
     per core, used by the sizing check in processes restricted to fewer cores."""
     return BurnDataset(2048, 0.010)
 
@@ -109,7 +109,7 @@ def _tuple_collate(samples) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def burn_loader(num_workers: int) -> DataLoader:
-    """A user's own DataLoader, for configs (``data: {kind: loader, factory: "pipeprof.calibrate:burn_loader"}``):
+    """A user's own DataLoader, for configs (``data: {kind: loader, factory: "pipeprof.checks.calibrate:burn_loader"}``):
     256 BurnDataset samples of 2 ms CPU each (500 samples/s per core), batch 8, shuffled, tuple batches.
     One pass is 32 batches: trials see its epochs end and restart."""
     return DataLoader(BurnDataset(256, 0.002), batch_size=8, shuffle=True, num_workers=num_workers,

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .confounders import cap_worker_threads, seed_worker
-from .data.dataset import CyclingSampler, ShardSampler
+from pipeprof.data.dataset import CyclingSampler, ShardSampler
 
 
 def worker_init(worker_id: int, base_seed: int) -> None:

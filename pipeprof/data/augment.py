@@ -6,12 +6,10 @@ data_format="yaml")``.
 """
 from __future__ import annotations
 
-from .config import ConfigError
-from .confounders import quiet_albumentations
-from .presets import preset_path
+import albumentations as A  # pipeprof/__init__ has switched its update check off before this import
 
-quiet_albumentations()
-import albumentations as A  # noqa: E402  (after the update check is switched off)
+from pipeprof.config import ConfigError
+from pipeprof.presets import preset_path
 
 # keys albumentations uses for output size: rewritten when a model wants another input side
 _SIZE_KEYS = ("height", "width")

@@ -24,11 +24,11 @@ import math
 from dataclasses import replace
 from typing import Callable, NamedTuple, Optional
 
-from .analysis.advice import NEAR_BEST
-from .config import default_workers
-from .schema import TrialKind
+from pipeprof.analysis.advice import NEAR_BEST
+from pipeprof.config import default_workers
+from pipeprof.schema import TrialKind
 from .sweep import expand, run_one
-from .trials import KINDS, TrialSpec, spec_key
+from pipeprof.trials import KINDS, TrialSpec, spec_key
 
 MAX_POINTS = 8  # worker counts one group may measure: the grid up to 128 cores has 9
 # bisection stops when the bracket is within an eighth of the count: at 16 workers, 14 vs 15 moves

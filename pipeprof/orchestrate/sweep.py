@@ -22,15 +22,15 @@ from typing import Callable, Optional
 
 import torch
 
-from . import noise
-from .augment import load_preset, output_dtype
+from pipeprof.measure import noise
+from pipeprof.data.augment import load_preset, output_dtype
 from .distributed import run_job
-from .env import usable_cores
-from .models import input_size
-from .schema import TrialKind
-from .trials import KINDS, TrialContext, TrialSpec, run_trial, spec_key
-from .trials.columns import is_oom, oom_columns
-from .trials.watchdog import Leash, TrialTimeout, run_bounded
+from pipeprof.env import usable_cores
+from pipeprof.models import input_size
+from pipeprof.schema import TrialKind
+from pipeprof.trials import KINDS, TrialContext, TrialSpec, run_trial, spec_key
+from pipeprof.trials.columns import is_oom, oom_columns
+from pipeprof.trials.watchdog import Leash, TrialTimeout, run_bounded
 
 #: a trial's cap beyond measure.max_trial_s: its set-up (model, workers, page cache) and the last window
 SETUP_MARGIN_S = 30.0

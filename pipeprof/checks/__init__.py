@@ -1,0 +1,10 @@
+"""pipeprof checking itself: does it give the right answer, and at what cost?
+
+- ``calibrate``: workloads of known cost (a sample that burns X ms of CPU, a step of exactly Y ms)
+- ``validate``:  ``pipeprof validate``, known-answer cases run end to end, verdicts and rate errors
+- ``sizing``:    ``pipeprof validate --sizing``, re-running inside CPU masks to check the what-if
+- ``bench``:     ``pipeprof bench ...``, benchmarks of pipeprof's own speed, repeatability and overheads
+
+May import anything below the command line; nothing in the package imports these but ``cli``
+(and configs that name a ``calibrate`` workload by its import path).
+"""
