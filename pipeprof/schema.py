@@ -20,6 +20,7 @@ class TrialKind(str, Enum):
     CPU_PIPELINE = "cpu_pipeline"
     STORAGE_FETCH = "storage_fetch"
     MONITOR_OVERHEAD = "monitor_overhead"
+    HANDOFF = "handoff"
 
     def __str__(self) -> str:
         return self.value

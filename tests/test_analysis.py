@@ -58,10 +58,12 @@ def test_io_bound_when_the_pipeline_runs_at_the_fetch_rate():
     assert v.loc[2, "verdict"] == "io-bound" and v.loc[2, "io_bound_samples_per_s"] == 210
 
 
-def test_loader_bound_when_workers_could_do_far_more():
+def test_loader_bound_only_where_the_hand_off_limit_was_measured():
     # stage clocks say each sample costs 1 ms of worker time: 4 workers could give 4000/s, the loader gives 600
-    v = by_workers(table(cpu={4: 600}, e2e={4: 590}, **{"stage_us_per_sample.decode": 1000.0}))
-    assert v.loc[4, "verdict"] == "loader-bound"
+    df = table(cpu={4: 600}, e2e={4: 590}, **{"stage_us_per_sample.decode": 1000.0})
+    assert by_workers(df).loc[4, "verdict"] == "cpu-bound"  # a limit inferred from CPU time is not a hand-off
+    v = by_workers(pd.concat([df, pd.DataFrame([trial("handoff", 620.0, 4)])], ignore_index=True))
+    assert v.loc[4, "verdict"] == "loader-bound" and v.loc[4, "handoff_samples_per_s"] == 620
     assert v.loc[4, "worker_capacity_samples_per_s"] == pytest.approx(4000)
 
 
@@ -168,18 +170,22 @@ def test_all_cores_busy_is_cores_bound_even_above_the_isolated_loader():
     assert v["verdict"] == "cores-bound" and "31.6 of 32" in v["verdict_basis"]
 
 
-@pytest.mark.parametrize("workers_cpu, io, verdict", [
-    (380.0, 9e4, "cpu-bound"),  # 4 workers computing 95% of the time on a 16-core box: more workers help
-    (100.0, 9e4, "loader-bound"),  # workers idle 75% while the storage keeps up: the hand-off binds
-    (100.0, None, "input-bound"),  # ... and with the storage unmeasured, I/O cannot be told from the hand-off
-    (100.0, 410.0, "io-bound"),  # the pipeline runs at the storage's rate
+@pytest.mark.parametrize("workers_cpu, io, handoff, verdict", [
+    (380.0, 9e4, None, "cpu-bound"),  # 4 workers computing 95% of the time on a 16-core box: more workers help
+    (100.0, 9e4, 415.0, "loader-bound"),  # workers idle 75%, the storage keeps up, the hand-off measured at 415/s
+    (100.0, 9e4, None, "input-bound"),  # ... the hand-off not measured: no limit is claimed that was not measured
+    (100.0, None, 415.0, "loader-bound"),  # the storage unmeasured, but the measured hand-off binds
+    (100.0, 410.0, None, "io-bound"),  # the pipeline runs at the storage's rate
 ])
-def test_input_bound_trials_name_the_input_side_from_their_evidence(workers_cpu, io, verdict):
+def test_input_bound_trials_name_the_input_side_from_their_evidence(workers_cpu, io, handoff, verdict):
     rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 420.0, 4),
             e2e_row(4, 400.0, 0.6, busy=5.0, workers_cpu=workers_cpu)]
     if io:
         rows.append(trial("storage_fetch", io, 4))
-    assert verdicts(frame(*rows), 16).iloc[0]["verdict"] == verdict
+    if handoff:
+        rows.append(trial("handoff", handoff, 4))
+    v = verdicts(frame(*rows), 16).iloc[0]
+    assert v["verdict"] == verdict and v["side"] == "input"
 
 
 def test_evidence_against_the_bounds_is_said_with_both_figures():
@@ -241,11 +247,13 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
     for w, rate, main in ((4, 1096.0, 27.8), (8, 1688.0, 48.3), (16, 3483.0, 101.0), (32, 3488.0, 101.5)):
         rows.append(trial("cpu_pipeline", rate, w, main_cpu_pct_mean=main))
     rows.append(e2e_row(32, 3695.0, 0.30, busy=20.8, workers_cpu=1916.0, main_cpu_pct_mean=154.0, ci=0.07))
+    # the hand-off measured alone (pre-built samples through the same loader): 3,900 ± 100 samples/s
+    rows.append(trial("handoff", 3900.0, 32, samples_per_s_ci95_low=3800.0, samples_per_s_ci95_high=4000.0))
     df = frame(*rows)
     assert verdicts(df, 32).iloc[0]["verdict"] == "loader-bound"
     need = analyse(df, cores=32)["groups"][0]["cores_needed"]
-    # the limit is the largest rate / main-process cores seen (4 workers: 1,096 / 0.278), since the box moves
-    assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(1096 / 0.278)
+    # the limit is the measured one, at the upper end of its interval: a limit is never below what was done
+    assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(4000.0)
     # the curve flattened below 95% of that limit, so reaching it lies past the 32 cores measured
     assert need["cores_to_handoff_limit"] > 32 and "not reachable by adding cores" in need["basis"]
     caps = what_if(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, None, None,

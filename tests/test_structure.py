@@ -24,15 +24,15 @@ LAYERS = {
     3: ["data.augment"],
     4: ["data.dataset", "data.prepare"],
     # measure/: the instruments
-    5: ["measure", "measure.loader"],
+    5: ["measure", "measure.windows", "measure.loader"],
     6: ["measure.step"],
     7: ["measure.monitors", "measure.noise", "measure.reference"],
-    8: ["measure.windows"],
     # trials/: one steady-state measurement each
     9: ["trials.spec", "trials.columns", "trials.skeleton", "trials.kinds", "trials", "trials.watchdog"],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
+         "analysis.confidence",
          "analysis.compare", "analysis"],
     12: ["results", "orchestrate.search", "orchestrate.resume"],
     13: ["orchestrate.runner", "orchestrate.merge"],

@@ -13,6 +13,7 @@ and run.json stores. One module per question, :func:`analyse` the facade:
 - ``storage``: :func:`storage_actions` (RAM, shards, more workers, faster storage from swept
   sources), :func:`epoch_estimates` (cold first epoch vs warm later ones)
 - ``scaling``: :func:`scaling` (N GPUs against one: efficiency, exposed all-reduce, the p2p link)
+- ``confidence``: :func:`confidence` (the answer re-computed over re-drawn windows: how often it holds)
 - ``compare``: :func:`compare` (several runs' matching trials side by side, ratios, within-noise)
 
 May import: the nouns (``schema``, ``config``) and ``trials.columns``' pure helpers; never ``measure``,
@@ -24,14 +25,15 @@ import pandas as pd
 
 from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers,
                      stage_overhead, what_if, workers_for_rate)
-from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, LOADER_GAP, NEAR_BEST, classify, cpu_at,
+from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
+from .confidence import confidence, group_id
 from .scaling import scaling
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
 from .verdict import evidence, verdicts
 
-__all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "LOADER_GAP", "NEAR_BEST", "actions", "analyse",
+__all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "data_problems", "epoch_estimates",
            "evidence",
            "groups", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
@@ -49,9 +51,10 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     """
     v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     joined = curves(trials)
+    sure = confidence(trials, cores, device) if len(v) else {}
     out = []
     for key, curve in groups(joined):
-        entry = key | recommend_workers(curve)
+        entry = key | recommend_workers(curve) | {"confidence": sure.get(group_id(key))}
         cpu = cpu_curve(trials, curve.iloc[0])  # a CpuCurve (workers, rates)
         advice = _group_advice(trials, curve, cpu, v, cores, device)
         best = curve.loc[curve["samples_per_s"].idxmax()]
@@ -151,7 +154,9 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
                                     _sample_mb(curve), cap=cap)
     rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine
     if len(rec):
-        advice["verdict_at_recommended"] = rec["verdict"].iloc[0]
+        advice |= {"verdict_at_recommended": rec["verdict"].iloc[0], "side_at_recommended": rec["side"].iloc[0],
+                   "resource_at_recommended": rec["resource"].iloc[0], "also_at_recommended": rec["also"].iloc[0],
+                   "basis_at_recommended": rec["verdict_basis"].iloc[0]}
     return advice
 
 

@@ -21,7 +21,6 @@ import pandas as pd
 GROUP_KEYS = ["model", "precision", "mode", "preset", "batch_size", "source", "cache_state", "gpus", "p2p"]
 NEAR_BEST = 0.95  # "reaches the best rate" means within 5% of it: window CVs are a few %
 BALANCED = 0.05  # two bounds within 5% of each other: neither change alone helps much
-LOADER_GAP = 0.75  # pipeline below 75% of what its workers' CPU time allows: the hand-off binds
 
 # which settings each isolated bound shares with an end-to-end trial
 BOUND_KEYS = {
@@ -32,6 +31,8 @@ BOUND_KEYS = {
 }
 BOUND_COLUMN = {"gpu_ceiling": "step_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",
                 "storage_fetch": "io_bound_samples_per_s"}
+# the hand-off limit (trial kind ``handoff``): one per pipeline, whatever its worker count
+HANDOFF_KEYS = [k for k in BOUND_KEYS["cpu_pipeline"] if k != "num_workers"]
 
 
 def ok(df: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -88,7 +89,21 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
         e2e = e2e.merge(right, on=on, how="left")
     if "main_cores_step" in e2e:
         e2e["main_cores_step"] = e2e["main_cores_step"] / 100
+    e2e = _join_handoff(e2e, trials)
     return e2e.sort_values(present_group_keys(e2e) + ["num_workers"]).reset_index(drop=True)
+
+
+def _join_handoff(e2e: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
+    """``handoff_samples_per_s`` and its 95% interval beside each end-to-end row of the same pipeline."""
+    cols = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high"]
+    h = ok(trials, "handoff")
+    if h.empty:
+        return e2e.assign(**{c: float("nan") for c in cols})
+    on = [k for k in HANDOFF_KEYS if k in e2e and k in h]
+    low = h.get("samples_per_s_ci95_low", h["samples_per_s"]).fillna(h["samples_per_s"])
+    high = h.get("samples_per_s_ci95_high", h["samples_per_s"]).fillna(h["samples_per_s"])
+    right = h.assign(handoff_samples_per_s=h["samples_per_s"], handoff_ci95_low=low, handoff_ci95_high=high)
+    return e2e.merge(right[on + cols].drop_duplicates(on), on=on, how="left")
 
 
 def _half_frac(df: pd.DataFrame) -> pd.Series:
@@ -112,13 +127,11 @@ def waits_on_storage(cpu: float, io: float) -> bool:
     return _known(cpu) and _known(io) and cpu >= (1 - 2 * BALANCED) * io
 
 
-HANDOFF_BUSY = 0.90  # the loader's main process at >= 90% of a core: the hand-off is the limit
-
-
-def handoff_saturated(row: pd.Series) -> bool:
-    """The loader alone kept its main process (the hand-off) near one full core."""
-    pct = row.get("loader_main_cpu_pct")
-    return _known(pct) and pct >= 100 * HANDOFF_BUSY
+def at_handoff(rate_high: float, row: pd.Series) -> bool:
+    """A rate (the upper end of its interval) reaches the measured hand-off limit (the lower end of its
+    interval, less 2 x BALANCED: a real loader runs a little below the bare hand-off)."""
+    low = row.get("handoff_ci95_low")
+    return _known(low) and _known(rate_high) and rate_high >= (1 - 2 * BALANCED) * low
 
 
 def worker_capacity(row: pd.Series) -> float | None:
@@ -159,18 +172,14 @@ def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> CpuCurve:
 
 
 def handoff_limit(trials: pd.DataFrame, like: pd.Series) -> float:
-    """Samples/s the loader's main process can hand off with one core, at ``like``'s settings: the
-    largest :func:`handoff_cap` over the cpu_pipeline trials with workers (inf when unmeasured).
-
-    The largest, because the figure is a limit and the machine moves between trials: on the
-    32-core H200 box the caps of one run ranged 3,436-3,942 (standard) and 3,607-4,411 (heavy),
-    and an end-to-end trial reached 4,160 where the median cap said 3,996."""
-    c = _same_pipeline(ok(trials, "cpu_pipeline"), like)
-    if "main_cpu_pct_mean" not in c:
+    """Samples/s the loader's hand-off passes at ``like``'s pipeline, as the ``handoff`` trial measured it
+    (the upper end of its 95% interval: a limit must not sit below what the machine did); inf when the run
+    did not measure it. Never inferred: a cap stated to the user is one this run measured."""
+    h = matching(ok(trials, "handoff"), like, HANDOFF_KEYS)
+    if h.empty:
         return math.inf
-    caps = [handoff_cap(r, m) for r, m, w in zip(c["samples_per_s"], c["main_cpu_pct_mean"], c["num_workers"]) if w > 0]
-    caps = [x for x in caps if x]
-    return float(max(caps)) if caps else math.inf
+    high = h["samples_per_s_ci95_high"] if "samples_per_s_ci95_high" in h else h["samples_per_s"]
+    return float(high.fillna(h["samples_per_s"]).max())
 
 
 def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:
@@ -235,17 +244,6 @@ def _step_cpu(row: pd.Series) -> tuple[float, float | None]:
     return (float(threads) if _known(threads) else main), per_sample
 
 
-def handoff_cap(rate: float, main_cpu_pct: float) -> float | None:
-    """Samples/s the loader's main process could hand off with one whole core: rate / its cores.
-
-    The main process receives each batch from the workers, unpickles and pins it, mostly under
-    the GIL, so about one core is its limit: when the loader alone keeps it near 100%, more
-    workers or cores do not raise the rate (a 32-core H200 box: 3,488 samples/s at 16 and at 32
-    workers, the main process at 101% both times).
-    """
-    return rate / (main_cpu_pct / 100) if _known(rate) and _known(main_cpu_pct) else None
-
-
 def step_bound(row: pd.Series) -> float | None:
     """The step's bound in this trial: the ceiling, scaled down when a CPU step had fewer threads here
     than in the ceiling trial (``confounders.step_threads``). Linear in threads: a lower estimate, as one
@@ -283,8 +281,7 @@ def classify(row: pd.Series, bounds: dict, device: str = "cuda") -> str:
     if side == "cpu" and waits_on_storage(cpu, io):
         side = "io"  # the pipeline runs at the speed its bytes arrive: storage, not CPU, binds
     if side == "cpu" and _known(cpu) and cpu <= low * (1 + BALANCED) and row["num_workers"] > 0:
-        cap = worker_capacity(row)
-        if (cap and cpu < LOADER_GAP * cap) or handoff_saturated(row):
+        if at_handoff(cpu, row):  # the loader alone runs at the measured hand-off limit
             return "loader-bound"
     # the loader chain (cpu, io) against the step: balanced when the two ends are within 5%, or
     # their measured intervals overlap (neither is shown to be the lower)

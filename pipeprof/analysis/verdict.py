@@ -1,28 +1,36 @@
-"""Verdicts: each end-to-end trial's own evidence first, the isolated bounds second.
+"""Verdicts in two levels: first the side that binds, then the resource on that side.
 
-An end-to-end trial measures directly how long the step waited for data
-(``data_wait_frac``), and the monitor measures how busy the run's cores were
-(``usable_busy_cores_mean``; the run's own processes ``run_cores_mean``, the rest
-``foreign_cores_mean``) and how busy the workers were. Those decide the side:
+Each end-to-end trial's own evidence comes first: the share of time the step waited for data
+(``data_wait_frac``), how busy the run's cores were (``usable_busy_cores``), how much of their time
+the workers computed, and the rate against the limits measured alone. Each of these carries its
+95% interval (from the trial's windows, or from blocks of the monitor's samples), and every rule
+compares the *interval* with its threshold, so that a figure sitting on a threshold does not flip
+the answer from one run to the next: where the interval straddles a threshold the row names both
+readings (``also``) instead of picking one by its median.
 
-* the step waits little (< ``WAIT_STEP``): the step binds — ``gpu-bound`` on a GPU,
-  ``step-bound`` on a machine without one; when the usable cores are all busy and the step
-  shares them with the workers (on a CPU device always; on a GPU when the step runs more than
-  10% below its rate alone, and then from 80% of the cores busy) the cores bind: ``cores-bound``;
-* the step waits much (>= ``WAIT_INPUT``): the input binds — ``io-bound`` when the pipeline
-  runs at the storage's measured rate, ``cores-bound`` when the usable cores are all busy
-  (more workers cannot help), ``loader-bound`` when the workers idle while the loader's main
-  process (the hand-off) runs near a full core, ``cpu-bound`` when the workers compute most
-  of the time (more workers would help), ``loader-bound`` when they idle although the storage keeps up, and
-  ``input-bound`` when the storage was not measured and so cannot be told from the hand-off;
-* in between, the isolated bounds decide (``bounds.classify``); ``balanced`` when they are
-  close (and the step does not wait much) or missing;
-* with 0 workers loading and the step take turns: the larger share of the time binds.
+**Side** (``side``): ``input`` when the step waits >= ``WAIT_INPUT`` of the time (the whole interval
+at or above it), ``step`` when it waits < ``WAIT_STEP`` (the whole interval below), ``balanced`` when
+the loader alone and the step alone are within their noise of each other and the step does not wait
+much; otherwise the isolated bounds (``bounds.classify``) decide, and say so. With 0 workers loading and
+the step take turns in one process: the larger share binds.
 
-The thresholds follow TensorFlow's input-pipeline analyzer (>= 20% of step time waiting is
-"highly input-bound", >= 5% "moderately"). The isolated-bound verdict and prediction stay
-beside the evidence; when they disagree the row says so with both figures. A rate above its
-bound is noise, not a different bottleneck, so the evidence never reads it as one.
+**Resource** (``resource``), on the input side, each tested with its interval:
+
+* ``storage``: the pipeline runs at the rate the storage delivers alone (``storage_fetch``);
+* ``cores``: the usable cores are all busy (>= ``SATURATED``): more workers cannot help;
+* ``handoff``: the rate reaches the loader's hand-off limit measured by the ``handoff`` trial (the
+  same loader over pre-built samples): neither workers nor cores raise it;
+* ``workers``: the workers compute most of their time (>= ``WORKERS_BUSY``) and the cores have room
+  for more of them; when the workers and the training process already fill the cores, it is ``cores``;
+* ``unattributed``: none of these is shown (e.g. a limit was not measured): the row says what is missing.
+
+On the step side: ``gpu`` (or ``step`` on a machine without one), or ``cores`` when the step runs more
+than 10% below its rate alone on saturated cores (its host side is starved).
+
+``verdict`` keeps the one-word names the reports have always printed, from (side, resource):
+cpu-bound (workers), cores-bound, loader-bound (hand-off), io-bound (storage), input-bound
+(unattributed), gpu-/step-bound, balanced. The thresholds follow TensorFlow's input-pipeline analyzer
+(>= 20% of step time waiting is "highly input-bound", >= 5% "moderately").
 """
 from __future__ import annotations
 
@@ -30,8 +38,8 @@ from typing import NamedTuple, Optional
 
 import pandas as pd
 
-from .bounds import (BALANCED, _clean, _known, classify, cpu_curve, curves, groups, handoff_saturated, predict,
-                     present_group_keys, step_verdict, waits_on_storage, worker_capacity)
+from .bounds import (BALANCED, _clean, _known, at_handoff, classify, cpu_curve, curves, groups, predict,
+                     present_group_keys, waits_on_storage, worker_capacity)
 
 WAIT_INPUT = 0.20  # the step waits >= 20% of the wall time: input-bound
 WAIT_STEP = 0.05  # the step waits < 5%: the step binds
@@ -43,6 +51,28 @@ SLOWED_SATURATED = 0.80
 WORKERS_BUSY = 0.70  # workers computing >= 70% of their time: they are the CPU limit, not waiting
 STEP_SIDE = {"gpu-bound", "step-bound"}
 INPUT_SIDE = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
+INPUT_RESOURCES = ("storage", "cores", "handoff", "workers")  # the order a clear binding is named in
+VERDICT_OF = {("input", "storage"): "io-bound", ("input", "cores"): "cores-bound",
+              ("input", "handoff"): "loader-bound", ("input", "workers"): "cpu-bound",
+              ("input", "unattributed"): "input-bound", ("step", "gpu"): "gpu-bound", ("step", "step"): "step-bound",
+              ("step", "cores"): "cores-bound", ("balanced", None): "balanced", (None, None): "unknown"}
+YES, MAYBE, NO = "yes", "maybe", "no"
+
+
+class Interval(NamedTuple):
+    """A measured figure and its 95% interval (low = high = mid when only the figure was recorded)."""
+
+    mid: float
+    low: float
+    high: float
+
+    def against(self, threshold: float) -> str:
+        """yes: the whole interval at or above ``threshold``; no: all below; maybe: it straddles."""
+        return YES if self.low >= threshold else NO if self.high < threshold else MAYBE
+
+    def text(self, fmt: str = "{:.0%}") -> str:
+        lo, hi = fmt.format(self.low), fmt.format(self.high)
+        return fmt.format(self.mid) if lo == hi else f"{lo}-{hi}"
 
 
 class Evidence(NamedTuple):
@@ -56,106 +86,236 @@ class Evidence(NamedTuple):
     workers: int
     worker_busy: Optional[float]  # workers' CPU / (100% x workers)
     device_busy: Optional[float]  # copy + compute time (CUDA events or host clock) / wall time
+    wait_iv: Optional[Interval] = None  # the same figures with their 95% intervals
+    busy_iv: Optional[Interval] = None
+    worker_iv: Optional[Interval] = None
+
+    def waits(self) -> Optional[Interval]:
+        return self.wait_iv or (Interval(self.wait, self.wait, self.wait) if self.wait is not None else None)
+
+    def busy(self) -> Optional[Interval]:
+        b = self.busy_cores
+        return self.busy_iv or (Interval(b, b, b) if b is not None else None)
+
+    def computing(self) -> Optional[Interval]:
+        b = self.worker_busy
+        return self.worker_iv or (Interval(b, b, b) if b is not None else None)
 
 
 def _num(row: pd.Series, key: str) -> Optional[float]:
     v = row.get(key)
-    return float(v) if v is not None and v == v else None
+    return float(v) if v is not None and not isinstance(v, (list, tuple)) and v == v else None
+
+
+def interval(row: pd.Series, key: str, low: str, high: str, scale: float = 1.0) -> Optional[Interval]:
+    """``row[key]`` with its recorded interval (columns ``low``/``high``), scaled; None when unmeasured."""
+    mid = _num(row, key)
+    if mid is None:
+        return None
+    lo, hi = _num(row, low), _num(row, high)
+    lo, hi = (mid, mid) if lo is None or hi is None else (min(lo, mid), max(hi, mid))
+    return Interval(mid * scale, lo * scale, hi * scale)
 
 
 def evidence(row: pd.Series, cores: float) -> Evidence:
-    """The trial's own figures; busy cores fall back on the machine-wide CPU share."""
+    """The trial's own figures and their intervals; busy cores fall back on the machine-wide CPU share."""
     w = int(row["num_workers"])
     main, workers = _num(row, "main_cpu_pct_mean"), _num(row, "workers_cpu_pct_mean")
     run = _num(row, "run_cores_mean")
     if run is None and main is not None:
         run = (main + (workers or 0.0)) / 100
     busy = _num(row, "usable_busy_cores_mean")
+    busy_iv = interval(row, "usable_busy_cores_mean", "usable_busy_cores_ci95_low", "usable_busy_cores_ci95_high")
     if busy is None and _num(row, "cpu_util_pct_mean") is not None:
         busy = _num(row, "cpu_util_pct_mean") / 100 * cores
     cpus = _num(row, "usable_cores")
     if cpus is not None and cpus > cores + 0.5:  # a CPU quota below the CPUs it may run on: others' load on
-        busy = run  # those CPUs does not take the run's quota, so only the run's own use counts
+        busy, busy_iv = run, None  # those CPUs does not take the run's quota, so only the run's own use counts
+    worker_iv = interval(row, "workers_cpu_pct_mean", "workers_cpu_pct_ci95_low", "workers_cpu_pct_ci95_high",
+                         1 / (100 * w)) if w else None
     return Evidence(_num(row, "data_wait_frac"), busy, run, _num(row, "foreign_cores_mean"), cores, w,
-                    workers / (100 * w) if w and workers is not None else None, _num(row, "device_busy_frac"))
-
-
-def _saturated(ev: Evidence, share: float = SATURATED) -> bool:
-    return ev.busy_cores is not None and ev.busy_cores >= share * ev.cores
+                    workers / (100 * w) if w and workers is not None else None, _num(row, "device_busy_frac"),
+                    interval(row, "data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"),
+                    busy_iv, worker_iv)
 
 
 def _busy_text(ev: Evidence) -> str:
-    if ev.busy_cores is None:
+    if ev.busy() is None:
         return "busy cores not measured"
     own = f"the run {ev.run_cores:.1f}" if ev.run_cores is not None else "the run"
     other = f", other processes {ev.foreign_cores:.1f}" if ev.foreign_cores and ev.foreign_cores >= 0.1 else ""
-    return f"{ev.busy_cores:.1f} of {ev.cores:g} usable cores busy ({own}{other})"
+    return f"{ev.busy().text('{:.1f}')} of {ev.cores:g} usable cores busy ({own}{other})"
 
 
-def _input_side(ev: Evidence, bounds: dict, rate: float, fallback: str, row: pd.Series) -> tuple[str, str]:
-    """Which input bound: the step waits for data; the cores, the storage, the workers or the hand-off."""
-    waits = f"the step waits for data {ev.wait:.0%} of the time"
-    io, cpu = bounds.get("io"), bounds.get("cpu")
-    if _known(io) and (waits_on_storage(cpu, io) or rate >= (1 - 2 * BALANCED) * io):
-        return "io-bound", f"{waits}; the pipeline runs at the storage's rate ({io:,.0f} samples/s read alone)"
-    if _saturated(ev):
-        return "cores-bound", f"{waits} with {_busy_text(ev)}: more workers cannot help, more cores or a " \
-                              "cheaper pipeline would"
-    if ev.workers == 0:
-        return "cpu-bound", f"{waits}: with 0 workers the training process loads every batch itself"
-    if ev.worker_busy is None:
-        return (fallback, f"{waits}; workers' CPU not measured: from the isolated bounds") \
-            if fallback in INPUT_SIDE else ("input-bound", f"{waits}; workers' CPU not measured")
-    if ev.worker_busy < WORKERS_BUSY and handoff_saturated(row):
-        return "loader-bound", f"{waits}; the workers compute only {ev.worker_busy:.0%} of their time while the " \
-                               f"loader alone kept its main process {row['loader_main_cpu_pct']:.0f}% busy: the " \
-                               "hand-off (receive, unpickle, pin: about one core) is the limit; send smaller " \
-                               "batches (uint8) rather than adding workers or cores"
-    if ev.worker_busy >= WORKERS_BUSY:
-        return "cpu-bound", f"{waits}; the {ev.workers} workers compute {ev.worker_busy:.0%} of their time " \
-                            f"and {_busy_text(ev)}: more workers would help"
-    if _known(io):
-        return "loader-bound", f"{waits}, yet the workers compute only {ev.worker_busy:.0%} of their time and the " \
-                               f"storage keeps up ({io:,.0f} samples/s alone): batches do not get through " \
-                               "(collate, pinning, the main process)"
-    return "input-bound", f"{waits}; the workers compute only {ev.worker_busy:.0%} of their time, and the " \
-                          "storage was not measured, so slow reads cannot be told from the hand-off"
+class Reading(NamedTuple):
+    """One resource tested against its threshold: yes / maybe / no, and the figures that say so."""
+
+    resource: str
+    state: str
+    text: str
+    measured: bool = True
+
+
+def _rate_iv(row: pd.Series) -> Interval:
+    return interval(row, "samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high")
+
+
+def _storage(ev: Evidence, bounds: dict, row: pd.Series) -> Reading:
+    io, cpu, rate = bounds.get("io"), bounds.get("cpu"), _rate_iv(row)
+    if not _known(io):
+        return Reading("storage", NO, "storage not measured", False)
+    state = YES if waits_on_storage(cpu, io) else rate.against((1 - 2 * BALANCED) * io)
+    return Reading("storage", state, f"the pipeline runs at {rate.text('{:,.0f}')} samples/s, the storage alone "
+                                     f"delivers {io:,.0f}")
+
+
+def _room(ev: Evidence) -> bool:
+    """A core is left for another worker: beside the workers and the training process (one core at least),
+    and beside what the run was measured to use."""
+    return min(ev.cores - ev.workers - 1, ev.cores - (ev.run_cores or 0.0)) >= 1
+
+
+def _cores(ev: Evidence) -> Reading:
+    busy, computing = ev.busy(), ev.computing()
+    full = computing.against(WORKERS_BUSY) if computing is not None and not _room(ev) else NO
+    if busy is None and full == NO:
+        return Reading("cores", NO, "busy cores not measured", False)
+    state = busy.against(SATURATED * ev.cores) if busy is not None else NO
+    if full != NO and state != YES:  # busy workers that, with the training process, fill the usable cores
+        return Reading("cores", full, f"the {ev.workers} workers compute {computing.text()} of their time and, with "
+                                      f"the training process, fill the {ev.cores:g} usable cores ({_busy_text(ev)})")
+    return Reading("cores", state, _busy_text(ev))
+
+
+def _handoff(row: pd.Series) -> Reading:
+    limit = interval(row, "handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high")
+    if limit is None:
+        return Reading("handoff", NO, "hand-off limit not measured", False)
+    rate = _rate_iv(row)
+    state = YES if at_handoff(rate.low, row) else MAYBE if at_handoff(rate.high, row) else NO
+    return Reading("handoff", state, f"the loader's hand-off passes at most {limit.text('{:,.0f}')} samples/s "
+                                     f"(measured: the handoff trial), the run reaches {rate.text('{:,.0f}')}")
+
+
+def _workers(ev: Evidence) -> Reading:
+    busy = ev.computing()
+    if busy is None:
+        return Reading("workers", NO, "workers' CPU not measured", False)
+    state = busy.against(WORKERS_BUSY) if _room(ev) else NO  # no room: the cores bind, not the count
+    return Reading("workers", state, f"the {ev.workers} workers compute {busy.text()} of their time")
+
+
+def readings(ev: Evidence, bounds: dict, row: pd.Series) -> list[Reading]:
+    """Each input-side resource tested with its interval, in INPUT_RESOURCES order."""
+    return [_storage(ev, bounds, row), _cores(ev), _handoff(row), _workers(ev)]
+
+
+ADVICE = {"storage": "faster storage, the data in RAM or packed in shards would help",
+          "cores": "more workers cannot help (the cores are full): more cores, a cheaper pipeline or decoding "
+                   "on the GPU would",
+          "handoff": "more workers or cores cannot raise it: send fewer bytes per batch (uint8, normalise on the "
+                     "GPU) or move decoding to the GPU",
+          "workers": "more workers would help: the cores have room for them",
+          "unattributed": "no single input resource is shown to bind"}
+
+
+FROM_BOUNDS = {"cpu-bound": "workers", "io-bound": "storage", "loader-bound": "handoff"}
+
+
+def input_resource(ev: Evidence, bounds: dict, row: pd.Series, from_bounds: str = "unknown"
+                   ) -> tuple[str, list[str], str]:
+    """(resource, also, basis) on the input side: the first resource whose whole interval binds, else the
+    first whose interval straddles; ``also`` names every other one whose interval reaches its threshold.
+    With none shown by the trial's own figures, the isolated bounds' resource (and the basis says so)."""
+    rs = readings(ev, bounds, row)
+    clear = [r for r in rs if r.state == YES] or [r for r in rs if r.state == MAYBE]
+    if not clear:
+        missing = "; ".join(r.text for r in rs if not r.measured)
+        missing = f" ({missing})" if missing else ""
+        unseen = {r.resource for r in rs if not r.measured}
+        if FROM_BOUNDS.get(from_bounds) in unseen:  # the trial could not see it; the bounds measured alone did
+            res = FROM_BOUNDS[from_bounds]
+            return res, [], f"from the isolated bounds ({from_bounds}){missing}: {ADVICE[res]}"
+        return "unattributed", [], f"{ADVICE['unattributed']}{missing}"
+    first, others = clear[0], [r for r in rs if r is not clear[0] and r.state != NO]
+    also = "".join(f"; also within its interval of its limit: {r.text}" for r in others)
+    return first.resource, [r.resource for r in others], f"{first.text}: {ADVICE[first.resource]}{also}"
+
+
+def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tuple[str, list[str], str]:
+    """(resource, also, basis) on the step side: the device, or the cores when the step's host side starves."""
+    step, rate = bounds.get("step"), _rate_iv(row)
+    slowed = rate.against((1 - 2 * BALANCED) * step) != YES if _known(step) else False
+    busy = ev.busy()
+    share = SATURATED if device != "cuda" else SLOWED_SATURATED
+    sat = busy.against(share * ev.cores) if busy is not None else NO
+    if ev.workers > 0 and sat != NO and (device != "cuda" or slowed):
+        alone = f", at {rate.mid / step:.0%} of its rate alone" if _known(step) else ""
+        text = f"the step shares the cores with {ev.workers} workers{alone}: {_busy_text(ev)}"
+        if sat == YES:
+            return "cores", [], text
+        return ("gpu" if device == "cuda" else "step"), ["cores"], f"{text} (within its interval of saturation)"
+    busy_dev = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
+    waits = f"the step waits for data {ev.waits().text()} of the time" if ev.waits() else "data wait not measured"
+    return ("gpu" if device == "cuda" else "step"), [], f"{waits}{busy_dev}"
+
+
+class Decision(NamedTuple):
+    side: Optional[str]
+    resource: Optional[str]
+    also: list
+    basis: str
+
+    @property
+    def verdict(self) -> str:
+        return VERDICT_OF.get((self.side, self.resource if self.side != "balanced" else None), "unknown")
+
+
+def _on(side: str, ev: Evidence, bounds: dict, row: pd.Series, device: str, lead: str,
+        from_bounds: str = "unknown") -> Decision:
+    res, also, text = input_resource(ev, bounds, row, from_bounds) if side == "input" else \
+        step_resource(ev, bounds, row, device)
+    return Decision(side, res, also, f"{lead}; {text}")
+
+
+def decide_two_level(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds: str) -> Decision:
+    """The side from the data wait's interval (the isolated bounds where it is not clear), then the resource."""
+    wait = ev.waits()
+    if wait is None:
+        fb = side(from_bounds)
+        if fb is None:
+            return Decision("balanced" if from_bounds == "balanced" else None, None, [],
+                            "no data-wait measurement" + ("" if from_bounds != "unknown" else
+                                                          ", and the step or loader bound was not measured"))
+        return _on(fb, ev, bounds, row, device, "no data-wait measurement: the side from the isolated bounds",
+                   from_bounds)
+    if ev.workers == 0:  # loading and the step take turns in one process: the larger share binds
+        lead = f"0 workers: loading takes {wait.text()} of the time, the step the rest"
+        if wait.against(0.5) == YES:
+            return Decision("input", "workers", [], f"{lead}; the training process loads every batch itself: "
+                                                    "workers would help")
+        return _on("step", ev, bounds, row, device, lead)
+    waits = f"the step waits for data {wait.text()} of the time"
+    if from_bounds == "balanced" and wait.against(WAIT_INPUT) == NO:
+        return Decision("balanced", None, [], f"the loader alone and the step alone are within {BALANCED:.0%} of "
+                                              f"each other or within their measured noise, and {waits}: speeding "
+                                              "up one side alone gains little")
+    if wait.against(WAIT_INPUT) == YES:
+        return _on("input", ev, bounds, row, device, waits, from_bounds)
+    if wait.against(WAIT_STEP) == NO:
+        return _on("step", ev, bounds, row, device, waits)
+    between = f"{waits} (the interval reaches {WAIT_STEP:.0%} or {WAIT_INPUT:.0%})"
+    if side(from_bounds):
+        return _on(side(from_bounds), ev, bounds, row, device, f"{between}: the side from the isolated bounds "
+                                                                f"({from_bounds})", from_bounds)
+    return Decision("balanced", None, [], f"{between}, and the isolated bounds do not separate: neither side "
+                                          "binds clearly")
 
 
 def decide(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds: str) -> tuple[str, str]:
-    """(verdict, basis): the trial's evidence first; ``from_bounds`` (bounds.classify) where it is silent."""
-    rate = row["samples_per_s"]
-    if ev.wait is None:
-        why = "no data-wait measurement"
-        return (from_bounds, f"{why}: from the isolated bounds") if from_bounds != "unknown" else \
-            ("unknown", f"{why}, and the step or loader bound was not measured")
-    if ev.workers == 0:  # loading and the step take turns in one process: the larger share binds
-        turns = f"0 workers: loading takes {ev.wait:.0%} of the time, the step the rest"
-        if ev.wait >= 0.5:
-            return _input_side(ev, bounds, rate, from_bounds, row)[0], turns
-        return step_verdict(device), turns
-    if from_bounds == "balanced" and ev.wait < WAIT_INPUT:
-        return "balanced", f"the loader alone and the step alone are within {BALANCED:.0%} of each other or " \
-                           f"within their measured noise, and the step waits {ev.wait:.0%} of the time: speeding " \
-                           "up one side alone gains little"
-    if ev.wait < WAIT_STEP:
-        step = bounds.get("step")
-        slowed = _known(step) and rate < (1 - 2 * BALANCED) * step  # the step runs slower than alone
-        starved = _saturated(ev) or (slowed and _saturated(ev, SLOWED_SATURATED))
-        if ev.workers > 0 and starved and (device != "cuda" or slowed):
-            # the training process shares the cores with the workers: its host side (launches, the
-            # hand-off, the copy) is starved, so the step itself slows although it hardly waits
-            alone = f", at {rate / step:.0%} of its rate alone" if _known(step) else ""
-            return "cores-bound", f"the step waits only {ev.wait:.0%}{alone}, but it shares the cores with " \
-                                  f"{ev.workers} workers: {_busy_text(ev)}"
-        busy = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
-        return step_verdict(device), f"the step waits for data only {ev.wait:.0%} of the time{busy}"
-    if ev.wait >= WAIT_INPUT:
-        return _input_side(ev, bounds, rate, from_bounds, row)
-    between = f"the step waits {ev.wait:.0%} of the time (between {WAIT_STEP:.0%} and {WAIT_INPUT:.0%})"
-    if from_bounds != "unknown":
-        return from_bounds, f"{between}: from the isolated bounds"
-    return "balanced", f"{between}, and the isolated bounds were not both measured: neither side binds clearly"
+    """(verdict, basis): the one-word name of :func:`decide_two_level`'s (side, resource)."""
+    d = decide_two_level(ev, bounds, row, device, from_bounds)
+    return d.verdict, d.basis
 
 
 def side(verdict: str) -> Optional[str]:
@@ -188,11 +348,13 @@ def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list
     predicted, bounds = predict(row, ws, rates, cores)
     from_bounds = classify(row, bounds, device)
     rate, ev = row["samples_per_s"], evidence(row, cores)
-    verdict, basis = decide(ev, bounds, row, device, from_bounds)
+    d = decide_two_level(ev, bounds, row, device, from_bounds)
+    verdict, basis = d.verdict, d.basis
     bound = bounds["io"] if verdict == "io-bound" else predicted
     return {
         "trial_id": row["trial_id"], **{k: _clean(row.get(k)) for k in keys},
-        "num_workers": ev.workers, "verdict": verdict, "verdict_basis": basis, "bounds_verdict": from_bounds,
+        "num_workers": ev.workers, "verdict": verdict, "side": d.side, "resource": d.resource, "also": d.also,
+        "verdict_basis": basis, "bounds_verdict": from_bounds,
         "disagreement": disagreement(verdict, from_bounds, bounds, rate, predicted, _noise(row)),
         "samples_per_s": rate, "samples_per_s_ci95_low": row.get("samples_per_s_ci95_low"),
         "samples_per_s_ci95_high": row.get("samples_per_s_ci95_high"),
@@ -204,7 +366,8 @@ def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list
         "data_wait_frac": ev.wait, "device_busy_frac": ev.device_busy, "busy_cores": ev.busy_cores,
         "run_cores": ev.run_cores, "foreign_cores": ev.foreign_cores,
         "gpu_util_pct_mean": row.get("gpu_util_pct_mean") if device == "cuda" else None,
-        "worker_cpu_util_frac": ev.worker_busy, "worker_capacity_samples_per_s": worker_capacity(row)}
+        "worker_cpu_util_frac": ev.worker_busy, "worker_capacity_samples_per_s": worker_capacity(row),
+        "handoff_samples_per_s": _num(row, "handoff_samples_per_s")}
 
 
 def verdicts(trials: pd.DataFrame, cores: float, device: str = "cuda") -> pd.DataFrame:

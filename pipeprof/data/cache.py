@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Iterable
@@ -42,12 +43,17 @@ def _files(paths) -> list[str]:
 
 
 def _open(path: str) -> int | None:
-    """A read-only descriptor of ``path``, or None when it cannot be opened (a dangling link, no
-    permission): the trial reading it counts it as a bad sample; its cache state does not matter."""
+    """A read-only descriptor of the regular file ``path``, or None when it cannot be opened (a dangling
+    link, no permission) or is not a regular file (a FIFO, whose blocking open would wait for a writer
+    forever; a device): the trial reading it counts it as a bad sample; its cache state does not matter."""
     try:
-        return os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 # ---------------------------------------------------------------------------

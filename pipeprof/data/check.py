@@ -6,6 +6,10 @@ its structure (``verify``: PNG chunk checksums, for instance). Pillow's verify d
 JPEG cut short, so a JPEG must also hold its end-of-image marker near its end (entropy-coded data
 cannot contain that marker, so a file cut anywhere in its pixels lacks it). The decoders in
 ``decode`` remain the judge during a trial; this scan lists what they would refuse.
+
+Each path's type is read before anything opens it (``sources.base.file_kind``): a FIFO, socket, device
+or directory named like an image is listed as unreadable, with what it is, and never opened (a FIFO's
+open would wait for a writer forever).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 import warnings
 from typing import NamedTuple, Optional
 
+from pipeprof.data.sources.base import file_kind
 from pipeprof.data.sources.files import read_file_list, scan_image_folder
 
 JPEG_END = b"\xff\xd9"
@@ -49,6 +54,9 @@ def check_file(path: str) -> tuple[Optional[str], Optional[int]]:
     """(why the file is not a readable image or None, its pixels or None) from its header."""
     from PIL import Image
 
+    kind = file_kind(path)
+    if kind is not None:
+        return kind, None
     try:
         with warnings.catch_warnings():
             # a large image is reported by its size, not by Pillow's warning; one over twice Pillow's

@@ -187,6 +187,21 @@ class RawBytesDataset(Dataset):
         raise _no_stand_in(bad)
 
 
+class PrebuiltDataset(Dataset):
+    """One sample built once, returned for every index: the bytes a real sample carries with no read,
+    decode or augment. What is left of loading (collate in the workers; receive, unpickle and pin in the
+    main process) is the loader's hand-off, measured alone by the ``handoff`` trial."""
+
+    def __init__(self, sample, length: int):
+        self.sample, self.length = sample, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        return self.sample
+
+
 def collate_pipeline(samples: list[Sample]):
     """Stack images; sum each stage's seconds over the batch and add collate's own; gather the
     samples skipped as bad (``bad_samples``: (where, reason)) and the outsize images

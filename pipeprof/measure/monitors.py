@@ -47,6 +47,8 @@ import time
 import pandas as pd
 import psutil
 
+from .windows import mean_ci95
+
 _MIB = 2**20
 log = logging.getLogger(__name__)
 # NVML errors that mean "this board (or driver) does not report that field", not a failure of NVML
@@ -423,6 +425,20 @@ def _values(df: pd.DataFrame, cols: list[str]) -> pd.Series:
     return flat.dropna()
 
 
+INTERVALS = ("usable_busy_cores", "workers_cpu_pct", "main_cpu_pct")  # the verdict's figures: with intervals
+BLOCKS = 5  # consecutive blocks of a trial's samples: 10 Hz samples are correlated, block means much less
+
+
+def block_interval(df: pd.DataFrame, name: str) -> dict:
+    """``{name}_ci95_low/high``: the 95% interval of the mean of ``name`` over the trial's windows, from
+    the means of BLOCKS consecutive blocks of samples (None with fewer than two samples per block)."""
+    values = pd.to_numeric(df[name], errors="coerce").dropna().to_numpy() if name in df.columns else []
+    size = len(values) // BLOCKS
+    lo, hi = mean_ci95([float(values[i * size:(i + 1) * size].mean()) for i in range(BLOCKS)]) if size >= 2 \
+        else (None, None)
+    return {f"{name}_ci95_low": lo, f"{name}_ci95_high": hi}
+
+
 def _stat(values: pd.Series, how: str) -> float | None:
     if values.empty:
         return None
@@ -507,6 +523,7 @@ def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = Non
         "foreign_cores_mean": col("foreign_cores", "mean"),
         "run_cores_mean": col("run_cores", "mean"),
         "usable_busy_cores_mean": col("usable_busy_cores", "mean"),
+        **{k: v for c in INTERVALS for k, v in block_interval(df, c).items()},
         "usable_cores": _usable_cores(df),
         "monitor_samples": int(len(df)),
     }

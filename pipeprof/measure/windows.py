@@ -58,12 +58,23 @@ class Measurement:
     def stats(self) -> dict:
         """Per-trial figures (samples/s median, mean, CV, 95% CI of the mean, min, max)."""
         return summarize_rates(self.rates()) | {
+            # the rates themselves: the analysis re-draws them (bootstrap) for the answer's confidence
+            "window_rates": self.rates(),
             "windows": len(self.windows), "batches_measured": sum(w.batches for w in self.windows),
             "samples_measured": sum(w.samples for w in self.windows),
             "measured_s": self.t_measure_end - self.t_measure_start,
             "t_measure_start_s": self.t_measure_start, "t_measure_end_s": self.t_measure_end,
             "warmup_batches": self.warmup_batches, "warmup_s": self.warmup_s, "warmup_settled": self.warmup_settled,
             "unstable": self.unstable, "unstable_reason": self.reason}
+
+
+def mean_ci95(values: list[float]) -> tuple[Optional[float], Optional[float]]:
+    """95% interval (Student's t) of the mean of ``values``; (None, None) below two values."""
+    if len(values) < 2:
+        return None, None
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = (_T95[len(values) - 2] if len(values) <= 11 else 1.96) * sd / len(values) ** 0.5
+    return mean - half, mean + half
 
 
 def summarize_rates(rates: list[float]) -> dict:

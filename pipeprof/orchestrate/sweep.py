@@ -48,6 +48,13 @@ def storage_points(cfg) -> list[tuple[str, str]]:
             for state in (cfg.data.cache if spec.file_backed else ["n/a"])]
 
 
+def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> bool:
+    """Whether a kind is planned: asked for, applicable to the user's data, an overhead check only when
+    asked; the hand-off trial only where a GPU is fed (on a CPU the step shares the cores: those bind)."""
+    return (k in set(cfg.trials) and not (user_dataset and kind.own_source) and not (user_loader and kind.own_samples)
+            and kind.check <= cfg.overhead_checks and not (k == TrialKind.HANDOFF and cfg.device != "cuda"))
+
+
 def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
            user_dataset: bool = False, user_loader: bool = False) -> list[TrialSpec]:
     """All trials of a resolved config, deduplicated, in run order, planned from each kind's
@@ -61,7 +68,7 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
     """
     probe = probe or preset_probe
     specs: list[TrialSpec] = []
-    kinds = {k: v for k, v in KINDS.items() if k in set(cfg.trials) and not (user_dataset and v.own_source)}
+    kinds = {k: v for k, v in KINDS.items() if _planned(k, v, cfg, user_dataset, user_loader)}
     presets = [None] if user_dataset else cfg.augment.preset
     storage = [(None, None)] if user_dataset else storage_points(cfg)
     for model, precision, mode, preset, bs in product(cfg.model.name, cfg.model.precision, cfg.model.mode, presets,
@@ -81,9 +88,10 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
             bare = dict(batch_size=bs, source=source, cache_state=cache_state)
             specs += [TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
                       for k, kind in kinds.items() if kind.loader and not kind.once]
-        # once-per-pipeline kinds (an overhead check): at the most workers and the first storage point
+        # once-per-pipeline kinds (the hand-off limit, an overhead check): at the most workers and the
+        # first storage point
         specs += [TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0]))
-                  for k, kind in kinds.items() if kind.once and cfg.overhead_checks]
+                  for k, kind in kinds.items() if kind.once]
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on
             # and off between windows: their cost (once per preset; it does not depend on the storage)

@@ -16,7 +16,7 @@ import yaml
 
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
-from .summary import actions, answers, rate, review_table
+from .summary import actions, answers, confidence_line, rate, review_table, why
 
 REPORT = "report.html"
 CSS = """
@@ -82,7 +82,10 @@ def _answer(run) -> str:
     pairs = answers(run)
     if not pairs:
         return '<section id="answer" class="answer"><p>No answer: no end-to-end trial finished, or the run stopped before its analysis.</p></section>'
-    items = "".join(f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>' for label, text in pairs)
+    groups = run.meta.get("analysis", {}).get("groups", [])
+    items = "".join(f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
+                    + "".join(f'<p class="small">{esc(x)}</p>' for x in (confidence_line(g), why(g)) if x)
+                    for (label, text), g in zip(pairs, groups))
     return f'<section id="answer" class="answer">{items}</section>'
 
 

@@ -17,6 +17,12 @@ from pipeprof.analysis.bounds import matching
 VERDICT_WORDS = {"cpu-bound": "CPU-bound", "gpu-bound": "GPU-bound", "io-bound": "I/O-bound",
                  "step-bound": "Step-bound", "cores-bound": "Cores-bound", "loader-bound": "Loader-bound",
                  "input-bound": "Input-bound", "balanced": "Balanced", "unknown": "Verdict unknown"}
+ANSWER_WORDS = {("input", "cores"): "Input-bound, cores full", ("input", "workers"): "Input-bound, too few workers",
+                ("input", "handoff"): "Input-bound at the loader's hand-off", ("input", "storage"): "Input-bound, storage",
+                ("input", "unattributed"): "Input-bound", ("step", "gpu"): "GPU-bound", ("step", "step"): "Step-bound",
+                ("step", "cores"): "Step-bound, its host side short of cores"}
+RESOURCE_WORDS = {"cores": "cores", "workers": "workers", "handoff": "the hand-off", "storage": "storage",
+                  "gpu": "the GPU", "step": "the step", "unattributed": "unattributed"}
 REVIEW_KEYS = ["model", "precision", "gpus"]  # the reviews' rows (``gpus`` when the run swept GPU counts)
 
 
@@ -82,13 +88,48 @@ def _cores_clause(g: dict, device: str) -> str:
     return f"; about {need['cores_needed']} cores keep {them} busy in {precision}{past}"
 
 
+def verdict_words(g: dict) -> str:
+    """The side and the resource at the recommended count, with how often the re-draws agree, and the
+    other resources within their interval of binding: 'Input-bound, cores full (88% of re-draws; also: the
+    hand-off)'. Runs stored before the two-level verdict have only its one word."""
+    side, res = g.get("side_at_recommended"), g.get("resource_at_recommended")
+    words = ANSWER_WORDS.get((side, res)) or ("Balanced" if side == "balanced" else VERDICT_WORDS.get(
+        g.get("verdict_at_recommended") or "unknown", g.get("verdict_at_recommended")))
+    sure, notes = g.get("confidence") or {}, []
+    if sure.get("draws"):
+        notes.append(f"{sure['answer_share']:.0%} of {sure['draws']} re-draws")
+    also = [RESOURCE_WORDS.get(a, a) for a in g.get("also_at_recommended") or []]
+    if also:
+        notes.append(f"also within its interval of binding: {', '.join(also)}")
+    return f"{words} ({'; '.join(notes)})" if notes else words
+
+
+def confidence_line(g: dict) -> str:
+    """Whether the answer holds when the windows are re-drawn; '' for a run stored without it."""
+    sure = g.get("confidence") or {}
+    if not sure.get("draws"):
+        return ""
+    lo, hi = sure["workers_low"], sure["workers_high"]
+    counts = f"num_workers {lo}" if lo == hi else f"num_workers {lo}-{hi}"
+    side = f"{sure['side']} side" if sure.get("side") else "no side"
+    res = f", {RESOURCE_WORDS.get(sure['resource'], sure['resource'])}" if sure.get("resource") and \
+        sure.get("side") != "balanced" else ""
+    line = (f"{counts} in {sure['workers_share']:.0%} of re-draws of the windows; {side}{res} in "
+            f"{sure['answer_share']:.0%}")
+    if sure.get("holds"):
+        return f"{line}: the answer holds."
+    alt = "; ".join(f"{a['side']} side, {RESOURCE_WORDS.get(a['resource'], a['resource'])} {a['share']:.0%}"
+                    for a in sure.get("alternatives", []) if a.get("side"))
+    return f"{line}: the answer does not hold{f' (else {alt})' if alt else ''}; longer windows or a repeat would settle it."
+
+
 def answer(run, g: dict) -> str:
-    """One group's answer: its verdict at the recommended count, the rate there with its interval,
-    the step's ceiling, the count to set and (on a GPU) the cores the GPU needs."""
+    """One group's answer: its side and resource at the recommended count (with their confidence), the
+    rate there with its interval, the step's ceiling, the count to set and (on a GPU) the cores it needs."""
     device = run.meta.get("config", {}).get("device", "cuda")
     w = g["recommended_workers"]
     row = _curve_row(run, g, w)
-    verdict = VERDICT_WORDS.get(g.get("verdict_at_recommended") or "unknown", g.get("verdict_at_recommended"))
+    verdict = verdict_words(g)
     ceiling = row.get("step_bound_samples_per_s")
     n = _gpus(g)  # N GPUs: num_workers is each rank's, the rates and the ceiling the whole job's
     what = ("the GPU alone takes" if n == 1 else f"the {n} GPUs alone take") if device == "cuda" else \
@@ -107,9 +148,20 @@ def answers(run) -> list[tuple[str, str]]:
 
 
 def answer_lines(run) -> list[str]:
-    """The answers as plain lines, labelled by group when there is more than one."""
-    pairs = answers(run)
-    return [f"{label}: {text}" if len(pairs) > 1 else text for label, text in pairs]
+    """The answers as plain lines, labelled by group when there is more than one, each followed by its
+    confidence and its basis."""
+    pairs, groups = answers(run), run.meta.get("analysis", {}).get("groups", [])
+    lines = []
+    for (label, text), g in zip(pairs, groups):
+        lines.append(f"{label}: {text}" if len(pairs) > 1 else text)
+        lines += [f"  {x}" for x in (confidence_line(g), why(g)) if x]
+    return lines
+
+
+def why(g: dict) -> str:
+    """The evidence behind the verdict at the recommended count, as the analysis stored it."""
+    basis = g.get("basis_at_recommended")
+    return f"Why: {basis}." if basis else ""
 
 
 class Action(NamedTuple):

@@ -11,6 +11,7 @@ import torch
 
 from pipeprof.measure.loader import worker_pids
 from pipeprof.measure.monitors import total_pss_mb
+from pipeprof.measure.windows import mean_ci95
 
 
 class StepRecord(NamedTuple):
@@ -98,8 +99,21 @@ def step_columns(step, records: list, m) -> dict:
     if records[0].wait_s is not None:  # gpu_ceiling has no loader, so no wait to report
         wait = np.array([r.wait_s for r in records])
         cols |= {"data_wait_frac": float(wait.sum() / measured), "data_wait_ms_p50": float(np.median(wait) * 1e3),
-                 "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3)}
+                 "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3)} | window_waits(wait, m.windows)
     return cols
+
+
+def window_waits(wait: np.ndarray, windows: list) -> dict:
+    """The data-wait share of each timed window (its batches' waits over its duration) and the 95%
+    interval of their mean: a verdict compares the interval, not one figure, with its thresholds."""
+    shares, start = [], 0
+    for w in windows:
+        n = w.batches
+        if n and w.t_end > w.t_start and start + n <= len(wait):
+            shares.append(float(wait[start:start + n].sum() / (w.t_end - w.t_start)))
+        start += n
+    lo, hi = mean_ci95(shares)
+    return {"window_data_wait": shares, "data_wait_frac_ci95_low": lo, "data_wait_frac_ci95_high": hi}
 
 
 def stage_totals(dataset, records: list, m) -> dict:

@@ -6,6 +6,7 @@
 | gpu_ceiling    | model step on a batch already on the device (no loader)    |
 | cpu_pipeline   | next(loader): read → decode → augment → collate (→ pin)    |
 | storage_fetch  | next(loader) over a dataset that only reads the bytes      |
+| handoff        | next(loader) over pre-built samples: collate, receive, pin |
 
 To add a kind: write ``fn(ctx, spec) -> dict`` here and add one :class:`Kind` entry to
 :data:`KINDS` (its timed region, and which axes of the sweep it takes); ``sweep.expand``
@@ -23,8 +24,8 @@ import torch
 
 from pipeprof.data.augment import load_preset
 from pipeprof.measure.confounders import step_threads, torch_threads
-from pipeprof.data.dataset import (PipelineDataset, RawBytesDataset, SampleTally, TimingSwitch, collate_bytes,
-                             collate_pipeline)
+from pipeprof.data.dataset import (PipelineDataset, PrebuiltDataset, RawBytesDataset, SampleTally, TimingSwitch,
+                                   collate_bytes, collate_pipeline)
 from pipeprof.measure.loader import prefetch_depth
 from pipeprof.measure.windows import alternating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
@@ -82,6 +83,26 @@ def cpu_pipeline(ctx: TrialContext, spec: TrialSpec) -> dict:
 
     m, extra = loader_trial(ctx, spec, dataset, one_batch)
     return m.stats() | stage_totals(dataset, records, m) | extra
+
+
+def handoff(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """The loader's hand-off limit, measured: the same loader (workers, collate, pinning, prefetch) over
+    one real sample built once and returned for every index, so no read, decode or augment is left.
+    The rate at which batches get through the main process then bounds any pipeline of these samples:
+    no count of workers or cores raises a real loader above it."""
+    real = pipeline_dataset(ctx, spec)
+    if real is None:
+        raise ValueError("handoff needs the samples of a Dataset; a user's own DataLoader builds its batches itself")
+    sample = real[0]  # built outside any timer
+    dataset = PrebuiltDataset(sample, len(real))
+
+    def one_batch(it, measuring: bool) -> int:
+        return next(it)["image"].shape[0]
+
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_for(real))
+    image = sample[0]
+    return m.stats() | extra | {"sample_kb": torch.as_tensor(image).element_size() * torch.as_tensor(image).numel()
+                                / 1e3}
 
 
 def clock_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
@@ -244,6 +265,8 @@ class Kind:
     pipeline: bool = False  # the loader runs the augmentation pipeline (preset, decoder, image size)
     once: bool = False  # planned once per pipeline, at the most workers and the first storage point
     own_source: bool = False  # needs pipeprof's own source (not a user's Dataset)
+    check: bool = False  # an overhead check: planned only with ``overhead_checks``
+    own_samples: bool = False  # needs the samples of a Dataset (not a user's own DataLoader)
 
 
 KINDS: dict[TrialKind, Kind] = {
@@ -263,7 +286,12 @@ KINDS: dict[TrialKind, Kind] = {
                                      "monitor's sampling paused and resumed between windows (ABBA; the batches in "
                                      "flight after each switch run untimed): 1 - monitored rate / unmonitored rate "
                                      "per pair, mean and 95% CI; samples_per_s is the unmonitored windows' median",
-                                     step=False, loader=True, pipeline=True, once=True),
+                                     step=False, loader=True, pipeline=True, once=True, check=True),
+    TrialKind.HANDOFF: Kind(handoff, "next(loader) over one real sample built once and returned for every index "
+                            "(no read, decode or augment): collate in the workers, receive, unpickle and pin in "
+                            "the main process; same workers, batch, collate and pinning as the pipeline, at the "
+                            "most workers measured", step=False, loader=True, pipeline=True, once=True,
+                            own_samples=True),
     TrialKind.END_TO_END: Kind(end_to_end, "next(loader) [data wait] + host->device copy + train/inference step; "
                                "windows closed by device sync", step=True, loader=True, pipeline=True),
 }

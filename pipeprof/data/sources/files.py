@@ -2,13 +2,17 @@
 
 A file list is a text file of ``path label`` lines (``#`` comments allowed; paths
 relative to the list's folder or absolute), the same format as a ``url`` index.
+
+Every path named like an image stays in the list, whatever it is: one that is not a regular file (a
+FIFO, a socket, a device, a directory named ``x.jpg``) is never opened (``base.read_regular``), so each
+read of it fails as a bad sample, counted and named like an unreadable image.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .base import Source, SourceError, parse_index
+from .base import Source, SourceError, parse_index, read_regular
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -38,7 +42,8 @@ def read_file_list(list_path: str | os.PathLike) -> tuple[list[str], list[int]]:
         raise SourceError(f"cannot read file list {list_path}: {exc}") from exc
     entries = parse_index(text, str(list_path))
     paths = [str(p if os.path.isabs(p) else list_path.parent / p) for p, _, _ in entries]
-    missing = [p for p in paths if not os.path.isfile(p)]
+    # a listed path that exists but is not a regular file is kept: reading it fails as a bad sample
+    missing = [p for p in paths if not os.path.exists(p)]
     if missing:
         raise SourceError(f"{list_path}: {len(missing)} listed file(s) not found, first {missing[0]}")
     return paths, [label for _, label, _ in entries]
@@ -69,11 +74,7 @@ class FileSource(Source):
         return len(self.paths)
 
     def read(self, index: int) -> bytes:
-        try:
-            with open(self.paths[index], "rb") as f:
-                return f.read()
-        except OSError as exc:
-            raise SourceError(f"cannot read {self.paths[index]}: {exc}") from exc
+        return read_regular(self.paths[index])
 
     def label(self, index: int) -> int:
         return self.labels[index]

@@ -6,6 +6,15 @@ import psutil
 from .base import Source, SourceError
 
 
+def _read_or_error(inner: Source, index: int):
+    """Sample ``index``'s bytes, or the SourceError reading it raised (an unreadable file, a FIFO): held in
+    its place, so the sample is a bad one in every trial instead of the source failing to open."""
+    try:
+        return inner.read(index)
+    except SourceError as exc:
+        return exc.with_traceback(None)  # the message is what a trial shows; the frames would only hold memory
+
+
 class MemorySource(Source):
     kind = "memory"
 
@@ -17,7 +26,7 @@ class MemorySource(Source):
                               f"{max_fraction:.0%} of the {avail / 1e9:.1f} GB available")
         # shared copy-on-write with forked workers: a read bumps only the refcount in
         # each object's header, so a worker copies one page per sample, not the payload
-        self._blobs = [inner.read(i) for i in range(len(inner))]
+        self._blobs = [_read_or_error(inner, i) for i in range(len(inner))]
         self._labels = [inner.label(i) for i in range(len(inner))]
         self._where = [inner.where(i) for i in range(len(inner))]
         self.location = inner.describe().get("location")
@@ -26,7 +35,10 @@ class MemorySource(Source):
         return len(self._blobs)
 
     def read(self, index: int) -> bytes:
-        return self._blobs[index]
+        blob = self._blobs[index]
+        if isinstance(blob, SourceError):  # each read of it fails, as it would from the files
+            raise blob
+        return blob
 
     def label(self, index: int) -> int:
         return self._labels[index]
@@ -35,7 +47,8 @@ class MemorySource(Source):
         return self._where[index]
 
     def nbytes(self, index: int) -> int:
-        return len(self._blobs[index])
+        blob = self._blobs[index]
+        return 0 if isinstance(blob, SourceError) else len(blob)
 
     def describe(self) -> dict:
         return {**super().describe(), "location": self.location}

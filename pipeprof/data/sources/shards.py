@@ -52,7 +52,7 @@ import tarfile
 from pathlib import Path
 from typing import NamedTuple
 
-from .base import Source, SourceError
+from .base import Source, SourceError, file_kind, read_regular
 from .files import IMAGE_SUFFIXES, scan_image_folder
 
 SHARD_NAME = "shard-{:06d}.tar"
@@ -256,7 +256,10 @@ class ShardSource(Source):
             except ImportError as exc:
                 raise SourceError(f"reader 'webdataset' needs the webdataset package: {exc}") from exc
         self.location, self.reader = str(pattern_or_dir), reader
-        self.shards = shard_paths(pattern_or_dir)
+        kinds = {p: file_kind(p) for p in shard_paths(pattern_or_dir)}
+        # a shard that is not a regular file (a FIFO named x.tar) is never opened: skipped, and named
+        self.skipped = [(p, why) for p, why in kinds.items() if why is not None]
+        self.shards = [p for p, why in kinds.items() if why is None]
         self._shard, self._names, self._offsets, self._sizes, self._labels = [], [], [], [], []
         self._heads = []  # where each sample's first tar header starts (webdataset reader)
         self._starts = [0]  # samples of shard s are range(_starts[s], _starts[s + 1])
@@ -381,7 +384,9 @@ class ShardSource(Source):
         return [i for s in order for i in range(self._starts[s], self._starts[s + 1])]
 
     def describe(self) -> dict:
-        return {**super().describe(), "location": self.location, "shards": len(self.shards), "reader": self.reader}
+        skipped = {"skipped": [f"{p}: {why}" for p, why in self.skipped]} if self.skipped else {}
+        return {**super().describe(), "location": self.location, "shards": len(self.shards), "reader": self.reader,
+                **skipped}
 
 
 # ---------------------------------------------------------------------------
@@ -419,7 +424,14 @@ def pack_folder(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, shard_si
     """
     if not shard_size_mb > 0:
         raise ValueError(f"shard_size_mb must be > 0, got shard_size_mb={shard_size_mb}")
-    paths, labels, _ = scan_image_folder(src_dir)
+    found, labels, _ = scan_image_folder(src_dir)
+    # what is not a regular file (a FIFO, a directory named x.jpg) is left out, and named in the answer
+    kinds = [file_kind(p) for p in found]
+    skipped = [f"{p}: {why}" for p, why in zip(found, kinds) if why is not None]
+    paths = [p for p, why in zip(found, kinds) if why is None]
+    labels = [label for label, why in zip(labels, kinds) if why is None]
+    if not paths:
+        raise SourceError(f"no regular image files in {src_dir}; first of what is there: {skipped[0]}")
     dst = Path(dst_dir)
     dst.mkdir(parents=True, exist_ok=True)
     stale = sorted(dst.glob("shard-*.tar"))
@@ -437,7 +449,7 @@ def pack_folder(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, shard_si
         with tarfile.open(out, "w") as tf:
             for k in group:
                 ext = Path(paths[k]).suffix.lower()
-                _add_member(tf, f"{k:09d}{ext}", Path(paths[k]).read_bytes())
+                _add_member(tf, f"{k:09d}{ext}", read_regular(paths[k]))
                 _add_member(tf, f"{k:09d}.{LABEL_EXT}", str(labels[k]).encode("ascii"))
         total += out.stat().st_size
-    return {"shards": len(groups), "samples": len(paths), "total_mb": total / 1e6}
+    return {"shards": len(groups), "samples": len(paths), "total_mb": total / 1e6, "skipped": skipped}

@@ -1,0 +1,130 @@
+"""How much the answer can be trusted: re-draw each trial's windows and ask again.
+
+A run's answer (the num_workers to set, the side and the resource that bind) is computed from
+medians of a few timed windows. On a shared machine those windows move 5-20%, so the same run
+repeated can pick a neighbouring count or a neighbouring verdict. Here each trial's windows are
+resampled with replacement (a bootstrap: the rates, the data-wait shares); the monitor's figures
+that have only an interval (busy cores, workers' CPU) are drawn from it. The recommendation and the
+verdict are recomputed for every draw, and the answer's confidence is how often they agree:
+"num_workers 14-16 (95% of re-draws); input side, cores (88%)".
+
+Pure: trials in, a dict per group out. ``draws`` and ``seed`` fix the result for a given table.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from .advice import recommend_workers
+from .bounds import curves, groups
+from .verdict import verdicts
+
+DRAWS = 100  # the answer's shares move by about 1/sqrt(draws): ±5 points at 100, enough to say "holds"
+HOLDS = 0.80  # the answer holds when at least 80% of the re-draws give it
+SPREAD = {"usable_busy_cores": "usable_busy_cores_mean", "workers_cpu_pct": "workers_cpu_pct_mean"}
+
+
+def _t_interval(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(median, ci95 low, ci95 high) of each row of ``samples`` (draws x windows), as the trials compute them."""
+    n = samples.shape[1]
+    mean, sd = samples.mean(axis=1), samples.std(axis=1, ddof=1)
+    t = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)[n - 2] if n <= 11 else 1.96
+    half = t * sd / np.sqrt(n)
+    return np.median(samples, axis=1), mean - half, mean + half
+
+
+def _windows(value) -> Optional[np.ndarray]:
+    w = np.asarray(value, dtype=float) if isinstance(value, (list, tuple, np.ndarray)) else None
+    return w if w is not None and len(w) >= 2 and np.isfinite(w).all() else None
+
+
+def _redraw_windows(trials: pd.DataFrame, column: str, rng, draws: int) -> dict:
+    """{row index: (median, low, high) arrays over the draws} from resampling each row's ``column``."""
+    out = {}
+    for i, value in trials.get(column, pd.Series(dtype=object)).items():
+        w = _windows(value)
+        if w is not None:
+            out[i] = _t_interval(rng.choice(w, size=(draws, len(w)), replace=True))
+    return out
+
+
+def _redraw_spread(trials: pd.DataFrame, rng, draws: int) -> dict:
+    """{column: draws x rows} for the monitor figures known only by their interval (normal, sd = half / 1.96)."""
+    out = {}
+    for name, mean_col in SPREAD.items():
+        lo, hi = f"{name}_ci95_low", f"{name}_ci95_high"
+        if not {mean_col, lo, hi} <= set(trials):
+            continue
+        mid, sd = trials[mean_col].to_numpy(float), (trials[hi] - trials[lo]).to_numpy(float) / 2 / 1.96
+        sd = np.where(np.isfinite(sd), sd, 0.0)
+        out[mean_col] = np.maximum(mid + rng.standard_normal((draws, len(trials))) * sd, 0.0)
+    return out
+
+
+def _draw(trials: pd.DataFrame, k: int, rates: dict, waits: dict, spread: dict) -> pd.DataFrame:
+    """The table as re-draw ``k`` sees it: every resampled figure replaced, the rest as measured."""
+    df = trials.copy()
+    for i, (med, lo, hi) in rates.items():
+        df.loc[i, ["samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"]] = med[k], lo[k], hi[k]
+    for i, (_, lo, hi) in waits.items():
+        mean = (lo[k] + hi[k]) / 2  # the mean window share: data_wait_frac is a share of the whole time
+        df.loc[i, ["data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"]] = mean, lo[k], hi[k]
+    for col, values in spread.items():
+        df[col] = values[k]
+    return df
+
+
+def _answers(df: pd.DataFrame, cores: float, device: str) -> dict:
+    """{group key: (recommended workers, side, resource)} of one table."""
+    v = verdicts(df, cores, device)
+    out = {}
+    for key, curve in groups(curves(df)):
+        w = recommend_workers(curve)["recommended_workers"]
+        at = v[v["trial_id"].isin(curve["trial_id"]) & (v["num_workers"] == w)] if len(v) else v
+        side, res = (at["side"].iloc[0], at["resource"].iloc[0]) if len(at) else (None, None)
+        out[group_id(key)] = (w, side, res)
+    return out
+
+
+def group_id(key: dict) -> tuple:
+    """A group's key dict as a hashable id (the analysis's groups and these answers are matched on it)."""
+    return tuple(sorted((k, str(x)) for k, x in key.items()))
+
+
+def confidence(trials: pd.DataFrame, cores: float, device: str, draws: int = DRAWS, seed: int = 0) -> dict:
+    """Per group key (as :func:`bounds.groups` names it): the answer, and how often the re-draws agree."""
+    e2e = trials[trials.get("kind", pd.Series(dtype=object)) == "end_to_end"]
+    if e2e.empty or "window_rates" not in trials:
+        return {}
+    rng = np.random.default_rng(seed)
+    trials = trials.reset_index(drop=True)
+    rates = _redraw_windows(trials, "window_rates", rng, draws)
+    waits = _redraw_windows(trials, "window_data_wait", rng, draws)
+    spread = _redraw_spread(trials, rng, draws)
+    base = _answers(trials, cores, device)
+    seen: dict = {key: [] for key in base}
+    for k in range(draws):
+        for key, answer in _answers(_draw(trials, k, rates, waits, spread), cores, device).items():
+            seen.setdefault(key, []).append(answer)
+    return {key: summarize(base[key], seen[key]) for key in base}
+
+
+def summarize(answer: tuple, drawn: list[tuple]) -> dict:
+    """The answer beside its re-draws: the count range holding 95% of them, and each level's agreement."""
+    w, side, resource = answer
+    if not drawn:
+        return {"draws": 0}
+    counts = np.array([d[0] for d in drawn])
+    lo, hi = (int(x) for x in np.quantile(counts, [0.025, 0.975], method="nearest"))
+    same_side = sum(d[1] == side for d in drawn) / len(drawn)
+    same = sum(d[1:] == (side, resource) for d in drawn) / len(drawn)
+    others = Counter(d[1:] for d in drawn if d[1:] != (side, resource)).most_common(2)
+    return {"draws": len(drawn), "workers_low": lo, "workers_high": hi,
+            "workers_share": float(((counts >= lo) & (counts <= hi)).mean()),
+            "recommended_share": float((counts == w).mean()), "side": side, "resource": resource,
+            "side_share": same_side, "answer_share": same,
+            "alternatives": [{"side": s, "resource": r, "share": n / len(drawn)} for (s, r), n in others],
+            "holds": bool(same >= HOLDS)}

@@ -1,0 +1,103 @@
+"""The two-level verdict on figures that sit on a threshold, and the answer's confidence from re-drawn
+windows: tables of known content, so which answers are possible is known in advance."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeprof.analysis import analyse, verdicts
+from pipeprof.analysis.confidence import confidence, summarize
+from test_analysis import e2e_row, frame, trial
+
+
+def windows(rates):
+    """A trial's stored windows and the median and interval the trial computed from them."""
+    r = np.asarray(rates, float)
+    half = 4.303 * r.std(ddof=1) / np.sqrt(len(r)) if len(r) == 3 else 1.96 * r.std(ddof=1) / np.sqrt(len(r))
+    return {"samples_per_s": float(np.median(r)), "samples_per_s_ci95_low": r.mean() - half,
+            "samples_per_s_ci95_high": r.mean() + half, "window_rates": list(rates)}
+
+
+def curve_table(e2e: dict, wait=0.4, busy=None):
+    """A ceiling, one loader curve and end-to-end trials whose windows are ``e2e[w]``."""
+    rows = [trial("gpu_ceiling", 5000.0) | windows([4990, 5000, 5010])]
+    rows += [trial("cpu_pipeline", float(np.median(r)), w) | windows(r) for w, r in e2e.items()]
+    rows += [e2e_row(w, 0, wait, busy=busy) | windows(r) for w, r in e2e.items()]
+    return frame(*rows)
+
+
+def test_clearly_separated_counts_give_one_answer_in_every_redraw():
+    df = curve_table({4: [500, 505, 510], 8: [990, 1000, 1010], 16: [1400, 1410, 1420]})
+    (sure,) = confidence(df, 32, "cuda", draws=50).values()
+    assert (sure["workers_low"], sure["workers_high"], sure["recommended_share"]) == (16, 16, 1.0)
+    assert sure["side"] == "input" and sure["answer_share"] == 1.0 and sure["holds"]
+
+
+def test_counts_the_windows_cannot_separate_share_the_redraws():
+    # 8 workers' windows straddle 95% of 16 workers' rate: some re-draws pick 8, some 16
+    df = curve_table({4: [500, 505, 510], 8: [900, 950, 1000, 940, 960], 16: [1000, 1000, 1010, 990, 1000]})
+    (sure,) = confidence(df, 32, "cuda", draws=200).values()
+    assert (sure["workers_low"], sure["workers_high"]) == (8, 16)
+    assert 0.05 < sure["recommended_share"] < 0.95
+
+
+def test_the_same_table_gives_the_same_confidence():
+    df = curve_table({4: [500, 505, 510], 8: [900, 950, 1000, 940, 960], 16: [1000, 1000, 1010, 990, 1000]})
+    assert confidence(df, 32, "cuda", draws=60, seed=3) == confidence(df, 32, "cuda", draws=60, seed=3)
+
+
+def test_an_answer_below_the_holding_share_says_so():
+    drawn = [(16, "input", "cores")] * 70 + [(16, "input", "handoff")] * 30
+    s = summarize((16, "input", "cores"), drawn)
+    assert s["answer_share"] == pytest.approx(0.7) and s["side_share"] == 1.0 and not s["holds"]
+    assert s["alternatives"] == [{"side": "input", "resource": "handoff", "share": pytest.approx(0.3)}]
+
+
+def test_the_analysis_stores_the_confidence_per_group():
+    df = curve_table({4: [500, 505, 510], 8: [990, 1000, 1010], 16: [1400, 1410, 1420]}, busy=20.0)
+    g = analyse(df, cores=32)["groups"][0]
+    assert g["confidence"]["holds"] and g["side_at_recommended"] == "input"
+
+
+# ---- the two-level verdict where a figure sits on its threshold -------------------------------------
+
+def on_16_cores(busy_low, busy_high, handoff=None, workers_cpu=1500.0):
+    """16 workers on a 16-core box, waiting 40%: busy cores measured with an interval."""
+    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3100.0, 16),
+            e2e_row(16, 3000.0, 0.4, busy=(busy_low + busy_high) / 2, workers_cpu=workers_cpu,
+                    usable_busy_cores_ci95_low=busy_low, usable_busy_cores_ci95_high=busy_high)]
+    if handoff:
+        rows.append(trial("handoff", handoff, 16))
+    return verdicts(frame(*rows), 16).iloc[0]
+
+
+def test_busy_cores_wholly_above_saturation_bind_the_cores():
+    v = on_16_cores(15.2, 15.9)
+    assert (v["side"], v["resource"], v["verdict"]) == ("input", "cores", "cores-bound")
+    assert "15.2-15.9 of 16" in v["verdict_basis"] and "more workers cannot help" in v["verdict_basis"]
+
+
+def test_a_second_resource_within_its_interval_is_named_too():
+    v = on_16_cores(15.2, 15.9, handoff=3150.0)  # the run reaches 3,000; the hand-off passes 3,150
+    assert v["resource"] == "cores" and v["also"] == ["handoff"]
+    assert "also within its interval of its limit" in v["verdict_basis"] and "3,150" in v["verdict_basis"]
+
+
+def test_busy_cores_straddling_saturation_are_named_beside_the_resource_that_binds():
+    # 14.4 (90% of 16) lies inside the busy interval; the workers compute half their time
+    v = on_16_cores(13.8, 15.0, handoff=3150.0, workers_cpu=800.0)
+    assert v["resource"] == "handoff" and v["also"] == ["cores"]
+
+
+def test_workers_that_fill_the_cores_are_never_told_to_multiply():
+    # 16 workers computing 94% of their time on 16 cores, the cores measured 13.0-14.0 busy (below 90%)
+    v = on_16_cores(13.0, 14.0, workers_cpu=1500.0)
+    assert v["resource"] != "workers" and "more workers would help" not in v["verdict_basis"]
+
+
+def test_a_wait_straddling_the_input_threshold_takes_the_side_from_the_bounds():
+    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3100.0, 8),
+            e2e_row(8, 3000.0, 0.2, data_wait_frac_ci95_low=0.15, data_wait_frac_ci95_high=0.25, busy=9.0,
+                    workers_cpu=790.0)]
+    v = verdicts(frame(*rows), 16).iloc[0]
+    assert v["side"] == "input" and "15%-25%" in v["verdict_basis"] and "isolated bounds" in v["verdict_basis"]
+    assert pd.notna(v["resource"])
