@@ -4,7 +4,10 @@ The cheap trials already say where to look: the step ceiling S (one trial) and t
 rate with one worker r1 predict that about S / r1 workers feed the step. The search measures
 there, then doubles while the end-to-end curve still rises by more than its noise (and has
 neither reached the ceiling nor the usable cores), then bisects down to the smallest count
-within 5% of the best, to within an eighth of that count (:data:`RESOLUTION`). Every worker count of the exhaustive grid that it did not measure is
+within 5% of the best, to within an eighth of that count (:data:`RESOLUTION`). It stops where a step
+cannot separate two counts (the bracket's ends have overlapping 95% intervals): bisecting between
+them would follow the noise, and the answer's confidence (re-drawn windows) gives
+the range of counts the measurements allow. Every worker count of the exhaustive grid that it did not measure is
 listed with the reason (run.json ``search``).
 
 Points the search infers instead of measuring (0 workers: loading and the step take turns, so
@@ -73,7 +76,7 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
         return min(2 * top, cores)
     good = [w for w, p in points.items() if p.rate >= NEAR_BEST * best.rate]
     upper = min(good)
-    below = upper - max(1, upper // RESOLUTION)
+    below = below_of(upper)
     if not reached and upper == top and below > 0 and below not in points and len(points) < MAX_POINTS:
         # the loader binds at the most workers measured: one probe just below says whether all are
         # needed; a rising curve's answer is then found without bisecting the whole range
@@ -81,7 +84,14 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
     lower = max((w for w in points if w < upper), default=0)
     if upper - lower <= max(1, upper // RESOLUTION) or len(points) >= MAX_POINTS:
         return None
+    if lower in points and points[lower].high >= points[upper].low:
+        return None  # the bracket's ends cannot be told apart: bisecting between them would chase noise
     return (lower + upper) // 2
+
+
+def below_of(top: int) -> int:
+    """The probe just below the most workers measured: an eighth of the count (at least one) less."""
+    return top - max(1, top // RESOLUTION)
 
 
 def _at(spec: TrialSpec, workers: int) -> TrialSpec:
@@ -168,7 +178,7 @@ def _groups(cfg, probe, user: bool, user_loader: bool) -> tuple[list[TrialSpec],
 
 
 def _pipe(s: TrialSpec) -> tuple:
-    return s.preset, s.source, s.cache_state, s.batch_size, s.image_size, s.gpus
+    return s.preset, s.augment_device, s.source, s.cache_state, s.batch_size, s.image_size, s.gpus
 
 
 def _step_key(s: TrialSpec) -> tuple:
@@ -241,6 +251,7 @@ def _why_not(workers: int) -> str:
 
 
 def _label(spec: TrialSpec) -> str:
-    return " ".join(str(p) for p in (spec.model, spec.precision, spec.mode, spec.preset, f"bs{spec.batch_size}",
+    return " ".join(str(p) for p in (spec.model, spec.precision, spec.mode, spec.preset,
+                                     "gpu-augment" if spec.augment_device else None, f"bs{spec.batch_size}",
                                      spec.source, f"{spec.gpus} GPUs" if spec.gpus > 1 else None,
                                      "p2p off" if spec.p2p is False else None) if p is not None)
