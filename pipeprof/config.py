@@ -301,6 +301,17 @@ class DataConfig(_Strict):
 
 class AugmentConfig(_Strict):
     preset: Axis[str] = ["standard"]  # names in augmentations/ or paths to YAML files
+    # sweep axis: where decode and augmentation run. cpu: in the DataLoader's workers (albumentations);
+    # cuda: the workers read bytes and the training process decodes (nvJPEG) and augments
+    # (torchvision.transforms.v2) each batch on the GPU before the step (data/gpu_augment.py)
+    device: Axis[Literal["cpu", "cuda"]] = ["cpu"]
+
+    @field_validator("device")
+    @classmethod
+    def _devices(cls, v):
+        if not v:
+            raise ValueError("at least one of: cpu, cuda")
+        return list(dict.fromkeys(v))
 
     @field_validator("preset")
     @classmethod
@@ -501,6 +512,9 @@ def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int, gpu_co
         c.loader.num_workers = default_workers(usable_cores)
     if c.loader.pin_memory is None:
         c.loader.pin_memory = gpu
+    if "cuda" in c.augment.device and not gpu:
+        raise ConfigError("augment.device: 'cuda' decodes and augments on the GPU, but this run has none "
+                          f"(device {c.device}); allowed here: cpu")
     c.distributed.gpus = _gpu_counts(c.distributed, gpu_count if gpu else usable_cores, gpu)
     return c
 

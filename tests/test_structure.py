@@ -21,14 +21,15 @@ LAYERS = {
     2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",
         "data.sources.shards", "data.sources.throttled", "data.sources.url", "data.decode", "data.synthetic",
         "data.cache", "data.check"],
-    3: ["data.augment"],
-    4: ["data.dataset", "data.prepare"],
+    3: ["data.augment", "data.gpu_augment"],
+    4: ["data.dataset", "data.prepare", "data.encoded"],
     # measure/: the instruments
     5: ["measure", "measure.windows", "measure.loader"],
     6: ["measure.step"],
     7: ["measure.monitors", "measure.noise", "measure.reference"],
     # trials/: one steady-state measurement each
-    9: ["trials.spec", "trials.columns", "trials.skeleton", "trials.kinds", "trials", "trials.watchdog"],
+    9: ["trials.spec", "trials.columns", "trials.device_side", "trials.skeleton", "trials.kinds", "trials",
+        "trials.watchdog"],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",

@@ -3,10 +3,14 @@
 - ``sources/``:  the storage a sample's bytes come from (files, memory, shards, url, throttled)
 - ``decode``:    bytes → 8-bit RGB arrays (Pillow or OpenCV)
 - ``augment``:   the albumentations presets, loaded from ``augmentations/*.yaml``
+- ``gpu_augment``: a preset on the GPU (``augment.device: cuda``): nvJPEG decode and the transforms'
+  torchvision.transforms.v2 counterparts, one table; the device is a parameter (CPU in tests)
 - ``dataset``:   the map-style Dataset running read → decode → augment with per-stage timing
+- ``encoded``:   the Dataset whose workers only read bytes, for the GPU pipeline
 - ``synthetic``: the cached ImageNet-like JPEG dataset the default run makes
 - ``prepare``, ``cache``: building the sources of a run; page-cache state and whether data fits
 - ``check``:     ``pipeprof check-data``, unreadable or outsize images found from their headers
+- ``user_samples``: a user's Dataset checked on its first sample and batch (form, dtype, layout, size)
 
 May import: the nouns at the top of the package (``config``, ``env``, ``presets``, ``schema``).
 """

@@ -99,7 +99,11 @@ def random_crop(p: dict) -> Op:
 
 
 def center_crop(p: dict) -> Op:
-    return Op("CenterCrop", one=lambda img, g: F.center_crop(img, [int(p["height"]), int(p["width"])]))
+    h, w = int(p["height"]), int(p["width"])
+
+    def one(img, g):  # albumentations floors an odd margin's half; v2's center_crop rounds it
+        return F.crop(img, (img.shape[-2] - h) // 2, (img.shape[-1] - w) // 2, h, w)
+    return Op("CenterCrop", one=one)
 
 
 def resize(p: dict) -> Op:
@@ -112,7 +116,8 @@ def affine(p: dict) -> Op:
     v2's affine with one drawn scale: torchvision scales both axes alike (keep_ratio-like)."""
     def one(img, g):
         h, w = img.shape[-2:]
-        tx, ty = (_between(g, *p["translate_percent"][k]) for k in ("x", "y"))
+        move = p.get("translate_percent") or {"x": (0, 0), "y": (0, 0)}
+        tx, ty = (_between(g, *move[k]) for k in ("x", "y"))
         scale = _between(g, *p["scale"]["x"])
         shear = [_between(g, *p["shear"]["x"]), _between(g, *p["shear"]["y"])]
         return F.affine(img, angle=_between(g, *p["rotate"]), translate=[round(tx * w), round(ty * h)],
@@ -189,7 +194,9 @@ def _shift_hue(y: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
 def gauss_noise(p: dict) -> Op:
     """Zero-mean noise whose standard deviation (a share of the pixel range) is drawn per sample."""
     def batch(x, g):
-        std = _factors(x, p["std_range"], g, centre=-1.0) * (255 if x.dtype == torch.uint8 else 1)
+        lo, hi = p["std_range"]
+        std = (lo + (hi - lo) * _draw(g, x.shape[0])).to(x.device).view(-1, 1, 1, 1)
+        std = std * (255 if x.dtype == torch.uint8 else 1)
         noisy = x.float() + torch.randn(x.shape, device=x.device) * std
         noisy = noisy.clamp_(0, 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else noisy
         return torch.where(_chosen(x, p["p"], g), noisy, x)

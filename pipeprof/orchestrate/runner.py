@@ -18,7 +18,8 @@ from torch.utils.data import IterableDataset
 from pipeprof.measure import reference
 from pipeprof._version import __version__
 from pipeprof.analysis import analyse
-from pipeprof.data.augment import load_preset
+from pipeprof.data.augment import A, load_preset
+from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from .batchsize import auto_batch_size
 from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
 from pipeprof.measure.confounders import WORKER_POLICY
@@ -106,10 +107,13 @@ def _meta(cfg: RunConfig, env: dict, data_facts: dict, sources: dict, planned: i
 
 def _check_early(cfg: RunConfig) -> None:
     """What fails fast, before a dataset is made or anything measured: an out_dir that cannot hold the run
-    (created, a probe file written and removed) and a preset file albumentations cannot load."""
+    (created, a probe file written and removed), a preset file albumentations cannot load, and (with
+    augment.device cuda) a preset transform the GPU pipeline cannot run."""
     check_out_dir(cfg.out_dir)
     for preset in cfg.augment.preset:
         load_preset(preset)
+        if "cuda" in cfg.augment.device:  # a transform without a torchvision counterpart: named, exit 2
+            gpu_ops(A.to_dict(load_preset(preset))["transform"]["transforms"], f"preset {preset!r}")
 
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,

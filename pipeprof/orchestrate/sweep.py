@@ -55,6 +55,12 @@ def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> 
             and kind.check <= cfg.overhead_checks and not (k == TrialKind.HANDOFF and cfg.device != "cuda"))
 
 
+def augment_devices(cfg, user_dataset: bool) -> list:
+    """The augment.device axis as specs carry it: None for the workers' pipeline (the default, so trial ids
+    stay as they were), 'cuda' for the GPU's; a user's Dataset has no pipeline of ours to move."""
+    return [None] if user_dataset else [None if d == "cpu" else d for d in cfg.augment.device]
+
+
 def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
            user_dataset: bool = False, user_loader: bool = False) -> list[TrialSpec]:
     """All trials of a resolved config, deduplicated, in run order, planned from each kind's
@@ -71,6 +77,7 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
     kinds = {k: v for k, v in KINDS.items() if _planned(k, v, cfg, user_dataset, user_loader)}
     presets = [None] if user_dataset else cfg.augment.preset
     storage = [(None, None)] if user_dataset else storage_points(cfg)
+    devices = augment_devices(cfg, user_dataset)
     for model, precision, mode, preset, bs in product(cfg.model.name, cfg.model.precision, cfg.model.mode, presets,
                                                       cfg.loader.batch_size):
         dtype, size = probe(preset, input_size(model))
@@ -78,20 +85,19 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
         specs += [TrialSpec(k.value, batch_size=bs, image_size=size, input_dtype=dtype, **step)
                   for k, kind in kinds.items() if not kind.loader]
 
-        def pipe_at(source, cache_state) -> dict:
+        def pipe_at(source, cache_state, device=None) -> dict:
             return dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
                         pin_memory=None if user_loader else cfg.loader.pin_memory, image_size=size, source=source,
-                        cache_state=cache_state)
+                        cache_state=cache_state, augment_device=device)
 
-        for (source, cache_state), w in product(storage, cfg.loader.num_workers):
-            pipe = pipe_at(source, cache_state)
+        for (source, cache_state), w, dev in product(storage, cfg.loader.num_workers, devices):
+            pipe = pipe_at(source, cache_state, dev)
             bare = dict(batch_size=bs, source=source, cache_state=cache_state)
             specs += [TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
                       for k, kind in kinds.items() if kind.loader and not kind.once]
-        # once-per-pipeline kinds (the hand-off limit, an overhead check): at the most workers and the
-        # first storage point
-        specs += [TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0]))
-                  for k, kind in kinds.items() if kind.once]
+        # once-per-pipeline kinds (the hand-off limit, an overhead check): most workers, first storage point
+        specs += [TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0], dev))
+                  for k, kind in kinds.items() if kind.once for dev in devices]
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on
             # and off between windows: their cost (once per preset; it does not depend on the storage)

@@ -29,6 +29,7 @@ from pipeprof.data.dataset import (PipelineDataset, PrebuiltDataset, RawBytesDat
 from pipeprof.measure.loader import prefetch_depth
 from pipeprof.measure.windows import alternating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
+from .device_side import device_side, passthrough
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
 from .skeleton import (close_loader, collate_for, loader_columns, loader_trial, loop_with, make_step, open_loader,
                        pipeline_dataset)
@@ -38,19 +39,21 @@ from .spec import TrialContext, TrialSpec
 def end_to_end(ctx: TrialContext, spec: TrialSpec) -> dict:
     dataset = pipeline_dataset(ctx, spec)
     step = make_step(ctx, spec)
+    side = device_side(ctx, spec)  # augment.device cuda: the step's device decodes and augments, after the wait
     records: list = []
 
     def one_batch(it, measuring: bool) -> int:
         t0 = time.perf_counter()
         batch = next(it)
         wait = time.perf_counter() - t0
+        batch = (side or passthrough)(batch, measuring)
         marks = step.run(batch["image"], batch["label"])
         if measuring:
             records.append(StepRecord(wait, marks, batch.get("stage_s")))
         return batch["image"].shape[0]
 
     m, extra = loader_trial(ctx, spec, dataset, one_batch, step.clock.sync)
-    return m.stats() | step_columns(step, records, m) | stage_totals(dataset, records, m) | extra
+    return m.stats() | step_columns(step, records, m) | stage_totals(dataset, records, m) | extra | _side(side, m)
 
 
 def gpu_ceiling(ctx: TrialContext, spec: TrialSpec) -> dict:
@@ -73,16 +76,22 @@ def cpu_pipeline(ctx: TrialContext, spec: TrialSpec) -> dict:
     if spec.stage_timing is False:
         return clock_overhead(ctx, spec)
     dataset = pipeline_dataset(ctx, spec)
+    side = device_side(ctx, spec)  # augment.device cuda: the loader's output is decoded batches on the device
     records: list = []
 
     def one_batch(it, measuring: bool) -> int:
-        batch = next(it)
+        batch = (side or passthrough)(next(it), measuring)
         if measuring:
             records.append(StepRecord(None, (), batch.get("stage_s")))
         return batch["image"].shape[0]
 
-    m, extra = loader_trial(ctx, spec, dataset, one_batch)
-    return m.stats() | stage_totals(dataset, records, m) | extra
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, side.sync if side else lambda: None)
+    return m.stats() | stage_totals(dataset, records, m) | extra | _side(side, m)
+
+
+def _side(side, m) -> dict:
+    """The device's decode/augment columns of a trial whose workers only read bytes ({} otherwise)."""
+    return side.columns(m.t_measure_end - m.t_measure_start) if side is not None else {}
 
 
 def handoff(ctx: TrialContext, spec: TrialSpec) -> dict:
@@ -97,7 +106,7 @@ def handoff(ctx: TrialContext, spec: TrialSpec) -> dict:
     dataset = PrebuiltDataset(sample, len(real))
 
     def one_batch(it, measuring: bool) -> int:
-        return next(it)["image"].shape[0]
+        return len(next(it)["label"])  # a batch of bytes (augment.device cuda) has no "image" yet
 
     m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_for(real))
     image = sample[0]

@@ -12,6 +12,7 @@ from torch.utils.data import IterableDataset
 from pipeprof.data.augment import load_preset
 from pipeprof.data import cache
 from pipeprof.data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline
+from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.measure.loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
                       user_batch, worker_pids)
 from pipeprof.measure.windows import steady_state
@@ -26,12 +27,16 @@ def pipeline_dataset(ctx: TrialContext, spec: TrialSpec):
     user's own DataLoader brings its dataset)."""
     if ctx.user_dataset is not None or ctx.user_loader is not None:
         return ctx.user_dataset
-    transform = load_preset(spec.preset, spec.image_size)
     timing = ctx.stage_timing if spec.stage_timing is None else spec.stage_timing
+    if spec.augment_device not in (None, "cpu"):  # the workers read bytes; the step's device does the rest
+        return EncodedDataset(ctx.source_for(spec), timing, ctx.sample_policy)
+    transform = load_preset(spec.preset, spec.image_size)
     return PipelineDataset(ctx.source_for(spec), spec.decoder, transform, timing, ctx.sample_policy)
 
 
 def collate_for(dataset):
+    if isinstance(dataset, EncodedDataset):
+        return collate_encoded
     return collate_pipeline if isinstance(dataset, PipelineDataset) else collate_user
 
 
@@ -195,7 +200,7 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
 
 def _source_of(dataset):
     """The pipeprof Source behind a dataset of ours; None for a user's Dataset (whatever its attributes)."""
-    return dataset.source if isinstance(dataset, (PipelineDataset, RawBytesDataset)) else None
+    return dataset.source if isinstance(dataset, (PipelineDataset, RawBytesDataset, EncodedDataset)) else None
 
 
 def _storage_columns(dataset, check: CacheCheck, spec: TrialSpec, m, prepared: dict) -> dict:

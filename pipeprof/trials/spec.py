@@ -31,12 +31,17 @@ class TrialSpec:
     stage_timing: Optional[bool] = None  # None: the run's setting; False: the overhead-check twin
     gpus: int = 1  # processes (one GPU each) of the trial; > 1: DDP under torchrun (see ``distributed``)
     p2p: Optional[bool] = None  # N > 1 step kinds: False runs with NCCL_P2P_DISABLE=1 (the link off)
+    # None: decode and augment in the workers; 'cuda': workers read bytes, the step's device decodes and
+    # augments (config augment.device; on a CPU-only machine only tests build it, on the CPU device)
+    augment_device: Optional[str] = None
+    action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.actions)
 
     @property
     def trial_id(self) -> str:
         cache_state = None if self.cache_state == "n/a" else self.cache_state  # no '/' inside a part
-        parts = [self.kind, self.model, self.precision, self.preset, self.source, cache_state,
-                 f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}"]
+        parts = [self.kind, self.model, self.precision, self.preset,
+                 "gpu-augment" if self.augment_device not in (None, "cpu") else None, self.source, cache_state,
+                 f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}", self.action]
         if self.stage_timing is False:
             parts.append("untimed")
         if self.gpus > 1:
