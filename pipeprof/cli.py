@@ -62,7 +62,7 @@ def _multi_run_parsers(sub) -> None:
     merge.add_argument("run_dirs", nargs="+", help="each node's run folder, node 0's first")
     merge.add_argument("--out-dir", default="out")
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
-    bench.add_argument("which", choices=["sweep-speed", "soak"],
+    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat"],
                        help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
                             "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks)")
     bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
@@ -70,6 +70,7 @@ def _multi_run_parsers(sub) -> None:
                                                  "the defaults); soak: folder for the runs (default: a temporary one)")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair)")
+    bench.add_argument("--times", type=int, default=3, help="repeat: runs of the same config, back to back")
     bench.add_argument("--out-dir", default="out/bench")
 
 
@@ -335,10 +336,14 @@ def cmd_merge(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from pipeprof.checks.bench import render_sweep_speed, soak, sweep_speed
+    from pipeprof.checks.bench import render_repeat, render_sweep_speed, repeat, soak, sweep_speed
 
     if args.which == "soak":
         soak(args.minutes, args.config, log=lambda text: print(text, flush=True))
+        return 0
+    if args.which == "repeat":
+        print(render_repeat(repeat(args.config, args.overrides, args.times, args.out_dir,
+                                   log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     df = sweep_speed(args.config, args.overrides, args.repeats, args.out_dir,
                      log=lambda text: print(text, file=sys.stderr))

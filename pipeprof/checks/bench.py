@@ -8,6 +8,12 @@ end-to-end rate measured there, the verdict there and the two overheads pipeprof
 itself (monitor, stage clocks) with their intervals; then per pair the time ratio and the rate
 difference at the two recommendations.
 
+``pipeprof bench repeat [CONFIG] --times N``: the same config N times back to back, as a user who
+asks twice would. Per run: wall time, the num_workers range its re-drawn windows allow, the side and
+resource, the rate at the recommendation and the answer's confidence; then whether the runs agree
+(same side, same resource, overlapping num_workers ranges). An answer that changes when asked again
+is a wrong answer: this is the check.
+
 ``pipeprof bench soak``: repeated small sweeps in one process, workers up to the core count, for
 ``--minutes``; after each sweep the process's RSS, its open file descriptors, /dev/shm in use and
 the processes alive under it. Over a long soak these must stay flat: growth is a leak (memory,
@@ -34,7 +40,7 @@ from pipeprof.orchestrate.runner import execute, prepare
 def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, out_dir: str = "out/bench",
                 log: Callable[[str], None] = print) -> pd.DataFrame:
     """One row per run: ``repeats`` pairs of (adaptive, exhaustive), the order alternating per pair."""
-    base = ["overhead_checks=true", *overrides, f"out_dir={out_dir}"]  # pipeprof's own cost is a result here
+    base = [*overrides, f"out_dir={out_dir}"]
     if cfgmod.load(config, base).loader.num_workers is not None:
         raise cfgmod.ConfigError("loader.num_workers must be unset for sweep-speed: the adaptive sweep searches "
                                  "it and the exhaustive one takes the machine's default grid")
@@ -42,7 +48,10 @@ def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, o
     rows = []
     for i in range(repeats):
         for sweep in ("adaptive", "exhaustive") if i % 2 == 0 else ("exhaustive", "adaptive"):
-            cfg = cfgmod.load(config, [*base, f"sweep={sweep}", f"name=bench-{sweep}"])
+            # pipeprof's own costs (monitor, stage clocks) are measured once, in the first run: per pair
+            # they took 40-70 s each on the 16-core box and the benchmark did not fit a 10-minute call
+            checks = f"overhead_checks={str(not rows).lower()}"
+            cfg = cfgmod.load(config, [*base, checks, f"sweep={sweep}", f"name=bench-{sweep}"])
             log(f"pair {i + 1}/{repeats}: {sweep} sweep")
             t0 = time.perf_counter()
             run = execute(cfg, log=lambda *a: None)
@@ -107,6 +116,67 @@ def render_sweep_speed(df: pd.DataFrame) -> str:
         lines.append(f"| {r.pair} | {r.group} | {r.exhaustive_s:.0f} s / {r.adaptive_s:.0f} s = {r.time_ratio:.1f}x | "
                      f"{r.adaptive_workers}, {r.exhaustive_workers} | {pct(r.rate_diff)} | "
                      f"{r.adaptive_verdict}, {r.exhaustive_verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---- repeat ----------------------------------------------------------------------------------------
+
+def repeat(config: Optional[str], overrides: list[str], times: int = 3, out_dir: str = "out/bench",
+           log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row per run and group: the same config ``times`` times back to back (dataset made once, first)."""
+    base = [*overrides, f"out_dir={out_dir}"]
+    prepare(cfgmod.load(config, base), log=lambda *a: None)
+    rows = []
+    for i in range(times):
+        log(f"run {i + 1}/{times}")
+        t0 = time.perf_counter()
+        run = execute(cfgmod.load(config, [*base, f"name=repeat-{i + 1}"]), log=lambda *a: None)
+        rows += [_answer_row(run, i + 1, time.perf_counter() - t0, g) for g in run.meta["analysis"]["groups"]]
+    return pd.DataFrame(rows)
+
+
+def _answer_row(run, i: int, wall_s: float, g: dict) -> dict:
+    sure = g.get("confidence") or {}
+    return {"run": i, "group": group_label(g), "wall_s": wall_s, "trials": run.meta["analysis"]["trials"],
+            "recommended_workers": g.get("recommended_workers"), "workers_low": sure.get("workers_low"),
+            "workers_high": sure.get("workers_high"), "side": g.get("side_at_recommended"),
+            "resource": g.get("resource_at_recommended"), "also": ", ".join(g.get("also_at_recommended") or []),
+            "samples_per_s": g.get("recommended_samples_per_s"), "answer_share": sure.get("answer_share"),
+            "holds": sure.get("holds"), "folder": str(run.path)}
+
+
+def agreement(df: pd.DataFrame) -> list[dict]:
+    """Per group: whether every run named the same side and resource, and whether their num_workers
+    ranges (from the re-drawn windows; the pick itself where absent) share a count."""
+    out = []
+    for group, g in df.groupby("group", sort=False):
+        low = g["workers_low"].fillna(g["recommended_workers"]).max()
+        high = g["workers_high"].fillna(g["recommended_workers"]).min()
+        out.append({"group": group, "runs": len(g), "same_side": g["side"].nunique(dropna=False) == 1,
+                    "same_resource": g["resource"].nunique(dropna=False) == 1, "ranges_overlap": bool(low <= high),
+                    "common_workers": f"{int(low)}-{int(high)}" if low <= high else None,
+                    "wall_s_max": float(g["wall_s"].max())})
+    return out
+
+
+def render_repeat(df: pd.DataFrame) -> str:
+    """Markdown: the runs, then per group whether they agree."""
+    lines = ["| run | group | wall s | trials | num_workers (range) | side | resource (also) | samples/s | "
+             "confidence |", "|" + "---|" * 9]
+    for r in df.itertuples():
+        rng = "" if r.workers_low is None or r.workers_low != r.workers_low else \
+            f" ({int(r.workers_low)}-{int(r.workers_high)})"
+        share = "–" if r.answer_share is None or r.answer_share != r.answer_share else \
+            f"{r.answer_share:.0%}{'' if r.holds else ' (does not hold)'}"
+        also = f" (also {r.also})" if r.also else ""
+        lines.append(f"| {r.run} | {r.group} | {r.wall_s:.0f} | {r.trials} | {r.recommended_workers}{rng} | {r.side} "
+                     f"| {r.resource}{also} | {r.samples_per_s:,.1f} | {share} |")
+    for a in agreement(df):
+        verdict = "agree" if a["same_side"] and a["same_resource"] and a["ranges_overlap"] else "DISAGREE"
+        lines.append(f"\n{a['group']}: {a['runs']} runs {verdict}: side {'same' if a['same_side'] else 'differs'}, "
+                     f"resource {'same' if a['same_resource'] else 'differs'}, num_workers ranges "
+                     f"{'share ' + a['common_workers'] if a['ranges_overlap'] else 'do not overlap'}; "
+                     f"longest run {a['wall_s_max']:.0f} s")
     return "\n".join(lines) + "\n"
 
 

@@ -50,9 +50,11 @@ def storage_points(cfg) -> list[tuple[str, str]]:
 
 def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> bool:
     """Whether a kind is planned: asked for, applicable to the user's data, an overhead check only when
-    asked; the hand-off trial only where a GPU is fed (on a CPU the step shares the cores: those bind)."""
+    asked; the hand-off trial by default only where a GPU is fed (on a CPU the step shares the cores,
+    which bind first), and wherever ``trials`` names it."""
+    default_off = k == TrialKind.HANDOFF and cfg.device != "cuda" and "trials" not in cfg.model_fields_set
     return (k in set(cfg.trials) and not (user_dataset and kind.own_source) and not (user_loader and kind.own_samples)
-            and kind.check <= cfg.overhead_checks and not (k == TrialKind.HANDOFF and cfg.device != "cuda"))
+            and kind.check <= cfg.overhead_checks and not default_off)
 
 
 def augment_devices(cfg, user_dataset: bool) -> list:

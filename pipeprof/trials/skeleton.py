@@ -11,7 +11,7 @@ from torch.utils.data import IterableDataset
 
 from pipeprof.data.augment import load_preset
 from pipeprof.data import cache
-from pipeprof.data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline
+from pipeprof.data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline, stack
 from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.measure.loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
                       user_batch, worker_pids)
@@ -42,7 +42,7 @@ def collate_for(dataset):
 
 def collate_user(samples):
     """For a user Dataset returning (image_tensor, label, ...) tuples."""
-    images = torch.stack([torch.as_tensor(s[0]) for s in samples])
+    images = stack(s[0] for s in samples)
     labels = torch.as_tensor([int(s[1]) for s in samples], dtype=torch.long)
     return {"image": images, "label": labels}
 
