@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import pathlib
 import shutil
 import time
@@ -243,9 +244,16 @@ def _run_jobs(jobs: list, workers: int, progress: Callable[[int, int], None] | N
         collect(map(_write_one, jobs))
     else:
         chunk = max(1, min(16, len(jobs) // (workers * 8)))
-        with Pool(workers) as pool:
+        with Pool(workers, initializer=_default_signals) as pool:
             collect(pool.imap_unordered(_write_one, jobs, chunksize=chunk))
     return results
+
+
+def _default_signals() -> None:
+    """A pool worker ends quietly on the SIGTERM the pool sends when done: the command line's handler,
+    inherited by fork, would turn it into a KeyboardInterrupt traceback per worker."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def make_dataset(
