@@ -1,0 +1,73 @@
+"""The watch's answer, from the same analysis as a sweep's, and its lines on the console.
+
+:func:`analyse_loaders` runs ``analysis.analyse`` on each loader's rows apart (its end-to-end rows per
+rank, its step row, the pause's cpu_pipeline rows: a loader's step is joined to its own rows only)
+and merges them into one analysis as run.json stores a sweep's. Verdicts, their basis, the
+prediction and the advice are the analysis' own; this module adds only what a watch has and a sweep
+has not: the slowest rank of each loader and the pause's recommendation (``tune.recommend``).
+"""
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+from pipeprof.analysis import analyse
+from pipeprof.analysis import verdict as verdict_mod
+from pipeprof.results import frame
+
+SUMMED = ("trials", "failed_trials", "unstable_trials")
+
+
+def _merge(parts: list[dict]) -> dict:
+    """One analysis from several: lists joined, counts added, the rest (cores, device) from the first."""
+    out: dict = {}
+    for part in parts:
+        for k, v in part.items():
+            if k not in out:
+                out[k] = list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+            elif isinstance(v, list):
+                out[k] += v
+            elif k in SUMMED:
+                out[k] += v
+            elif k == "unstable_causes":
+                out[k] = {c: out[k].get(c, 0) + v.get(c, 0) for c in set(out[k]) | set(v)}
+    return out
+
+
+def side_of(v: dict) -> str | None:
+    """Input or step side of a verdict row: the analysis' own column when it has one, else its rule."""
+    return v.get("side") or verdict_mod.side(v.get("verdict") or "")
+
+
+def slowest_rank(rows: list[dict]) -> dict | None:
+    """Of one loader's ranks, the slowest and why (its data wait against the others')."""
+    ok = [r for r in rows if r.get("kind") == "end_to_end" and r.get("status") == "ok"]
+    if len(ok) < 2:
+        return None
+    slow = min(ok, key=lambda r: r["samples_per_s"])
+    others = [r["data_wait_frac"] for r in ok if r is not slow]
+    return {"rank": slow["rank"], "samples_per_s": slow["samples_per_s"], "data_wait_frac": slow["data_wait_frac"],
+            "others_data_wait_frac_median": statistics.median(others),
+            "why": (f"rank {slow['rank']} waits for data {slow['data_wait_frac']:.0%} of the time against "
+                    f"{statistics.median(others):.0%} on the other ranks: its input is the slower")
+            if slow["data_wait_frac"] > statistics.median(others) + 0.05 else
+            f"rank {slow['rank']} waits for data {slow['data_wait_frac']:.0%}, as the others do: its step is "
+            "the slower (or the ranks wait for each other in the all-reduce)"}
+
+
+def analyse_loaders(rows: list[dict], cores: float, device: str) -> dict:
+    """run.json's ``analysis`` for a watch (see the module docstring)."""
+    parts, loaders = [], {}
+    for label in dict.fromkeys(r["loader"] for r in rows):
+        mine = [r for r in rows if r["loader"] == label]
+        part = analyse(frame(mine), cores=cores, device=device)
+        for g in part["groups"]:
+            g["loader"] = label
+        parts.append(part)
+        loaders[label] = {"slowest_rank": slowest_rank(mine),
+                          "verdicts": [{k: v.get(k) for k in ("trial_id", "verdict", "verdict_basis", "side",
+                                                                "resource")} | {"side": side_of(v)}
+                                       for v in part["verdicts"]]}
+    out = _merge(parts) if parts else analyse(pd.DataFrame(), cores=cores, device=device)
+    return out | {"loaders": loaders}

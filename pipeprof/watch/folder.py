@@ -1,0 +1,130 @@
+"""The run folder of a watch (kind ``watch``): rows per loader and rank, the step, the pause's points.
+
+``trials.parquet`` holds, per loader (its construction site) and rank, an ``end_to_end`` row of the
+watched window; per loader a ``gpu_ceiling`` row, the step's own rate in the loop; with ``--tune`` a
+``cpu_pipeline`` row per worker count the pause measured. The monitor's columns are those of the
+rows' windows; the training process's and the loader's workers' CPU are that rank's and that
+loader's own (``procs``). ``batches.parquet`` keeps every batch as sent (raw samples; the rows are
+derived from them), ``timeline.parquet`` the monitor. run.json says how the watch ended, what the
+job raised, each loader's settings and site, and the analysis: the same ``analysis.analyse`` that
+reads a sweep (``answer``).
+"""
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from pipeprof._version import __version__
+from pipeprof.measure.monitors import block_interval, summarize
+from pipeprof.results import Run, frame, new_run_dir
+from pipeprof.schema import SCHEMA_VERSION
+from .records import STEP_REGION, WATCH_REGION, loader_identity, loader_row, step_row, warmup_batches, windows
+
+TUNE_REGION = "next() on a copy of the user's loader alone, during the pause (as cpu_pipeline)"
+
+
+def _in(df: pd.DataFrame, spans: list[tuple[float, float]]) -> pd.DataFrame:
+    if df.empty or not spans:
+        return df.iloc[0:0]
+    t = df["t_s"]
+    keep = pd.Series(False, index=df.index)
+    for a, b in spans:
+        keep |= (t >= a) & (t <= b)
+    return df[keep]
+
+
+def cpu_columns(procs, spans, main: set, workers: set) -> dict:
+    """The rank's training process and the loader's workers: mean CPU % and its 95% interval (blocks)."""
+    out = {}
+    for name, pids in (("main_cpu_pct", main), ("workers_cpu_pct", workers)):
+        values = [100 * c for c in procs.cores(pids, spans)] if pids else []
+        out[f"{name}_mean"] = sum(values) / len(values) if values else (0.0 if not pids else None)
+        out |= block_interval(pd.DataFrame({name: values}), name)
+    return out
+
+
+def monitor_columns(timeline: pd.DataFrame, trial: str, spans: list) -> dict:
+    sub = _in(timeline[timeline["trial_id"] == trial] if "trial_id" in timeline else timeline, spans)
+    found = summarize(sub, trial)
+    return {k: v for k, v in found.items() if not k.startswith(("main_", "workers_"))}
+
+
+def loader_rows(session, label: str, loader: dict) -> list[dict]:
+    """The end_to_end rows of one loader (one per rank) and its step row."""
+    store, rows, per_rank = session.store, [], {}
+    s = loader.get("settings", {})
+    skip = warmup_batches(s)
+    for cid in sorted({c for c, lab in store.batches if lab == label}, key=store.rank):
+        batches = [b for b in store.batches[(cid, label)] if b.t_ret <= session.t_end]
+        proc = store.procs.get(cid, {})
+        ident = loader_identity(label, loader, store.rank(cid), int(proc.get("world", 1)), batches)
+        wins = windows(batches, session.o.window_s, s.get("num_workers") or 1, skip, s.get("batch_size") or 1)
+        row = loader_row(ident, wins, len(batches), skip, session.ci_target)
+        spans = [(w.t_start, w.t_end) for w in wins]
+        row |= monitor_columns(session.timeline, "watch", spans) | cpu_columns(
+            session.procs, spans, {proc.get("pid")}, store.workers.get((cid, label), set()))
+        rows.append(row | {"pid": proc.get("pid")})
+        per_rank[store.rank(cid)] = wins
+    ok = [r for r in rows if r["status"] == "ok" and r["num_workers"] > 0 and r.get("main_cpu_pct_mean") is not None]
+    step = step_row(rows[0], per_rank, None) if rows else None
+    if step is not None and ok:  # the training process's CPU per sample, at the step's own rate
+        step["main_cpu_pct_mean"] = ok[0]["main_cpu_pct_mean"] / ok[0]["samples_per_s"] * step["samples_per_s"]
+    return rows + ([step] if step else [])
+
+
+def tune_rows(session, ident: dict) -> list[dict]:
+    """One cpu_pipeline row per worker count the pause measured."""
+    msgs, rows = session.store.tune, []
+    for m in (m for m in msgs if m.get("k") == "tune_point"):
+        w, stats = int(m["workers"]), m.get("stats") or {}
+        pids = {p for t in msgs if t.get("k") == "tune_workers" and t.get("workers") == w for p in t["pids"]}
+        spans = [(stats["t_measure_start_s"], stats["t_measure_end_s"])] if stats else []
+        main = {session.store.procs.get(m["cid"], {}).get("pid")}
+        keep = {k: ident.get(k) for k in ("model", "precision", "mode", "preset", "loader", "batch_size",
+                                           "pin_memory", "prefetch_factor", "site")}
+        rows.append(keep | stats | {
+            "kind": "cpu_pipeline", "trial_id": f"tune {ident['loader']} w{w}", "num_workers": w,
+            "status": "failed" if m.get("error") else "ok", "error": m.get("error"), "timed_region": TUNE_REGION,
+            "rank": session.store.rank(m["cid"])} | monitor_columns(session.timeline, f"tune w{w}", spans)
+            | cpu_columns(session.procs, spans, main, pids))
+    return rows
+
+
+def build_rows(session) -> list[dict]:
+    rows = []
+    for label, loader in session.store.loaders.items():
+        found = loader_rows(session, label, loader)
+        rows += found
+        if session.tuned == label and found:
+            rows += tune_rows(session, found[0])
+    return rows
+
+
+def meta(session, status: str, analysis: dict, machine: dict) -> dict:
+    o = session.o
+    return {"schema_version": SCHEMA_VERSION, "pipeprof_version": __version__, "kind": "watch", "status": status,
+            "ended_by": session.ended_by, "command": o.command, "exit_status": session.exit_status,
+            "started": session.started, "finished": time.time(),
+            "window": {"seconds": o.seconds, "steps": o.steps, "window_s": o.window_s,
+                       "watched_s": session.watched_s()},
+            "config": {"device": session.device(), "measure": {"window_s": o.window_s}},
+            "machine": machine, "loaders": session.store.loaders, "processes": list(session.store.procs.values()),
+            "exceptions": session.store.exceptions, "tune": session.tune_result,
+            "timed_regions": {"end_to_end": WATCH_REGION, "gpu_ceiling": STEP_REGION, "cpu_pipeline": TUNE_REGION},
+            "analysis": analysis}
+
+
+def write(session, status: str, analysis: dict, rows: list[dict], machine: dict) -> Run:
+    run = Run(new_run_dir(session.o.out_dir, "watch"))
+    run.meta = meta(session, status, analysis, machine)
+    run.save_trials(rows)
+    run.save_timeline(session.timeline)
+    batches = [{"rank": session.store.rank(cid), "loader": label, **b._asdict()}
+               for (cid, label), bs in session.store.batches.items() for b in bs]
+    pd.DataFrame(batches).to_parquet(run.path / "batches.parquet", index=False)
+    run.save_meta()
+    return run
+
+
+__all__ = ["build_rows", "frame", "write"]

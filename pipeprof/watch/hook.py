@@ -1,0 +1,366 @@
+"""Inside every watched Python process: time each wait for a batch, record each DataLoader as built.
+
+Installed by ``boot/sitecustomize.py`` when ``PIPEPROF_WATCH_SOCKET`` is set. Nothing happens until
+the process imports ``torch.utils.data.dataloader`` (a meta-path finder patches that module right
+after it has run, so a process that never loads data never imports torch because of us). Then:
+
+* ``DataLoader.__init__`` records the loader's settings and the file:line of the user's code that
+  built it (the first frame outside torch and outside the loader's own ``__init__`` chain); loaders
+  are told apart by that site (``train.py:41``; a second loader of other settings from the same
+  site is ``train.py:41#2``).
+* ``_BaseDataLoaderIter.__next__`` takes the host clock (``time.perf_counter``, the parent's clock
+  too) at its call and its return: the wait is the difference, the step the time from the previous
+  return of the same loader to this call. On CUDA an event is also recorded on the current stream at
+  the return and at the next call; their elapsed time (the device's time for the step) is read later
+  with ``query()``, never by synchronising the loop. Samples are the first tensor's length.
+* Records are buffered and sent every :data:`FLUSH_S` from a step boundary, where commands from the
+  parent are read too: ``off`` restores the original methods; ``tune`` pauses the loop there (see
+  ``pause``). DataLoader worker processes are never timed.
+
+Stdlib only at import: this module is loaded by file path in processes that may not have pipeprof's
+dependencies until the pause imports them.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import importlib.machinery
+import os
+import sys
+import time
+import traceback
+import weakref
+from collections import deque
+
+try:
+    from . import channel
+except ImportError:  # loaded by file path in a watched process (boot/sitecustomize.py)
+    import _pipeprof_watch_channel as channel
+
+TARGET = "torch.utils.data.dataloader"
+FLUSH_S = 0.25  # records leave the process about four times a second: one sendall each
+HOLD_S = 2.0  # a batch whose CUDA step has not been read after this long is sent without it
+PENDING = -1.0  # its CUDA step is not read yet
+clock = time.perf_counter
+_STATE = None  # the process's Watch, once installed
+
+
+class _PostImport:
+    """A meta-path finder: ``torch.utils.data.dataloader`` imports as usual, then ``on_import(module)``."""
+
+    def __init__(self, on_import):
+        self.on_import = on_import
+
+    def find_spec(self, name, path, target=None):
+        if name != TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            self.on_import(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def count(batch, depth: int = 0):
+    """Samples in a batch: the first tensor's (or array's) length, depth first; None when there is none."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    if depth < 4:
+        items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+        for item in items:
+            n = count(item, depth + 1)
+            if n is not None:
+                return n
+    return None
+
+
+class LoaderInfo:
+    """What the hook keeps per loader label in this process."""
+
+    def __init__(self, label: str):
+        self.label, self.passes, self.prev = label, 0, None  # prev: (record, CUDA event at its return)
+        self.workers: set[int] = set()
+
+
+def _qualname(obj) -> str | None:
+    if obj is None:
+        return None
+    kind = obj if isinstance(obj, type) else type(obj)
+    if callable(obj) and not isinstance(obj, type) and hasattr(obj, "__qualname__"):
+        kind = obj  # a function (collate_fn): its own name, not 'function'
+    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', kind)}"
+
+
+def settings(loader) -> dict:
+    """A DataLoader's settings as the run folder records them."""
+    batch = loader.batch_size
+    if batch is None:
+        batch = getattr(loader.batch_sampler, "batch_size", None)
+    try:
+        length = len(loader.dataset)
+    except TypeError:  # an IterableDataset without __len__
+        length = None
+    return {"num_workers": loader.num_workers, "batch_size": batch, "pin_memory": bool(loader.pin_memory),
+            "prefetch_factor": loader.prefetch_factor, "persistent_workers": bool(loader.persistent_workers),
+            "drop_last": bool(loader.drop_last), "dataset": _qualname(loader.dataset), "dataset_len": length,
+            "sampler": _qualname(loader.sampler),
+            "batch_sampler": _qualname(loader.batch_sampler) if loader.batch_size is None else None,
+            "collate_fn": _qualname(loader.collate_fn), "worker_init_fn": _qualname(loader.worker_init_fn)}
+
+
+def user_site(loader, torch_dir: str) -> tuple[str, int, list[str]]:
+    """(file, line, short stack) of the user's code that built ``loader``: the first frame outside torch,
+    this module and the loader's own ``__init__`` chain (a DataLoader subclass calling super())."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not (file.startswith(torch_dir) or file == __file__ or frame.f_locals.get("self") is loader):
+            break
+        frame = frame.f_back
+    if frame is None:
+        return "?", 0, []
+    stack = [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_stack(frame, limit=3)][::-1]
+    return frame.f_code.co_filename, frame.f_lineno, stack
+
+
+class Watch:
+    """The hook's state in one process: loaders seen, records not yet sent, CUDA events not yet read."""
+
+    def __init__(self, client):
+        self.client, self.active, self.torch, self.orig = client, True, None, {}
+        self.labels: dict[tuple, str] = {}  # (site, dataset type, batch, workers) -> label
+        self.sites: dict[str, int] = {}
+        self.infos: dict[str, LoaderInfo] = {}
+        self.latest: dict[str, weakref.ref] = {}  # label -> the last loader built there (for the pause)
+        self.rows: deque = deque()  # [label, pass, t_call, t_ret, samples, grad enabled, CUDA step s]
+        self.pending: deque = deque()  # (record, event at its return, event at the next call)
+        self.pool: list = []
+        self.last_flush, self.hello = clock(), False
+
+    # -- patching -------------------------------------------------------------------------------
+    def patch(self, module) -> None:
+        self.torch = sys.modules["torch"]
+        base, loader = module._BaseDataLoaderIter, module.DataLoader
+        self.orig = {"next": base.__next__, "iter_init": base.__init__, "loader_init": loader.__init__,
+                     "base": base, "loader": loader}
+        base.__next__ = functools.wraps(base.__next__)(_next)
+        base.__init__ = functools.wraps(base.__init__)(_iter_init)
+        loader.__init__ = functools.wraps(loader.__init__)(_loader_init)
+
+    def unpatch(self) -> None:
+        """The original methods back: after the watched window the loop runs untouched."""
+        if self.orig:
+            self.orig["base"].__next__ = self.orig["next"]
+            self.orig["base"].__init__ = self.orig["iter_init"]
+            self.orig["loader"].__init__ = self.orig["loader_init"]
+        self.active = False
+
+    def in_worker(self) -> bool:
+        return self.torch.utils.data.get_worker_info() is not None
+
+    def _hello(self) -> None:
+        if not self.hello:
+            self.hello = True
+            env = os.environ
+            self.client.send({"k": "hello", "pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[:8],
+                              "rank": int(env.get("RANK", 0)), "local_rank": int(env.get("LOCAL_RANK", 0)),
+                              "world": int(env.get("WORLD_SIZE", 1)), "t": clock(), "unix": time.time(),
+                              "torch": getattr(self.torch, "__version__", None)})
+
+    # -- loaders ----------------------------------------------------------------------------------
+    def built(self, loader, args: tuple, kwargs: dict) -> None:
+        """A DataLoader was built: give it a label (its site) and say so once per label."""
+        file, line, stack = user_site(loader, os.path.dirname(self.torch.__file__))
+        site = f"{os.path.basename(file)}:{line}"
+        found = settings(loader)
+        key = (site, found["dataset"], found["batch_size"], found["num_workers"])
+        label = self.labels.get(key)
+        if label is None:
+            n = self.sites[site] = self.sites.get(site, 0) + 1
+            label = self.labels[key] = site if n == 1 else f"{site}#{n}"
+            self.infos[label] = LoaderInfo(label)
+            self._hello()
+            self.client.send({"k": "loader", "label": label, "site": site, "path": file, "line": line,
+                              "stack": stack, "settings": found, "t": clock()})
+        loader._pipeprof_label = label
+        loader._pipeprof_args = (args, kwargs)  # the pause re-creates the loader from them
+        self.latest[label] = weakref.ref(loader)
+
+    # -- batches ----------------------------------------------------------------------------------
+    def call(self, it, info: LoaderInfo, t: float) -> None:
+        """At the call of ``next()``: the step since the previous return ends here."""
+        first = it._num_yielded == 0
+        if first:  # a new pass: the time since the last pass's last batch is not a step of this loader
+            info.passes += 1
+            self._drop_prev(info)
+            workers = [w.pid for w in getattr(it, "_workers", [])]
+            if set(workers) - info.workers:
+                info.workers |= set(workers)
+                self.client.send({"k": "workers", "label": info.label, "pids": workers})
+        elif info.prev is not None:
+            rec, ev_ret = info.prev
+            info.prev = None
+            if ev_ret is not None:
+                ev_call = self._event()
+                ev_call.record()
+                self.pending.append((rec, ev_ret, ev_call))
+        if t - self.last_flush >= FLUSH_S:
+            self.boundary(t)
+
+    def returned(self, info: LoaderInfo, t_call: float, t_ret: float, batch) -> None:
+        rec = [info.label, info.passes, t_call, t_ret, count(batch), self.torch.is_grad_enabled(), None]
+        ev = None
+        if self.torch.cuda.is_initialized():  # never initialise CUDA ourselves
+            ev = self._event()
+            ev.record()
+            rec[6] = PENDING
+        info.prev = (rec, ev)
+        self.rows.append(rec)
+
+    def _event(self):
+        return self.pool.pop() if self.pool else self.torch.cuda.Event(enable_timing=True)
+
+    def _drop_prev(self, info: LoaderInfo) -> None:
+        if info.prev is not None:
+            rec, ev = info.prev
+            rec[6] = None
+            if ev is not None:
+                self.pool.append(ev)
+        info.prev = None
+
+    def resolve(self, wait: bool = False) -> None:
+        """Read the CUDA steps whose events have completed (all of them, waiting, when ``wait``)."""
+        while self.pending and (wait or self.pending[0][2].query()):
+            rec, a, b = self.pending.popleft()
+            if wait:
+                b.synchronize()
+            rec[6] = a.elapsed_time(b) / 1e3
+            self.pool += [a, b]
+
+    def boundary(self, t: float) -> None:
+        """Every FLUSH_S, at a step boundary: send the records that are complete, obey the parent."""
+        self.last_flush = t
+        self.send_rows(t)
+        self.client.flush()
+        cmds = self.client.commands()
+        if any(c.get("cmd") == "resume" for c in cmds):  # the parent gave up on a pause before it began
+            cmds = [c for c in cmds if c.get("cmd") not in ("tune", "resume")]
+        for cmd in cmds:
+            self.obey(cmd)
+
+    def send_rows(self, t: float, final: bool = False) -> None:
+        self.resolve()
+        ready = []
+        while self.rows and (final or self.rows[0][6] != PENDING or t - self.rows[0][3] > HOLD_S):
+            rec = self.rows.popleft()
+            ready.append(rec[:6] + [None if rec[6] == PENDING else rec[6]])
+        if ready:
+            self._hello()
+            self.client.send({"k": "b", "d": ready})
+
+    def obey(self, cmd: dict) -> None:
+        if cmd.get("cmd") == "off":
+            self.send_rows(clock(), final=True)
+            self.unpatch()
+            self.client.send({"k": "off", "t": clock()})
+            self.client.flush()
+        elif cmd.get("cmd") == "tune":
+            self.pause(cmd)
+
+    def pause(self, cmd: dict) -> None:
+        """``--tune``: the loop stops here, at a step boundary, while ``pause.serve`` measures copies of the
+        loader; this process's own loaders are not watched meanwhile."""
+        ref = self.latest.get(cmd.get("loader"))
+        loader = ref() if ref is not None else None
+        self.active = False
+        try:
+            if loader is None:
+                raise LookupError(f"loader {cmd.get('loader')} is no longer alive in process {os.getpid()}")
+            root = os.environ.get(channel.ENV_ROOT)
+            if root and root not in sys.path:
+                sys.path.append(root)  # last: an installed pipeprof wins; the pause needs its package
+            importlib.import_module("pipeprof.watch.pause").serve(loader, self.client, cmd)
+        except Exception as exc:  # the user's job must go on whatever the pause met
+            self.client.send({"k": "tune_error", "error": f"{type(exc).__name__}: {exc}", "t": clock()})
+            self.client.flush()
+        finally:
+            self.active = True
+            for info in self.infos.values():
+                self._drop_prev(info)  # the pause is not a step
+
+    def at_exit(self) -> None:
+        if self.hello:
+            if self.torch is not None and self.pending:
+                self.resolve(wait=True)
+            self.send_rows(clock(), final=True)
+            self.client.send({"k": "end", "t": clock()})
+            self.client.flush()
+
+    def exception(self, kind, value, tb) -> None:
+        """An uncaught exception: what and where, so the run folder can say why the job ended early."""
+        if self.hello:
+            where = traceback.extract_tb(tb)[-1] if tb is not None else None
+            self.client.send({"k": "exc", "type": kind.__name__, "message": str(value)[:500], "t": clock(),
+                              "where": f"{where.filename}:{where.lineno}" if where else None})
+            self.send_rows(clock(), final=True)
+            self.client.flush()
+
+
+def _next(self):
+    st = _STATE
+    info = st.infos.get(getattr(self, "_pipeprof_label", None)) if st.active else None
+    if info is None:
+        return st.orig["next"](self)
+    st.call(self, info, clock())
+    t_call = clock()  # after the boundary's work (and a pause): neither is the loader's
+    batch = st.orig["next"](self)
+    st.returned(info, t_call, clock(), batch)
+    return batch
+
+
+def _iter_init(self, loader, *args, **kwargs):
+    _STATE.orig["iter_init"](self, loader, *args, **kwargs)
+    label = getattr(loader, "_pipeprof_label", None)
+    if label is not None and _STATE.active:
+        self._pipeprof_label = label
+
+
+def _loader_init(self, *args, **kwargs):
+    st = _STATE
+    st.orig["loader_init"](self, *args, **kwargs)
+    if st.active and getattr(self, "_pipeprof_label", None) is None and not st.in_worker():
+        try:
+            st.built(self, args, kwargs)
+        except Exception:  # noqa: BLE001 - recording must never break the user's loader
+            pass
+
+
+def install() -> None:
+    """Set up the hook in this process when ``pipeprof watch`` started it (its socket in the environment)."""
+    global _STATE
+    path = os.environ.get(channel.ENV_SOCKET)
+    if not path or _STATE is not None:
+        return
+    _STATE = Watch(channel.Client(path))
+    if TARGET in sys.modules:
+        _STATE.patch(sys.modules[TARGET])
+    else:
+        sys.meta_path.insert(0, _PostImport(_STATE.patch))
+    atexit.register(_STATE.at_exit)
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        try:
+            _STATE.exception(kind, value, tb)
+        finally:
+            previous(kind, value, tb)
+
+    sys.excepthook = excepthook

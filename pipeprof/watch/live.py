@@ -1,0 +1,103 @@
+"""What ``pipeprof watch`` prints: the live line every few seconds and the closing summary.
+
+Both go to pipeprof's own stream (stderr, or ``--log FILE``), never the user's stdout. The live line
+is per loader over the last interval: samples/s (all ranks together), the data-wait share, the GPUs'
+utilisation from the monitor and the loader's workers' CPU. The summary prints what run.json stores:
+each loader's verdict and basis per rank (the analysis' words), the slowest rank, the pause and its
+recommendation, and the run folder.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+
+
+def _pct(x: Optional[float]) -> str:
+    return "–" if x is None or x != x else f"{x:.0%}"
+
+
+def _rate(x: Optional[float]) -> str:
+    return "–" if x is None or x != x else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def gpu_util(timeline: pd.DataFrame, since: float) -> Optional[float]:
+    """Mean GPU utilisation (%) over every GPU since ``since``; None without NVML figures."""
+    if timeline.empty:
+        return None
+    recent = timeline[timeline["t_s"] >= since]
+    cols = [c for c in recent.columns if c.startswith("gpu") and c.endswith("_util_pct")]
+    values = pd.concat([pd.to_numeric(recent[c], errors="coerce") for c in cols]).dropna() if cols else []
+    return float(values.mean()) if len(values) else None
+
+
+def line(session, since: float, now: float) -> list[str]:
+    """One line per loader that returned batches since ``since``."""
+    store, out = session.store, []
+    gpu = gpu_util(session.monitor.timeline(), since) if session.monitor else None
+    for label in store.loaders:
+        recent = [b for (cid, lab), bs in store.batches.items() if lab == label for b in bs if b.t_ret >= since]
+        if not recent:
+            continue
+        span = now - since
+        samples = sum(b.samples or 0 for b in recent)
+        wait = sum(b.t_ret - max(b.t_call, since) for b in recent) / span / max(1, _ranks(store, label))
+        workers = {p for (cid, lab), s in store.workers.items() if lab == label for p in s}
+        cpu = session.procs.mean_pct(workers, [(since, now)]) if workers else None
+        out.append(f"pipeprof watch {now - session.t_start:5.0f}s  {label}: {_rate(samples / span)} samples/s, "
+                   f"data wait {_pct(wait)}, GPU {'–' if gpu is None else f'{gpu:.0f}%'}, workers' CPU "
+                   f"{'–' if cpu is None else f'{cpu:.0f}%'} ({len(workers)} workers)")
+    return out
+
+
+def _ranks(store, label: str) -> int:
+    return len({cid for cid, lab in store.batches if lab == label})
+
+
+def summary(run, tune: Optional[dict]) -> list[str]:
+    """The closing lines, read from the stored run."""
+    meta, lines = run.meta, []
+    lines.append(f"pipeprof watch: {meta['status']} ({meta.get('ended_by')}), {meta['window']['watched_s']:.1f} s "
+                 f"watched; device {meta['config']['device']}")
+    for exc in meta.get("exceptions", []):
+        lines.append(f"  the job raised {exc['type']}: {exc['message']} (rank {exc.get('rank')}, {exc.get('where')})")
+    verdicts = {v["trial_id"]: v for v in meta["analysis"].get("verdicts", [])}
+    for _, r in run.trials[run.trials["kind"] == "end_to_end"].iterrows():
+        lines += _row_lines(r, verdicts.get(r["trial_id"], {}))
+    for label, info in meta["analysis"].get("loaders", {}).items():
+        if info.get("slowest_rank"):
+            lines.append(f"  {label}: slowest rank {info['slowest_rank']['rank']}: {info['slowest_rank']['why']}")
+    lines += tune_lines(tune)
+    return lines + [f"run folder: {run.path}"]
+
+
+def _row_lines(r: pd.Series, v: dict) -> list[str]:
+    head = f"  {r['loader']} rank {r['rank']} ({r['num_workers']} workers, batch {r['batch_size']}, {r['mode']})"
+    if r["status"] != "ok":
+        return [f"{head}: {r.get('error')}"]
+    ci = (f" ({_rate(r['samples_per_s_ci95_low'])}–{_rate(r['samples_per_s_ci95_high'])})"
+          if r.get("samples_per_s_ci95_low") == r.get("samples_per_s_ci95_low") else "")
+    gpu = r.get("gpu_util_pct_mean")
+    return [f"{head}: {_rate(r['samples_per_s'])}{ci} samples/s, data wait {_pct(r['data_wait_frac'])}, "
+            f"GPU {'–' if gpu is None or gpu != gpu else f'{gpu:.0f}%'}, workers' CPU "
+            f"{_rate(r.get('workers_cpu_pct_mean'))}%",
+            f"    verdict: {v.get('verdict', 'unknown')}: {v.get('verdict_basis', 'no verdict stored')}"]
+
+
+def tune_lines(tune: Optional[dict]) -> list[str]:
+    if not tune:
+        return []
+    if tune.get("error"):
+        return [f"  tune: {tune['error']}"]
+    points = ", ".join(f"{p['num_workers']} w {_rate(p['loader_alone_samples_per_s'])}/s"
+                       for p in tune.get("predicted", []))
+    out = [f"  tune ({tune['loader']}, paused {tune['paused_s']:.1f} s): the loader alone at {points}; the step "
+           f"alone {_rate(tune.get('step_samples_per_s'))} samples/s"]
+    if tune.get("recommended_workers") is not None:
+        need = (tune.get("cores_needed") or {}).get("cores_needed")
+        out.append(f"  → num_workers={tune['recommended_workers']} (predicted "
+                   f"{_rate(tune['recommended_samples_per_s'])} samples/s"
+                   f"{f'; about {need} cores keep the step fed' if need else ''})")
+        if tune.get("change"):
+            out.append(f"    {tune['change']}")
+    return out

@@ -1,0 +1,130 @@
+"""``--tune`` inside the watched process: the loop paused at a step boundary, the loader measured alone.
+
+The hook calls :func:`serve` from the user's ``next()`` when the parent asks. It says it has paused,
+then for each worker count the parent asks for (``measure``) builds a new DataLoader from the
+arguments the user's loader was built with (the same dataset object, sampler, collate function,
+pin_memory, worker_init_fn; only ``num_workers``, and what 0 workers forbids, changed) and times it
+alone with pipeprof's steady-state windows (``measure.windows.steady_state``: warm-up past the
+prefetched batches, windows of whole worker rounds, median and 95% interval), as a ``cpu_pipeline``
+trial does. ``resume`` ends the pause. The user's loader, its iterator and its workers are never
+touched; the random states a new loader draws from (torch's, Python's, numpy's, the sampler's and the
+loader's generators) are put back as they were, so the user's data order does not change.
+"""
+from __future__ import annotations
+
+import inspect
+import random
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+from torch.utils.data import DataLoader
+
+from pipeprof.measure.windows import steady_state
+from .hook import count
+
+WAIT_S = 600.0  # the parent answers within the pause; past this the loop resumes on its own
+
+
+def _count(batch) -> int:
+    return count(batch) or 1  # the hook's own rule for samples in a batch
+
+
+def rebuild(loader, workers: int) -> DataLoader:
+    """A DataLoader like ``loader`` (its constructor's arguments as the user passed them) at ``workers``."""
+    args, kwargs = loader._pipeprof_args
+    bound = inspect.signature(DataLoader.__init__).bind(None, *args, **kwargs)
+    given = dict(bound.arguments)
+    given.pop("self")
+    given["num_workers"] = workers
+    if workers == 0:  # torch refuses these without workers
+        given["prefetch_factor"], given["persistent_workers"] = None, False
+    return DataLoader(**given)
+
+
+class RandomStates:
+    """Every random state a new loader may draw from, saved and put back."""
+
+    def __init__(self, loader):
+        gens = [getattr(loader, "generator", None), getattr(loader.sampler, "generator", None),
+                getattr(getattr(loader, "batch_sampler", None), "generator", None)]
+        self.gens = [(g, g.get_state()) for g in gens if isinstance(g, torch.Generator)]
+        self.torch, self.python = torch.get_rng_state(), random.getstate()
+        np = sys.modules.get("numpy")
+        self.numpy = (np, np.random.get_state()) if np is not None else None
+
+    def restore(self) -> None:
+        for g, state in self.gens:
+            g.set_state(state)
+        torch.set_rng_state(self.torch)
+        random.setstate(self.python)
+        if self.numpy is not None:
+            self.numpy[0].random.set_state(self.numpy[1])
+
+
+def measure(loader, workers: int, policy: dict, on_workers) -> dict:
+    """The loader alone at ``workers``: steady-state windows over ``next()`` (a pass that ends starts
+    again, counted as ``loader_restarts``), then its workers shut down."""
+    clone = rebuild(loader, workers)
+    state = SimpleNamespace(it=iter(clone), restarts=0)
+    on_workers([w.pid for w in getattr(state.it, "_workers", [])])
+
+    def step() -> int:
+        try:
+            return _count(next(state.it))
+        except StopIteration:
+            state.restarts += 1
+            state.it = iter(clone)
+            on_workers([w.pid for w in getattr(state.it, "_workers", [])])
+            return _count(next(state.it))
+
+    depth = workers * (clone.prefetch_factor or 0)
+    try:
+        m = steady_state(step, SimpleNamespace(**policy), min_warmup_batches=depth + policy["warmup_batches"],
+                         batch_multiple=max(workers, 1))
+    finally:
+        shutdown = getattr(state.it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+    return m.stats() | {"loader_restarts": state.restarts}
+
+
+def serve(loader, client, first: dict) -> None:
+    """The pause: answer ``measure`` commands until ``resume`` (or silence for WAIT_S)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # the step in flight finishes before the loader is timed alone
+    states = RandomStates(loader)
+    t0 = time.perf_counter()
+    client.send({"k": "tune_paused", "loader": first.get("loader"), "t": t0})
+    client.flush()
+    try:
+        while True:
+            cmds = client.commands(wait_s=WAIT_S)
+            if not cmds or any(c.get("cmd") == "resume" for c in cmds):
+                break
+            for cmd in cmds:
+                if cmd.get("cmd") == "measure":
+                    _measure_one(loader, client, cmd)
+    finally:
+        states.restore()
+        client.send({"k": "tune_resumed", "t": time.perf_counter(), "paused_s": time.perf_counter() - t0})
+        client.flush()
+
+
+def _measure_one(loader, client, cmd: dict) -> None:
+    w = int(cmd["workers"])
+
+    def on_workers(pids):
+        client.send({"k": "tune_workers", "workers": w, "pids": pids})
+        client.flush()
+
+    client.send({"k": "tune_start", "workers": w, "t": time.perf_counter()})
+    client.flush()
+    try:
+        stats = measure(loader, w, cmd["policy"], on_workers)
+        client.send({"k": "tune_point", "workers": w, "t": time.perf_counter(), "stats": stats})
+    except Exception as exc:  # a count that cannot run (memory, a worker that dies) is a row, not a crash
+        client.send({"k": "tune_point", "workers": w, "t": time.perf_counter(),
+                     "error": f"{type(exc).__name__}: {exc}"})
+    client.flush()

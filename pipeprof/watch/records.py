@@ -1,0 +1,247 @@
+"""What the watched processes sent, and the trial-like rows made from it.
+
+:class:`Store` keeps every message by connection (one per watched process): the process (pid, rank),
+its loaders (label, site, settings), every batch (``Batch``: the call and return of ``next()`` on
+the host clock, samples, the CUDA step after it), worker pids, exceptions and the pause's points.
+
+:func:`windows` cuts one loader's batches in one process into steady-state windows like a trial's:
+the first pass's first ``workers × prefetch_factor + 2`` batches are warm-up (the workers made them
+before anyone waited: timed, they give rates above the physical limit); a later pass starts at the
+call for its first batch, so the re-start of the workers falls inside the window, as it does in the
+user's training (counted, ``loader_restarts``); a window is at least ``window_s`` and a whole round
+of the workers, and never spans two passes (what runs between them, a validation loop, is not this
+loader's). :func:`loader_row` makes an ``end_to_end`` row of them (median window rate, its 95%
+interval, the data-wait share per window and its interval) and :func:`step_row` a step-ceiling row
+(kind ``gpu_ceiling``): the step's own rate in the real loop, batch / step time.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from pipeprof.measure.windows import instability, mean_ci95, summarize_rates
+
+STEP_REGION = ("the user's step in the real loop: from a next() return to the next call of the same loader "
+               "(on CUDA the device's time between events recorded on the current stream at those points)")
+WATCH_REGION = ("the user's loop: next() and the step, windows from the returns of next(); warm-up and the "
+                "time between passes excluded, worker re-starts of later passes included")
+
+
+class Batch(NamedTuple):
+    pass_no: int
+    t_call: float
+    t_ret: float
+    samples: Optional[int]
+    grad: bool
+    gpu_s: Optional[float]  # the device's time for the step after this batch (CUDA), else None
+
+
+class Win(NamedTuple):
+    """Consecutive batches of one pass: from ``t_start`` (the previous return, or the pass's first call) to
+    the last return; each batch with the host step before it (None for a pass's first batch)."""
+
+    t_start: float
+    items: list  # (Batch, host step seconds before it or None)
+    batch_size: int
+
+    @property
+    def t_end(self) -> float:
+        return self.items[-1][0].t_ret
+
+    @property
+    def samples(self) -> int:
+        return sum(b.samples or self.batch_size for b, _ in self.items)
+
+    @property
+    def wait_s(self) -> float:
+        return sum(b.t_ret - b.t_call for b, _ in self.items)
+
+    @property
+    def steps(self) -> list[float]:
+        return [s for _, s in self.items if s is not None]
+
+    @property
+    def gpu(self) -> list[float]:
+        return [b.gpu_s for b, _ in self.items if b.gpu_s is not None]
+
+    @property
+    def rate(self) -> float:
+        return self.samples / (self.t_end - self.t_start)
+
+
+class Store:
+    """Every message of the watched processes, by connection id."""
+
+    def __init__(self):
+        self.procs: dict[int, dict] = {}
+        self.loaders: dict[str, dict] = {}
+        self.batches: dict[tuple[int, str], list[Batch]] = defaultdict(list)
+        self.workers: dict[tuple[int, str], set] = defaultdict(set)
+        self.exceptions: list[dict] = []
+        self.tune: list[dict] = []  # the pause's messages, in order
+        self.closed: set[int] = set()
+
+    def add(self, cid: int, msg: dict) -> None:
+        kind = msg.get("k")
+        if kind == "hello":
+            self.procs[cid] = msg
+        elif kind == "loader":
+            self.loaders.setdefault(msg["label"], msg)
+        elif kind == "b":
+            for label, p, t_call, t_ret, n, grad, gpu in msg["d"]:
+                self.batches[(cid, label)].append(Batch(p, t_call, t_ret, n, grad, gpu))
+        elif kind == "workers":
+            self.workers[(cid, msg["label"])].update(msg["pids"])
+        elif kind == "exc":
+            self.exceptions.append(msg | {"rank": self.procs.get(cid, {}).get("rank")})
+        elif kind == "closed":
+            self.closed.add(cid)
+        elif kind and kind.startswith("tune"):
+            self.tune.append(msg | {"cid": cid})
+
+    def rank(self, cid: int) -> int:
+        return int(self.procs.get(cid, {}).get("rank", 0))
+
+    def pids(self) -> set[int]:
+        """Every process of the job the hook has told us about: training processes and their workers."""
+        return {p["pid"] for p in self.procs.values()} | {pid for s in self.workers.values() for pid in s}
+
+    def first_batch_t(self) -> Optional[float]:
+        calls = [b[0].t_call for b in self.batches.values() if b]
+        return min(calls) if calls else None
+
+    def main_loader(self) -> Optional[tuple[int, str]]:
+        """The (process, loader) with the most batches, lowest rank first: the training loop's loader."""
+        if not self.batches:
+            return None
+        return max(self.batches, key=lambda k: (len(self.batches[k]), -self.rank(k[0])))
+
+
+def warmup_batches(settings: dict) -> int:
+    """Batches the workers had made before anyone waited (their prefetch depth), plus a margin of 2."""
+    workers = settings.get("num_workers") or 0
+    return workers * (settings.get("prefetch_factor") or 2 if workers else 0) + 2
+
+
+def windows(batches: list[Batch], window_s: float, multiple: int, skip: int, batch_size: int) -> list[Win]:
+    """The steady-state windows of one loader's batches in one process (see the module docstring)."""
+    out = []
+    by_pass = defaultdict(list)
+    for b in batches:
+        by_pass[b.pass_no].append(b)
+    for i, p in enumerate(sorted(by_pass)):
+        items = by_pass[p]
+        if i == 0:
+            if len(items) <= skip:
+                continue
+            start, prev, items = items[skip - 1].t_ret, items[skip - 1].t_ret, items[skip:]
+        else:
+            start, prev = items[0].t_call, None
+        out += _pass_windows(items, start, prev, window_s, max(multiple, 1), batch_size)
+    return out
+
+
+def _pass_windows(items: list[Batch], start: float, prev: Optional[float], window_s: float, multiple: int,
+                  batch_size: int) -> list[Win]:
+    """One pass's windows; a short tail joins the pass's last window (or is one, at half a window)."""
+    wins, acc = [], []
+    for b in items:
+        acc.append((b, None if prev is None else b.t_call - prev))
+        prev = b.t_ret
+        if b.t_ret - start >= window_s and len(acc) % multiple == 0:
+            wins.append(Win(start, acc, batch_size))
+            start, acc = b.t_ret, []
+    if acc and wins:
+        last = wins.pop()
+        wins.append(Win(last.t_start, last.items + acc, batch_size))
+    elif acc and acc[-1][0].t_ret - start >= window_s / 2:
+        wins.append(Win(start, acc, batch_size))
+    return wins
+
+
+# ---- rows ----------------------------------------------------------------------------------------
+
+GROUP = {"model": "user step", "precision": "as run"}  # a watched loop names no model or precision
+
+
+def _ms(values: list[float], q: float) -> Optional[float]:
+    return float(np.percentile(values, q) * 1e3) if values else None
+
+
+def _mode(batches: list[Batch]) -> str:
+    """'train' when most batches were taken with autograd on, else 'inference' (a validation loop)."""
+    return "train" if sum(b.grad for b in batches) >= len(batches) / 2 else "inference"
+
+
+def loader_identity(label: str, loader: dict, rank: int, world: int, batches: list[Batch]) -> dict:
+    """The settings columns of a watched loader's rows: what it is and where it was built."""
+    s = loader.get("settings", {})
+    return GROUP | {"mode": _mode(batches) if batches else "train", "preset": label, "loader": label,
+                    "batch_size": s.get("batch_size"), "num_workers": s.get("num_workers") or 0,
+                    "pin_memory": s.get("pin_memory"), "prefetch_factor": s.get("prefetch_factor"),
+                    "persistent_workers": s.get("persistent_workers"), "dataset": s.get("dataset"),
+                    "sampler": s.get("sampler"), "collate_fn": s.get("collate_fn"), "site": loader.get("site"),
+                    "site_path": loader.get("path"), "site_line": loader.get("line"), "rank": rank,
+                    "world_size": world}
+
+
+def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: float) -> dict:
+    """An ``end_to_end`` row of one loader in one process (see the module docstring)."""
+    row = {"kind": "end_to_end", "trial_id": f"watch {ident['loader']} rank {ident['rank']}", **ident,
+           "timed_region": WATCH_REGION, "watched_batches": seen, "warmup_batches": skip}
+    if not wins:
+        return row | {"status": "failed", "samples_per_s": None,
+                      "error": f"{seen} batches seen, {skip} of them warm-up: no steady-state window (watch longer)"}
+    spans = [w.t_end - w.t_start for w in wins]
+    shares = [w.wait_s / s for w, s in zip(wins, spans)]
+    steps = [s for w in wins for s in w.steps]
+    gpu = [g for w in wins for g in w.gpu]
+    waits = [b.t_ret - b.t_call for w in wins for b, _ in w.items]
+    lo, hi = mean_ci95(shares)
+    reason = instability([w.rate for w in wins], 3, ci_target)
+    busy = sum(gpu) if gpu else sum(steps)
+    return row | summarize_rates([w.rate for w in wins]) | {
+        "status": "ok", "error": None, "window_rates": [w.rate for w in wins], "windows": len(wins),
+        "batches_measured": sum(len(w.items) for w in wins), "samples_measured": sum(w.samples for w in wins),
+        "measured_s": sum(spans), "t_measure_start_s": wins[0].t_start, "t_measure_end_s": wins[-1].t_end,
+        "data_wait_frac": sum(w.wait_s for w in wins) / sum(spans), "window_data_wait": shares,
+        "data_wait_frac_ci95_low": lo, "data_wait_frac_ci95_high": hi,
+        "data_wait_ms_p50": _ms(waits, 50), "data_wait_ms_p95": _ms(waits, 95),
+        "compute_ms_p50": _ms(gpu or steps, 50), "compute_ms_p95": _ms(gpu or steps, 95),
+        "host_step_ms_p50": _ms(steps, 50), "device_busy_frac": busy / sum(spans) if busy else None,
+        "loader_restarts": len({b.pass_no for w in wins for b, _ in w.items}) - 1,
+        "unstable": reason is not None, "unstable_reason": reason}
+
+
+def step_rates(wins: list[Win]) -> list[float]:
+    """Per window, the step's own rate: samples over the step time (CUDA events where there are any)."""
+    out = []
+    for w in wins:
+        if w.gpu:
+            per = [(b.samples or w.batch_size, b.gpu_s) for b, _ in w.items if b.gpu_s is not None]
+        else:
+            per = [(b.samples or w.batch_size, s) for b, s in w.items if s is not None]
+        total = sum(s for _, s in per)
+        if per and total > 0:
+            out.append(sum(n for n, _ in per) / total)
+    return out
+
+
+def step_row(ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional[float]) -> Optional[dict]:
+    """The step ceiling of one loader's loop as watched (kind ``gpu_ceiling``): the fastest rank's, since in
+    DDP the other ranks' steps include waiting in the all-reduce for it. None without two windows' steps."""
+    rates = {r: step_rates(w) for r, w in per_rank.items()}
+    rates = {r: v for r, v in rates.items() if v}
+    if not rates:
+        return None
+    rank = max(rates, key=lambda r: statistics.median(rates[r]))
+    keep = {k: ident[k] for k in ("model", "precision", "mode", "preset", "loader", "batch_size", "site",
+                                  "world_size")}
+    return keep | summarize_rates(rates[rank]) | {
+        "kind": "gpu_ceiling", "trial_id": f"watch step after {ident['loader']}", "status": "ok", "error": None,
+        "num_workers": 0, "rank": rank, "window_rates": rates[rank], "windows": len(rates[rank]),
+        "timed_region": STEP_REGION, "main_cpu_pct_mean": main_cpu_pct,
+        "unstable": False, "unstable_reason": None}

@@ -1,0 +1,358 @@
+"""``pipeprof watch -- COMMAND``: the parent that starts the job, listens, monitors and writes the run.
+
+The command runs as a child, unchanged: stdin, stdout and stderr are the user's own (pipeprof prints
+on stderr or ``--log``), and pipeprof exits with the job's status (128 + N when a signal N ended it,
+as a shell reports). The child's environment gains ``boot/`` first on ``PYTHONPATH`` (the hook in
+every Python process of the job: torchrun's ranks too) and the channel's socket.
+
+The watched window starts at the job's first batch and ends after ``--seconds`` or ``--steps``
+(batches of the training loop's loader, rank 0), at Ctrl-C/SIGTERM, or when the job exits. Then:
+``--tune`` pauses the training process at its next step boundary and measures its loader alone at a
+few worker counts (``tune``); the hooks are switched off (the loop runs untouched from there); the
+monitor stops; the run folder is written (``folder``, ``answer``) and the summary printed; with
+``--stop`` the job is sent SIGINT (then SIGTERM, then SIGKILL, 10 s apart), else it runs on and the
+parent waits for it, then records its exit status in run.json.
+
+Signals: Ctrl-C reaches the job directly (same process group); pipeprof ends the window, writes the
+run and waits for the job. A second SIGINT is passed to the job, a third kills it; SIGTERM is passed on.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import channel, live
+from .procs import ProcTable
+from .records import Store, step_rates, warmup_batches, windows
+
+BOOT = Path(__file__).resolve().parent / "boot"
+ROOT = Path(__file__).resolve().parents[2]
+clock = time.perf_counter
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Options:
+    command: list[str]
+    seconds: Optional[float] = None
+    steps: Optional[int] = None
+    tune: bool = False
+    stop: bool = False
+    out_dir: str = "out"
+    window_s: float = 0.75  # steady-state windows (measure.window_s): the watch's and the pause's
+    live_s: float = 5.0
+    log: Callable[[str], None] = field(default=_stderr)
+
+
+def child_env(socket_path: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env[channel.ENV_SOCKET], env[channel.ENV_ROOT] = socket_path, str(ROOT)
+    return env
+
+
+def machine() -> dict:
+    """The machine as run.json records it, without ``env.snapshot``'s library versions: importing every
+    optional library takes seconds, and the job's own torch version comes with its processes' hello."""
+    import platform
+    import socket
+
+    from pipeprof import env
+
+    out = {"hostname": socket.gethostname(), "platform": platform.platform()}
+    for name, fn in (("cpu_model", env.cpu_model), ("cores", env.usable_cores), ("cpu_groups", env.cpu_groups),
+                     ("memory", env.memory_info), ("gpus", env.gpu_info)):
+        try:
+            out[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - a missing fact is recorded as missing, the run goes on
+            out[name] = f"unknown ({type(exc).__name__})"
+    return out
+
+
+def exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Session:
+    """One watch: the child, the channel, the monitor, the window, the run folder."""
+
+    def __init__(self, opts: Options):
+        self.o, self.store, self.procs = opts, Store(), ProcTable()
+        self.server = self.child = self.monitor = self.run = None
+        self.timeline = None
+        self.t_start, self.started = clock(), time.time()
+        self.t_end: Optional[float] = None
+        self.finished, self.ended_by, self.exit_status = False, None, None
+        self.signals: list[int] = []
+        self.tuned: Optional[str] = None
+        self.tune_result: Optional[dict] = None
+        self.ci_target = 0.05
+        self._tracked: set = set()
+        self._last_tick = self._last_live = clock()
+        self._tune_seen = 0
+        self._stopping: Optional[tuple[float, int]] = None  # (when, signals sent) for --stop
+
+    # -- the whole watch ----------------------------------------------------------------------------
+    def execute(self) -> int:
+        tmp = tempfile.mkdtemp(prefix="pipeprof-watch-")
+        previous = self._install_signals()
+        try:
+            self.server = channel.Server(tmp)
+            try:
+                self.child = subprocess.Popen(self.o.command, env=child_env(self.server.path))
+            except OSError as exc:
+                self.o.log(f"pipeprof watch: cannot run {self.o.command[0]}: {exc.strerror or exc}")
+                return 127
+            from pipeprof.measure.monitors import Monitor  # after the child starts: pandas takes a while
+
+            self.monitor = Monitor(hz=5).start()
+            self.monitor.set_trial("watch")
+            return self._loop()
+        finally:
+            if self.monitor is not None:
+                self.monitor.stop()
+            if self.server is not None:
+                self.server.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _loop(self) -> int:
+        while self.child.poll() is None:
+            self.pump(0.1)
+            if not self.finished and (self.signals or self._window_over()):
+                self.close_window(signal.Signals(self.signals[0]).name if self.signals else "window")
+            self._escalate_stop()
+        self.exit_status = exit_code(self.child.returncode)
+        self._drain_after_exit()
+        if not self.finished:
+            self.close_window("command exited")
+        elif self.run is not None:
+            self.run.meta["exit_status"] = self.exit_status
+            self.run.save_meta()
+        return self.exit_status
+
+    def _drain_after_exit(self) -> None:
+        """The job's last messages (its end, an exception) may still be on their way: up to 2 s."""
+        deadline = clock() + 2.0
+        while clock() < deadline and set(self.server.conns) - self.store.closed:
+            self.pump(0.05)
+        self.pump(0.0)
+
+    # -- listening ----------------------------------------------------------------------------------
+    def pump(self, wait: float) -> None:
+        """Take what the job sent (waiting up to ``wait`` for the first message); tick the per-process CPU,
+        the monitor's set of job processes and the live line."""
+        try:
+            cid, msg = self.server.inbox.get(timeout=wait) if wait > 0 else self.server.inbox.get_nowait()
+            self.store.add(cid, msg)
+        except Exception:  # queue.Empty: nothing came
+            pass
+        for cid, msg in self.server.drain():
+            self.store.add(cid, msg)
+        now = clock()
+        if now - self._last_tick >= 0.5:
+            self._last_tick = now
+            pids = self.store.pids()
+            self.procs.tick(pids, now)
+            if pids != self._tracked and self.monitor is not None and not self.finished:
+                self.monitor.track_workers(pids)
+                self._tracked = pids
+        if self.t_end is None and now - self._last_live >= self.o.live_s:  # quiet once the window is over
+            for text in live.line(self, self._last_live, now):
+                self.o.log(text)
+            self._last_live = now
+
+    def _window_over(self) -> bool:
+        if self.o.seconds is not None:
+            t0 = self.store.first_batch_t()
+            if t0 is not None and clock() >= t0 + self.o.seconds:
+                self.t_end = t0 + self.o.seconds
+                return True
+        if self.o.steps is not None:
+            key = self.store.main_loader()
+            if key is not None and len(self.store.batches[key]) >= self.o.steps:
+                self.t_end = self.store.batches[key][self.o.steps - 1].t_ret
+                return True
+        return False
+
+    def watched_s(self) -> float:
+        t0 = self.store.first_batch_t()
+        return 0.0 if t0 is None else max(0.0, (self.t_end or clock()) - t0)
+
+    def device(self) -> str:
+        return "cuda" if any(b.gpu_s is not None for bs in self.store.batches.values() for b in bs) else "cpu"
+
+    # -- the end of the window ----------------------------------------------------------------------
+    def close_window(self, reason: str) -> None:
+        self.ended_by = reason
+        self.t_end = self.t_end or clock()
+        alive = self.child.poll() is None
+        if reason == "window" and self.o.tune and alive:
+            self.tune()
+        for cid in list(self.server.conns):
+            self.server.send(cid, {"cmd": "off"})
+        self.monitor.set_trial(None)
+        self.monitor.stop()
+        self.timeline = self.monitor.timeline()
+        self.finished = True
+        self.run = self.finish(self._status(reason))
+        if self.o.stop and self.child.poll() is None:
+            self._stopping = (clock(), 0)
+
+    def _status(self, reason: str) -> str:
+        if reason in ("SIGINT", "SIGTERM"):
+            return "interrupted"
+        if reason == "window":
+            return "complete"
+        windowed = self.o.seconds is not None or self.o.steps is not None
+        return "ended_early" if windowed or self.exit_status else "complete"
+
+    def finish(self, status: str):
+        """Rows, the analysis, the run folder, report.html and the summary."""
+        from pipeprof.env import usable_cores
+        from .answer import analyse_loaders
+        from .folder import build_rows, write
+
+        rows = build_rows(self)
+        cores = usable_cores()["usable"]
+        if self.tuned:
+            self.tune_result |= self._recommend(rows, cores)
+        analysis = analyse_loaders(rows, cores, self.device()) if rows else {}
+        run = write(self, status, analysis, rows, machine())
+        self._report(run)
+        for text in live.summary(run, self.tune_result):
+            self.o.log(text)
+        return run
+
+    def _report(self, run) -> None:
+        """report.html when the renderer can draw this run; else the console summary stands alone."""
+        try:
+            from pipeprof.report.html import write_report
+            from .page import with_watch_section
+
+            write_report(run)
+            with_watch_section(run, self.tune_result)
+        except Exception as exc:  # noqa: BLE001 - the run folder is whole without the page
+            run.meta["report_error"] = f"{type(exc).__name__}: {exc}"
+            run.save_meta()
+            (run.path / "report.html").unlink(missing_ok=True)
+
+    # -- stopping the job ---------------------------------------------------------------------------
+    def _escalate_stop(self) -> None:
+        """--stop: SIGINT, then SIGTERM and SIGKILL 10 s apart while the job is still running."""
+        if self._stopping is None or self.child.poll() is not None:
+            return
+        since, sent = self._stopping
+        if sent < 3 and (sent == 0 or clock() - since >= 10.0):
+            self.child.send_signal((signal.SIGINT, signal.SIGTERM, signal.SIGKILL)[sent])
+            self._stopping = (clock(), sent + 1)
+
+    def _install_signals(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum: int, frame) -> None:
+        self.signals.append(signum)
+        if self.child is None or self.child.poll() is not None:
+            return
+        if signum == signal.SIGTERM:
+            self.child.send_signal(signal.SIGTERM)
+        elif self.signals.count(signal.SIGINT) == 2:  # the job got the terminal's Ctrl-C; pass a second
+            self.child.send_signal(signal.SIGINT)
+        elif self.signals.count(signal.SIGINT) >= 3:
+            self.child.kill()
+
+    # -- --tune ---------------------------------------------------------------------------------------
+    def _step_rate(self, key) -> Optional[float]:
+        loader = self.store.loaders[key[1]].get("settings", {})
+        batches = [b for b in self.store.batches[key] if b.t_ret <= self.t_end]
+        wins = windows(batches, self.o.window_s, loader.get("num_workers") or 1, warmup_batches(loader),
+                       loader.get("batch_size") or 1)
+        rates = step_rates(wins)
+        return sorted(rates)[len(rates) // 2] if rates else None
+
+    def _await(self, cid: int, kinds: set, timeout: float) -> Optional[dict]:
+        """The next pause message of ``kinds`` from ``cid``, pumping the channel meanwhile."""
+        deadline = clock() + timeout
+        while clock() < deadline and self.child.poll() is None and not self.signals:
+            msgs = self.store.tune[self._tune_seen:]
+            for i, m in enumerate(msgs):
+                if m["cid"] == cid and m["k"] in kinds:
+                    self._tune_seen += i + 1
+                    return m
+            self.pump(0.05)
+        return None
+
+    def tune(self) -> None:
+        from pipeprof.env import usable_cores
+        from . import tune as tuning
+
+        key = self.store.main_loader()
+        step = self._step_rate(key) if key else None
+        if step is None:
+            self.tune_result = {"error": "no step measured in the window: nothing to tune against"}
+            return
+        cid, label = key
+        self.server.send(cid, {"cmd": "tune", "loader": label})
+        paused = self._await(cid, {"tune_paused", "tune_error"}, 120.0)
+        if paused is None or paused["k"] == "tune_error":
+            self.server.send(cid, {"cmd": "resume"})
+            why = paused.get("error") if paused else "the loop did not reach a step boundary within 120 s"
+            self.tune_result = {"error": f"no pause: {why}"}
+            return
+        self.tuned, t0 = label, clock()
+        self.o.log(f"pipeprof watch: paused {label} (rank {self.store.rank(cid)}) at a step boundary: measuring "
+                   f"its loader alone; the step ran at {step:,.1f} samples/s")
+        cores = usable_cores()["usable"]
+        tuning.search(lambda w: self._measure(cid, w, tuning.policy(self.o.window_s)), step,
+                      self.store.loaders[label]["settings"].get("num_workers") or 0, cores)
+        self.server.send(cid, {"cmd": "resume"})
+        resumed = self._await(cid, {"tune_resumed"}, 30.0)
+        paused_s = resumed["paused_s"] if resumed else clock() - t0
+        self.o.log(f"pipeprof watch: resumed {label} after a pause of {paused_s:.1f} s")
+        self.tune_result = {"loader": label, "paused_s": paused_s, "step_samples_per_s": step}
+
+    def _measure(self, cid: int, workers: int, policy: dict) -> dict:
+        self.monitor.set_trial(f"tune w{workers}")
+        self.server.send(cid, {"cmd": "measure", "workers": workers, "policy": policy})
+        got = self._await(cid, {"tune_point"}, policy["max_trial_s"] + 60.0)
+        self.monitor.set_trial(None)
+        stats = (got or {}).get("stats") or {}
+        rate = stats.get("samples_per_s")
+        self.o.log(f"pipeprof watch:   {workers} workers: " + (f"{rate:,.1f} samples/s" if rate else
+                                                                 f"no rate ({(got or {}).get('error', 'no answer')})"))
+        return stats
+
+    def _recommend(self, rows: list[dict], cores: float) -> dict:
+        """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""
+        from .tune import change_line, recommend
+
+        label = self.tuned
+        mine = [r for r in rows if r["loader"] == label and r["status"] == "ok"]
+        watched = next((r for r in mine if r["kind"] == "end_to_end" and r["rank"] == min(
+            x["rank"] for x in mine if x["kind"] == "end_to_end")), None) if mine else None
+        step = next((r for r in mine if r["kind"] == "gpu_ceiling"), None)
+        points = [r for r in mine if r["kind"] == "cpu_pipeline"]
+        if not (watched and step and points):
+            return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
+        found = recommend(points, watched, step, cores)
+        loader = self.store.loaders[label]
+        return found | {"site": f"{loader.get('path')}:{loader.get('line')}",
+                        "change": change_line(loader, int(watched["num_workers"]), found.get("recommended_workers"))}
