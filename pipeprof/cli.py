@@ -54,7 +54,22 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--seed", type=int, default=0, help="shuffle seed: every shard mixes classes")
     pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
     _check_data_parser(sub)
+    _watch_parser(sub)
     return p
+
+
+def _watch_parser(sub) -> None:
+    watch = sub.add_parser("watch", help="run your own training command unchanged and say whether it waits for data")
+    watch.add_argument("--seconds", type=float, help="watch this long from the first batch (the job runs on after)")
+    watch.add_argument("--steps", type=int, help="watch this many batches of the training loop's loader (rank 0)")
+    watch.add_argument("--tune", action="store_true", help="after the window, pause the loop once, measure its "
+                                                          "loader alone at a few worker counts, recommend num_workers")
+    watch.add_argument("--stop", action="store_true", help="stop the job (SIGINT) when the window ends")
+    watch.add_argument("--out-dir", default="out")
+    watch.add_argument("--window-s", type=float, default=0.75, help="steady-state window length (measure.window_s)")
+    watch.add_argument("--live-s", type=float, default=5.0, help="seconds between live lines")
+    watch.add_argument("--log", metavar="FILE", help="pipeprof's own lines go to FILE instead of stderr")
+    watch.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...: the job, unchanged")
 
 
 def _multi_run_parsers(sub) -> None:
@@ -62,7 +77,7 @@ def _multi_run_parsers(sub) -> None:
     merge.add_argument("run_dirs", nargs="+", help="each node's run folder, node 0's first")
     merge.add_argument("--out-dir", default="out")
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
-    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat"],
+    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat", "watch-overhead"],
                        help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
                             "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks)")
     bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
@@ -72,6 +87,9 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair)")
     bench.add_argument("--times", type=int, default=3, help="repeat: runs of the same config, back to back")
     bench.add_argument("--out-dir", default="out/bench")
+    bench.add_argument("--steps", type=int, default=200, help="watch-overhead: steps of the long runs (the short "
+                                                             "ones run a quarter); passed as --steps N")
+    bench.add_argument("--script-args", default="", help="watch-overhead: the script's other arguments, one string")
 
 
 def _report_parsers(sub) -> None:
@@ -341,6 +359,13 @@ def cmd_bench(args) -> int:
     if args.which == "soak":
         soak(args.minutes, args.config, log=lambda text: print(text, flush=True))
         return 0
+    if args.which == "watch-overhead":
+        from pipeprof.checks.bench import render_watch_overhead, watch_overhead
+
+        print(render_watch_overhead(watch_overhead(args.config, args.script_args, args.steps, args.repeats,
+                                                   args.out_dir, log=lambda text: print(text, file=sys.stderr))),
+              end="")
+        return 0
     if args.which == "repeat":
         print(render_repeat(repeat(args.config, args.overrides, args.times, args.out_dir,
                                    log=lambda text: print(text, file=sys.stderr))), end="")
@@ -349,6 +374,25 @@ def cmd_bench(args) -> int:
                      log=lambda text: print(text, file=sys.stderr))
     print(render_sweep_speed(df), end="")
     return 0
+
+
+def cmd_watch(args) -> int:
+    from pipeprof.watch.session import Options, Session
+
+    command = args.job[1:] if args.job[:1] == ["--"] else args.job
+    if not command:
+        raise ValueError("no command to watch: pipeprof watch [options] -- COMMAND ARGS...")
+    if args.seconds is not None and args.steps is not None:
+        raise ValueError("--seconds and --steps: give one window, not both")
+    sink = open(args.log, "a", buffering=1) if args.log else None  # noqa: SIM115 - open for the whole watch
+    log = (lambda text: print(text, file=sink)) if sink else (lambda text: print(text, file=sys.stderr, flush=True))
+    seconds = 30.0 if args.tune and args.seconds is None and args.steps is None else args.seconds
+    try:
+        return Session(Options(command, seconds, args.steps, args.tune, args.stop, args.out_dir, args.window_s,
+                               args.live_s, log)).execute()
+    finally:
+        if sink:
+            sink.close()
 
 
 def cmd_pack(args) -> int:
@@ -380,7 +424,7 @@ def cmd_check_data(args) -> int:
 
 
 COMMANDS = {"check-data": cmd_check_data, "run": cmd_run, "pack": cmd_pack, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report, "compare": cmd_compare,
-            "bench": cmd_bench, "merge": cmd_merge}
+            "bench": cmd_bench, "merge": cmd_merge, "watch": cmd_watch}
 
 
 def main(argv=None) -> int:
