@@ -40,13 +40,16 @@ LAYERS = {
     # report/: renderers only
     14: ["report", "report.summary", "report.console", "report.doctor", "report.figures", "report.html",
          "report.comparison"],
+    # watch/: observing a user's own command (hook and channel run inside it and import nothing of pipeprof)
+    14.5: ["watch", "watch.boot.sitecustomize", "watch.channel", "watch.hook", "watch.pause", "watch.records",
+           "watch.procs", "watch.tune", "watch.answer", "watch.folder", "watch.live", "watch.page", "watch.session"],
     # checks/ and the command line
     15: ["checks", "checks.sizing", "checks.validate", "checks.bench", "cli", "", "__main__"],
 }
 # The role folders, each of whose __init__ says what lives there and what it may import.
 # checks.calibrate (workloads of known cost, named by import path in configs) and measure.confounders
 # (the thread policy the step and the workers share) sit with the shared records at layer 0.
-FOLDERS = ["data", "measure", "trials", "orchestrate", "analysis", "report", "checks"]
+FOLDERS = ["data", "measure", "trials", "orchestrate", "analysis", "report", "checks", "watch"]
 LAYER = {m: n for n, mods in LAYERS.items() for m in mods}
 
 
