@@ -71,13 +71,19 @@ def check_out_dir(out_dir: str | Path) -> None:
 
 
 def new_run_dir(out_dir: str | Path, name: str) -> Path:
-    """``out_dir/<name>-YYYYmmdd-HHMMSS[-k]``, created."""
+    """``out_dir/<name>-YYYYmmdd-HHMMSS[-k]``, created, and this caller's alone: runs started in the same
+    second (separate processes, other machines on a shared filesystem) each get their own. mkdir is the
+    claim: it creates or fails atomically (EEXIST on NFS too), so a folder another run made first is
+    never shared; testing ``exists()`` first would leave a gap between the test and the mkdir."""
     base = Path(out_dir) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.parent.mkdir(parents=True, exist_ok=True)
     path, k = base, 1
-    while path.exists():
-        path, k = Path(f"{base}-{k}"), k + 1
-    path.mkdir(parents=True)
-    return path
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            path, k = Path(f"{base}-{k}"), k + 1
 
 
 def _atomic(path: Path, write) -> None:

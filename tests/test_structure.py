@@ -20,7 +20,7 @@ LAYERS = {
     # data/: where samples come from and how they become tensors
     2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",
         "data.sources.shards", "data.sources.throttled", "data.sources.url", "data.decode", "data.synthetic",
-        "data.cache", "data.check"],
+        "data.cache", "data.check", "data.user_samples"],
     3: ["data.augment", "data.gpu_augment"],
     4: ["data.dataset", "data.prepare", "data.encoded"],
     # measure/: the instruments
@@ -31,7 +31,7 @@ LAYERS = {
     9: ["trials.spec", "trials.columns", "trials.device_side", "trials.skeleton", "trials.kinds", "trials",
         "trials.watchdog"],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
-    10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize"],
+    10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
          "analysis.confidence",
          "analysis.compare", "analysis"],

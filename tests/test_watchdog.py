@@ -25,8 +25,9 @@ QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches"
 
 
 class BlocksInMain(Dataset):
-    """Samples that load in DataLoader workers, but block in the training process after the first (the probe
-    pipeprof takes of a user's dataset) until ``release`` is set: a 0-worker loader that hangs."""
+    """Samples that load in DataLoader workers, but block in the training process after the first batch (the
+    check pipeprof makes of a user's dataset: its first batch of 4) until ``release`` is set: a 0-worker loader
+    that hangs."""
 
     def __init__(self, release: threading.Event):
         self.release, self.calls = release, 0
@@ -36,7 +37,7 @@ class BlocksInMain(Dataset):
 
     def __getitem__(self, index: int):
         self.calls += 1
-        if get_worker_info() is None and self.calls > 1:
+        if get_worker_info() is None and self.calls > 4:
             self.release.wait()  # the hung call: its line must appear in the row's stack
         return torch.full((3, 8, 8), index % 256, dtype=torch.uint8), index % 4
 
@@ -111,7 +112,8 @@ EXITS = textwrap.dedent('''
 
 
     class ExitsInMain(Dataset):
-        """Loads in DataLoader workers; in the training process, the first sample after the probe ends it."""
+        """Loads in DataLoader workers; in the training process, the first sample after the check of the
+        first batch (4 samples) ends it."""
         calls = 0
 
         def __len__(self):
@@ -119,7 +121,7 @@ EXITS = textwrap.dedent('''
 
         def __getitem__(self, index):
             ExitsInMain.calls += 1
-            if get_worker_info() is None and ExitsInMain.calls > 1:
+            if get_worker_info() is None and ExitsInMain.calls > 4:
                 os._exit(3)
             return torch.full((3, 8, 8), index % 256, dtype=torch.uint8), index % 4
 

@@ -25,6 +25,7 @@ import numpy as np
 import psutil
 
 from pipeprof import env
+from pipeprof.data.sources.base import file_kind
 
 _CHUNK = 1 << 30  # mincore window: bounds the residency vector to 256 KiB per GiB mapped
 
@@ -45,7 +46,10 @@ def _files(paths) -> list[str]:
 def _open(path: str) -> int | None:
     """A read-only descriptor of the regular file ``path``, or None when it cannot be opened (a dangling
     link, no permission) or is not a regular file (a FIFO, whose blocking open would wait for a writer
-    forever; a device): the trial reading it counts it as a bad sample; its cache state does not matter."""
+    forever; a device; a chain of links, which the sources do not follow): the trial reading it counts it
+    as a bad sample; its cache state does not matter."""
+    if file_kind(path) is not None:
+        return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:

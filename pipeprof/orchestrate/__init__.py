@@ -4,6 +4,7 @@
 - ``sweep``:     expanding a config into trial specs and running them one by one, failures kept as rows
 - ``search``:    the adaptive search over ``num_workers`` (what to measure next from what was measured)
 - ``batchsize``: ``loader.batch_size: auto``, the largest batch that fits the device
+- ``limits``:    settings checked against the machine before anything starts (workers, batch, memory)
 - ``resume``:    finishing an interrupted run from the rows it kept
 - ``merge``:     the nodes of a multi-machine job as one run
 - ``distributed``: the N-GPU launcher (torchrun per trial, one DDP rank per GPU)

@@ -21,18 +21,21 @@ from pipeprof.analysis import analyse
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from .batchsize import auto_batch_size
+from .limits import check_plan, check_workers, shm_free
 from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
 from pipeprof.measure.confounders import WORKER_POLICY
 from pipeprof.measure.loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from pipeprof.data.prepare import build_sources, dataset_folder, storage_facts
+from pipeprof.data.user_samples import FIRST_BATCH_MOST, check_user_dataset
 from pipeprof.env import snapshot
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.results import DiskFull, Run, check_out_dir, load_run, new_run_dir
 from .resume import differences, kept_rows
 from pipeprof.schema import SCHEMA_VERSION
 from .search import run_adaptive
-from .sweep import expand, run_sweep
+from .sweep import expand, preset_probe, run_sweep
 from pipeprof.trials import TrialContext, timed_regions
+from pipeprof.trials.skeleton import collate_user
 
 
 class Plan(NamedTuple):
@@ -70,10 +73,8 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     cuda = torch.cuda.is_available()
     cfg = resolve(cfg, cuda, bool(cuda and torch.cuda.is_bf16_supported()), env["cores"]["usable"],
                   torch.cuda.device_count() if cuda else 0)
-    if user_dataset is None and cfg.data.kind == "factory":
-        from pipeprof.models import load_callable
-
-        user_dataset = load_callable(cfg.data.factory)()
+    check_workers(cfg, env["cores"]["usable"])  # before any dataset is made or loaded
+    user_dataset = _factory_dataset(cfg) if user_dataset is None and cfg.data.kind == "factory" else user_dataset
     user = user_dataset is not None or user_loader is not None
     if user and cfg.data.storage_swept:
         raise ConfigError("data.source/data.cache: storage axes need pipeprof's own pipeline; "
@@ -81,9 +82,10 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     facts = {"kind": "user"} | ({"form": "loader"} if user_loader is not None else {})
     folder, data_facts = (None, facts) if user else dataset_folder(cfg, log)
     sources = {} if user else build_sources(cfg, folder, log)
-    probe = loader_probe or (_user_probe(user_dataset) if user else None)
+    probe = loader_probe or (_user_probe(user_dataset, cfg) if user else None)
     cfg, batch_search = _batch_size(cfg, auto, probe, user, env, models, loss_fn, log)
     specs = expand(cfg, probe, user_dataset=user, user_loader=user_loader is not None)
+    check_plan(cfg, specs, probe or preset_probe, _samples(sources, user_dataset), _available_bytes(env), shm_free())
     meta = _meta(cfg, env, data_facts, sources, len(specs), user_loader is not None)
     if batch_search:
         meta["batch_size_search"] = batch_search
@@ -295,15 +297,36 @@ def _configured_loss(cfg: RunConfig) -> Optional[Callable]:
         raise ConfigError(f"model.loss: {exc}") from None
 
 
-def _user_probe(dataset) -> Callable[[str, int], tuple[str, int]]:
-    """The user's samples fix dtype and side, whatever the model's native size."""
-    # an IterableDataset cannot be indexed: its first sample stands for the others
-    sample = next(iter(dataset)) if isinstance(dataset, IterableDataset) else dataset[0]
-    image = torch.as_tensor(sample[0])
-    if image.ndim != 3:
-        raise ValueError(f"the dataset's first sample's image must be a CHW tensor, got shape {tuple(image.shape)}")
-    dtype = str(image.dtype).removeprefix("torch.")
-    return lambda preset, size: (dtype, int(image.shape[-1]))
+def _user_probe(dataset, cfg: RunConfig) -> Callable[[str, int], tuple[str, int]]:
+    """The user's samples, checked on the first sample and the first batch before anything is timed
+    (``data.user_samples``; ConfigError saying what fixes them), fix dtype and side, whatever the model's
+    native size."""
+    sizes = [] if cfg.loader.batch_size == "auto" else cfg.loader.batch_size
+    facts = check_user_dataset(dataset, min(sizes, default=FIRST_BATCH_MOST), collate_user, cfg.measure.max_trial_s)
+    return lambda preset, size: (facts.dtype, facts.side)
+
+
+def _factory_dataset(cfg: RunConfig):
+    """The Dataset ``data.factory`` makes (``data.kind: factory``)."""
+    from pipeprof.models import load_callable
+
+    return load_callable(cfg.data.factory)()
+
+
+def _samples(sources: dict, user_dataset) -> Optional[int]:
+    """The dataset's samples: the first source's, or the user's Dataset's (None: it has no length)."""
+    if sources:
+        return len(next(iter(sources.values())))
+    if user_dataset is None or isinstance(user_dataset, IterableDataset) or not hasattr(user_dataset, "__len__"):
+        return None
+    return len(user_dataset)
+
+
+def _available_bytes(env: dict) -> Optional[float]:
+    """Memory this run may still take: what the machine has available, under the cgroup's limit."""
+    mem = env.get("memory") or {}
+    gbs = [g for g in (mem.get("available_gb"), mem.get("cgroup_limit_gb")) if g is not None]
+    return min(gbs) * 2 ** 30 if gbs else None
 
 
 def _load_loader_factory(path: str) -> Callable:
