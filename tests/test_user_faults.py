@@ -151,3 +151,152 @@ def test_runs_started_at_the_same_moment_get_their_own_folders(tmp_path):
             break
     else:
         pytest.fail("the six processes never started in the same second")
+
+
+# ---- the user's samples ---------------------------------------------------------------------------------
+
+class Returns(Dataset):
+    """A user's Dataset whose ``__getitem__`` returns ``make(index)``."""
+
+    def __init__(self, make, n: int = 16):
+        self.make, self.n = make, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        return self.make(index)
+
+
+RGB = np.zeros((64, 48, 3), np.uint8)
+SAMPLES = {  # what __getitem__ returns -> what the refusal says
+    "pil": (lambda i: (Image.fromarray(RGB), 1), ["image is a PIL image (RGB, 48×64)", "add torchvision.transforms.ToTensor()"]),
+    "hwc": (lambda i: (RGB, 1), ["image is a uint8 ndarray of shape 64×48×3", "channels last", "permute(2, 0, 1)"]),
+    "dict": (lambda i: {"image": torch.zeros(3, 8, 8), "label": 1},
+             ["returns a dict with keys ['image', 'label']", "return (sample['image'], sample['label'])"]),
+    "no label": (lambda i: torch.zeros(3, 8, 8), ["returns a float32 tensor of shape 3×8×8", "add the label"]),
+    "grey": (lambda i: (torch.zeros(8, 8), 1), ["image is a float32 tensor of shape 8×8", "unsqueeze(0)"]),
+    "float64": (lambda i: (torch.zeros(3, 8, 8, dtype=torch.float64), 1), ["64-bit floats", "image.float()"]),
+    "int64": (lambda i: (torch.zeros(3, 8, 8, dtype=torch.int64), 1), ["dtype int64", ".to(torch.uint8)"]),
+    "one-hot": (lambda i: (torch.zeros(3, 8, 8), torch.eye(10)[1]), ["label is a float32 tensor of shape 10",
+                                                                      "label.argmax()"]),
+    "sizes": (lambda i: (torch.zeros(3, 80 if i % 2 == 0 else 72, 64), 1),
+              ["samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1)", "crop or resize them to one size",
+               "a collate_fn"]),
+    "later form": (lambda i: (torch.zeros(3, 8, 8), 1) if i < 3 else (Image.fromarray(RGB), 1),
+                   ["PIL image", "(sample 3; sample 0 is a tuple of 2 (a float32 tensor of shape 3×8×8"]),
+    "raises": (lambda i: (_ for _ in ()).throw(KeyError("no such row")), ["sample 0 raised KeyError: 'no such row'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(SAMPLES))
+def test_each_sample_the_loader_cannot_batch_is_refused_with_its_fix(case):
+    make, words = SAMPLES[case]
+    with pytest.raises(ConfigError) as caught:
+        check_user_dataset(Returns(make), 8, collate_user, cap_s=10)
+    for w in words:
+        assert w in str(caught.value)
+
+
+def test_samples_the_loader_batches_pass_with_their_facts():
+    facts = check_user_dataset(Returns(lambda i: (torch.zeros(3, 8, 12, dtype=torch.uint8), np.int64(i % 3))), 8,
+                               collate_user)
+    assert facts == ("uint8", 12, (3, 8, 12))
+    # an ndarray in C×H×W and a one-element label tensor are what collate_user batches too
+    assert check_user_dataset(Returns(lambda i: (np.zeros((1, 5, 5), np.float32), torch.tensor([2]))), 4,
+                              collate_user).shape == (1, 5, 5)
+
+
+def test_a_getitem_that_blocks_is_refused_after_the_cap():
+    release = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"sample 1 did not return in 1 s \(measure.max_trial_s\)"):
+        check_user_dataset(Returns(lambda i: release.wait() if i else (torch.zeros(3, 8, 8), 1)), 8, collate_user, 1)
+    assert time.monotonic() - t0 < 3
+    release.set()  # the cut-off thread returns and ends
+
+
+USER_DATASETS = '''
+import numpy as np, torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+class Made(Dataset):
+    def __init__(self, make, n=32):
+        self.make, self.n = make, n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        return self.make(i)
+
+def pil():
+    return Made(lambda i: (Image.fromarray(np.zeros((64, 64, 3), np.uint8)), i % 10))
+
+def sizes():
+    return Made(lambda i: (torch.zeros(3, 80 if i % 2 == 0 else 72, 64), i % 10))
+
+def huge():  # 4096² RGB: 50 MB a sample, made only when read
+    return Made(lambda i: (torch.zeros(3, 4096, 4096, dtype=torch.uint8), i % 10), n=1000)
+'''
+
+
+def _cli(tmp_path, monkeypatch, *sets) -> int:
+    """``pipeprof run`` in this process with the user's datasets importable as ``userds:<fn>``."""
+    (tmp_path / "userds.py").write_text(USER_DATASETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["run"] + [a for s in (*QUICK, f"out_dir={tmp_path}/out", f"data.cache_dir={tmp_path}/datasets", *sets)
+                      for a in ("--set", s)]
+    return main(argv)
+
+
+@pytest.mark.parametrize("factory, message", [
+    ("pil", "data: the dataset's image is a PIL image (RGB, 64×64): the loader batches tensors: add "
+            "torchvision.transforms.ToTensor()"),
+    ("sizes", "data: samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1); crop or resize"),
+])
+def test_a_dataset_the_loader_cannot_batch_stops_the_run_with_exit_2_and_no_folder(tmp_path, monkeypatch, capsys,
+                                                                                     factory, message):
+    code = _cli(tmp_path, monkeypatch, "data.kind=factory", f"data.factory=userds:{factory}", "loader.num_workers=[0]")
+    err = capsys.readouterr().err
+    assert code == 2 and f"pipeprof run: {message}" in err and "Traceback" not in err
+    assert list((tmp_path / "out").iterdir()) == []  # refused before a run folder was made
+
+
+# ---- settings the machine cannot honour -----------------------------------------------------------------
+
+def test_settings_the_machine_cannot_honour_are_refused_at_once_naming_field_and_limit(tmp_path, monkeypatch, capsys):
+    cores = len(os.sched_getaffinity(0))
+    t0 = time.monotonic()
+    assert _cli(tmp_path, monkeypatch, "loader.num_workers=[5000]") == 2
+    assert time.monotonic() - t0 < 10  # at once: no dataset made, no worker started
+    err = capsys.readouterr().err
+    assert f"loader.num_workers: 5000 is more than this machine can run: at most {8 * cores} (8 workers per " \
+           f"usable core, {cores} usable cores here)" in err
+    assert not (tmp_path / "datasets").exists()
+    assert _cli(tmp_path, monkeypatch, "data.images=8", "data.classes=2", "loader.batch_size=16",
+                "loader.num_workers=[0]") == 2
+    assert "loader.batch_size: 16 is more than the dataset's 8 samples: every batch would hold samples twice; at " \
+           "most 8, or a larger dataset (data.images)" in capsys.readouterr().err
+    # 4 workers × 2 batches of 128 4096² images (6.4 GB each) in flight: more than /dev/shm or the memory holds
+    assert _cli(tmp_path, monkeypatch, "data.kind=factory", "data.factory=userds:huge", "loader.batch_size=128",
+                "loader.num_workers=[4]", "trials=[cpu_pipeline]") == 2
+    err = capsys.readouterr().err
+    assert "loader.num_workers, loader.batch_size, loader.prefetch_factor: 4 workers × 2 batches in flight of 128 " \
+           "images (6,442 MB each, 4096² px) need" in err
+    assert ("/dev/shm has" in err and "docker run --shm-size" in err) or "the machine has" in err
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_batches_in_flight_are_checked_against_a_small_dev_shm():
+    from pipeprof import config as C
+    from pipeprof.orchestrate.limits import check_plan
+    from pipeprof.orchestrate.sweep import expand, preset_probe
+
+    cfg = C.resolve(C.build({"device": "cpu", "loader": {"batch_size": [64], "num_workers": [0, 2]},
+                             "trials": ["cpu_pipeline"], "augment": {"preset": ["light"]}}), False, False, 2)
+    specs = expand(cfg)
+    # light hands 224² uint8 images: 9.6 MB a batch; 2 workers × 2 in shared memory = 38.5 MB
+    check_plan(cfg, specs, preset_probe, 512, 1e12, 39e6)
+    with pytest.raises(ConfigError, match=r"2 workers × 2 batches in flight of 64 images \(10 MB each, 224² px\) "
+                                          r"need 39 MB, but /dev/shm has 38 MB free"):
+        check_plan(cfg, specs, preset_probe, 512, 1e12, 38e6)
