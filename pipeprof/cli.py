@@ -1,7 +1,8 @@
 """``pipeprof`` command line: a thin dispatcher onto the Python API.
 
-Exit status: 0 done, 1 a run in which every trial failed, 2 bad input (config, arguments, missing
-folder, a run folder that cannot be resumed) before anything ran, 130 / 143 a run stopped by SIGINT
+Exit status: 0 done, 1 a run without an answer (every trial of a kind the answer needs failed: status
+'failed: <cause>'), 2 bad input (config, arguments, missing folder, a run folder that cannot be resumed)
+before anything ran, 130 / 143 a run stopped by SIGINT
 (Ctrl-C) / SIGTERM (128 + the signal's number, as a shell reports a process the signal killed).
 """
 from __future__ import annotations
@@ -195,12 +196,11 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
     run.save_summary(render_markdown(run))
     render_console(run, console)
     _write_html(run, console)
-    failed = run.meta["analysis"]["failed_trials"]
     if run.meta["status"] == "interrupted":
         console.print(f"[yellow]interrupted: the trials measured so far are saved; `pipeprof run --resume "
                       f"{run.path}` (with the same config) runs the rest[/yellow]", highlight=False)
         return 130
-    return 1 if failed and failed == run.meta["analysis"]["trials"] else 0
+    return 1 if run.meta["status"].startswith("failed") else 0  # no answer: said first (analysis.failures)
 
 
 def cmd_doctor(args) -> int:

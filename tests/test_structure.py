@@ -33,7 +33,7 @@ LAYERS = {
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
-         "analysis.confidence",
+         "analysis.confidence", "analysis.failures",
          "analysis.compare", "analysis"],
     12: ["results", "orchestrate.search", "orchestrate.resume"],
     13: ["orchestrate.runner", "orchestrate.merge"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -237,6 +238,23 @@ def sizes():
 
 def huge():  # 4096² RGB: 50 MB a sample, made only when read
     return Made(lambda i: (torch.zeros(3, 4096, 4096, dtype=torch.uint8), i % 10), n=1000)
+
+def _later(i):  # the first batch passes the check; the rows after it are missing
+    if i >= 8:
+        raise ValueError(f"row {i} of the table is missing")
+    return torch.zeros(3, 16, 16), i % 10
+
+def later():
+    return Made(_later, n=64)
+
+def _in_workers(i):  # fine in the training process, not in a DataLoader worker
+    from torch.utils.data import get_worker_info
+    if get_worker_info() is not None:
+        raise OSError("the share is not mounted in the workers")
+    return torch.zeros(3, 16, 16), i % 10
+
+def in_workers():
+    return Made(_in_workers, n=64)
 '''
 
 
@@ -300,3 +318,58 @@ def test_batches_in_flight_are_checked_against_a_small_dev_shm():
     with pytest.raises(ConfigError, match=r"2 workers × 2 batches in flight of 64 images \(10 MB each, 224² px\) "
                                           r"need 39 MB, but /dev/shm has 38 MB free"):
         check_plan(cfg, specs, preset_probe, 512, 1e12, 38e6)
+
+
+# ---- no answer --------------------------------------------------------------------------------------------
+
+STEP = ["model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", "loader.num_workers=[0,1]"]
+
+
+def test_a_run_in_which_every_end_to_end_trial_failed_says_there_is_no_answer_and_exits_1(tmp_path, monkeypatch,
+                                                                                         capsys):
+    t0 = time.monotonic()
+    code = _cli(tmp_path, monkeypatch, "data.kind=factory", "data.factory=userds:later", *STEP)
+    printed = capsys.readouterr().out
+    assert code == 1 and time.monotonic() - t0 < 120
+    first = next(line for line in printed.splitlines() if line.strip() and not line.startswith("run folder"))
+    assert first.startswith("no answer: every end_to_end trial failed (2 of 2), all with ValueError: row ")
+    (folder,) = (tmp_path / "out").glob("t-*")
+    meta = json.loads((folder / "run.json").read_text())
+    assert re.fullmatch(r"failed: ValueError: row \d+ of the table is missing", meta["status"])
+    assert meta["analysis"]["failures"]["no_answer"].startswith(first[:60])
+    rows = pd.read_parquet(folder / "trials.parquet")  # the failed rows stay, with their errors
+    failed = rows[rows["kind"].isin(["end_to_end", "cpu_pipeline"])]
+    assert len(failed) == 4 and (failed["status"] == "error").all()
+    assert failed["error"].str.contains("of the table is missing").all()
+    assert (rows.loc[rows["kind"] == "gpu_ceiling", "status"] == "ok").all()
+
+
+def test_a_run_in_which_some_trials_failed_says_which_and_what_the_answer_rests_on(tmp_path, monkeypatch, capsys):
+    code = _cli(tmp_path, monkeypatch, "data.kind=factory", "data.factory=userds:in_workers", *STEP,
+                "trials=[end_to_end,cpu_pipeline]")
+    printed = capsys.readouterr().out
+    (folder,) = (tmp_path / "out").glob("t-*")
+    meta = json.loads((folder / "run.json").read_text())
+    assert code == 0 and meta["status"] == "complete"
+    rests = meta["analysis"]["failures"]["rests_on"]
+    assert rests == ("trials failed: 1 of 2 cpu_pipeline at 1 worker (OSError: the share is not mounted in the "
+                     "workers); 1 of 2 end_to_end at 1 worker (OSError: the share is not mounted in the workers); "
+                     "the answer rests on the 1 end_to_end trials that ran (at 0 workers)")
+    assert rests in " ".join(printed.split())  # printed with the answer (the console wraps long lines)
+
+
+def test_failures_name_the_kind_its_count_and_the_cause_they_share():
+    from pipeprof.analysis.failures import failures
+
+    rows = pd.DataFrame([
+        {"kind": "gpu_ceiling", "batch_size": 512, "num_workers": None, "status": "oom",
+         "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n(stack)"},
+        {"kind": "gpu_ceiling", "batch_size": 256, "num_workers": None, "status": "oom",
+         "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"}])
+    found = failures(rows)  # a run of step trials only: each kind it has is its answer
+    assert found["cause"] == "oom: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert found["no_answer"].startswith("no answer: every gpu_ceiling trial failed (2 of 2), all with oom: ")
+    assert found["failed"][0]["where"] == "at batch 256, 512"
+    mixed = pd.concat([rows, pd.DataFrame([{"kind": "gpu_ceiling", "batch_size": 64, "status": "ok", "error": None}])])
+    assert failures(mixed)["no_answer"] is None and failures(mixed)["rests_on"].endswith(
+        "the answer rests on the 1 gpu_ceiling trials that ran (at batch 64)")

@@ -15,6 +15,7 @@ and run.json stores. One module per question, :func:`analyse` the facade:
 - ``scaling``: :func:`scaling` (N GPUs against one: efficiency, exposed all-reduce, the p2p link)
 - ``confidence``: :func:`confidence` (the answer re-computed over re-drawn windows: how often it holds)
 - ``compare``: :func:`compare` (several runs' matching trials side by side, ratios, within-noise)
+- ``failures``: :func:`failures` (which trials failed; no answer when every trial of a kind it needs did)
 
 May import: the nouns (``schema``, ``config``) and ``trials.columns``' pure helpers; never ``measure``,
 ``orchestrate`` or ``report``.

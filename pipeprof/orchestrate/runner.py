@@ -18,6 +18,7 @@ from torch.utils.data import IterableDataset
 from pipeprof.measure import reference
 from pipeprof._version import __version__
 from pipeprof.analysis import analyse
+from pipeprof.analysis.failures import failures
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from .batchsize import auto_batch_size
@@ -167,6 +168,7 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
         run.meta["status"] = "interrupted"
         run.save_meta()
         raise
+    _judge(run)
     run.save_meta()
 
 
@@ -368,3 +370,12 @@ def _with_batch_size(cfg: RunConfig, batch: int) -> RunConfig:
     c = cfg.model_copy(deep=True)
     c.loader.batch_size = [batch]
     return c
+
+
+def _judge(run: Run) -> None:
+    """Whether the run has an answer (``analysis.failures``), kept in its analysis; a run that ended without
+    one is ``failed: <cause>`` (the command line exits 1 on it), its failed rows kept as they are."""
+    found = failures(run.trials)
+    run.meta["analysis"]["failures"] = found
+    if found["no_answer"] and run.meta["status"] == "complete":
+        run.meta["status"] = f"failed: {found['cause']}"

@@ -80,13 +80,17 @@ def _header(run) -> str:
 
 def _answer(run) -> str:
     pairs = answers(run)
+    failed = run.meta.get("analysis", {}).get("failures") or {}  # analysis.failures: why, and what it rests on
     if not pairs:
-        return '<section id="answer" class="answer"><p>No answer: no end-to-end trial finished, or the run stopped before its analysis.</p></section>'
+        why_not = failed.get("no_answer") or "No answer: no end-to-end trial finished, or the run stopped before " \
+                                             "its analysis."
+        return f'<section id="answer" class="answer"><p>{esc(why_not)}</p></section>'
     groups = run.meta.get("analysis", {}).get("groups", [])
     items = "".join(f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
                     + "".join(f'<p class="small">{esc(x)}</p>' for x in (confidence_line(g), why(g)) if x)
                     for (label, text), g in zip(pairs, groups))
-    return f'<section id="answer" class="answer">{items}</section>'
+    rests = f'<p class="small">{esc(failed["rests_on"])}</p>' if failed.get("rests_on") else ""
+    return f'<section id="answer" class="answer">{items}{rests}</section>'
 
 
 def _actions(run) -> str:

@@ -151,11 +151,12 @@ def answer_lines(run) -> list[str]:
     """The answers as plain lines, labelled by group when there is more than one, each followed by its
     confidence and its basis."""
     pairs, groups = answers(run), run.meta.get("analysis", {}).get("groups", [])
-    lines = []
+    failed = run.meta.get("analysis", {}).get("failures") or {}  # analysis.failures: no answer, or what it rests on
+    lines = [failed["no_answer"]] if failed.get("no_answer") else []
     for (label, text), g in zip(pairs, groups):
         lines.append(f"{label}: {text}" if len(pairs) > 1 else text)
         lines += [f"  {x}" for x in (confidence_line(g), why(g)) if x]
-    return lines
+    return lines + ([failed["rests_on"]] if failed.get("rests_on") else [])
 
 
 def why(g: dict) -> str:
