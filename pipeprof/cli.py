@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "DDP processes under torchrun")
     run.add_argument("--exhaustive", action="store_true",
                      help="measure every point of the grid (sweep: exhaustive) instead of searching num_workers")
+    run.add_argument("--no-action-trials", action="store_true", help="predict actions only (actions: predict)")
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="finish this run folder: run only its trials that are missing or did not end ok, with "
                           "the config (and --set overrides) it was started with, on the same machine")
@@ -162,7 +163,8 @@ def cmd_run(args) -> int:
 
     from pipeprof import config as cfgmod
 
-    extra = (["sweep=exhaustive"] if args.exhaustive else []) + (
+    extra = (["sweep=exhaustive"] if args.exhaustive else []) + (["actions=predict"] if args.no_action_trials
+                                                                 else []) + (
         [f"distributed.gpus={args.gpus if args.gpus == 'all' else '[' + args.gpus + ']'}"] if args.gpus else [])
     cfg = cfgmod.load(args.config, args.overrides + extra)
     console = Console(width=None if Console().is_terminal else 140)  # a log file gets the wide tables
@@ -189,7 +191,8 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
         def progress(spec, i, n):
             bar.update(task, total=n, completed=i, description=spec.trial_id if spec else "done")
 
-        run = execute(cfg, log=console.print, progress=progress, resume=resume)
+        run = execute(cfg, log=console.print, progress=progress, resume=resume,
+                      on_answer=lambda r: _print_answer(r, console))
     if signals.first is not None:
         run.meta["interrupted_by"] = signal.Signals(signals.first).name
         run.save_meta()
@@ -201,6 +204,14 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
                       f"{run.path}` (with the same config) runs the rest[/yellow]", highlight=False)
         return 130
     return 1 if run.meta["status"].startswith("failed") else 0  # no answer: said first (analysis.failures)
+
+
+def _print_answer(run, console) -> None:
+    """The answer as soon as it is known: the action trials that follow take a minute or more."""
+    from pipeprof.report.summary import answer_lines
+
+    for line in answer_lines(run):
+        console.print(line, style="bold", markup=False, highlight=False)
 
 
 def cmd_doctor(args) -> int:

@@ -417,6 +417,9 @@ class RunConfig(_Strict):
     overhead_checks: bool = False
     # adaptive: search num_workers from the cheap trials (orchestrate/search.py); exhaustive: the whole grid
     sweep: Literal["adaptive", "exhaustive"] = "adaptive"
+    # measure: when the answer binds on the input side, each action pipeprof can apply is tried against
+    # the baseline after the answer (alternating windows, orchestrate/actions.py); predict: predictions only
+    actions: Literal["measure", "predict"] = "measure"
     data: DataConfig = DataConfig()
     augment: AugmentConfig = AugmentConfig()
     loader: LoaderConfig = LoaderConfig()

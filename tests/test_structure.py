@@ -26,16 +26,16 @@ LAYERS = {
     # measure/: the instruments
     5: ["measure", "measure.windows", "measure.loader"],
     6: ["measure.step"],
-    7: ["measure.monitors", "measure.noise", "measure.reference"],
+    7: ["measure.monitors", "measure.noise", "measure.reference", "measure.decoders"],
     # trials/: one steady-state measurement each
     9: ["trials.spec", "trials.columns", "trials.device_side", "trials.skeleton", "trials.kinds", "trials",
-        "trials.watchdog"],
+        "trials.watchdog", "trials.actions"],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
          "analysis.confidence", "analysis.failures",
-         "analysis.compare", "analysis"],
-    12: ["results", "orchestrate.search", "orchestrate.resume"],
+         "analysis.compare", "analysis.action_trials", "analysis"],
+    12: ["results", "orchestrate.search", "orchestrate.resume", "orchestrate.actions"],
     13: ["orchestrate.runner", "orchestrate.merge"],
     # report/: renderers only
     14: ["report", "report.summary", "report.console", "report.doctor", "report.figures", "report.html",

@@ -10,6 +10,8 @@ and run.json stores. One module per question, :func:`analyse` the facade:
   CPU; the isolated bounds beside it, and where the two disagree)
 - ``advice``:  :func:`recommend_workers`, :func:`cores_needed`, :func:`what_if` (read off the
   measured CPU curve), :func:`actions`, :func:`stage_overhead`
+- ``action_trials``: ``plan`` (the actions a run can try on its own pipeline, or why not) and
+  ``combine`` (each action trial's measured gain beside its prediction)
 - ``storage``: :func:`storage_actions` (RAM, shards, more workers, faster storage from swept
   sources), :func:`epoch_estimates` (cold first epoch vs warm later ones)
 - ``scaling``: :func:`scaling` (N GPUs against one: efficiency, exposed all-reduce, the p2p link)
@@ -43,12 +45,14 @@ __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", 
 
 # ---- the whole run -----------------------------------------------------------------
 
-def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", storage: dict | None = None) -> dict:
+def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", storage: dict | None = None,
+            decode_costs: dict | None = None) -> dict:
     """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group, the
     curve rows the report prints, and (with the run's ``storage`` facts) the epoch estimates. The one
     entry point of the analysis: renderers print what it returned and never call it again.
 
-    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ).
+    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ);
+    ``decode_costs``: both CPU decoders timed on the run's files (``measure.decoders``), for the decoder action.
     """
     v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     joined = curves(trials)
@@ -57,7 +61,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     for key, curve in groups(joined):
         entry = key | recommend_workers(curve) | {"confidence": sure.get(group_id(key))}
         cpu = cpu_curve(trials, curve.iloc[0])  # a CpuCurve (workers, rates)
-        advice = _group_advice(trials, curve, cpu, v, cores, device)
+        advice = _group_advice(trials, curve, cpu, v, cores, device, decode_costs)
         best = curve.loc[curve["samples_per_s"].idxmax()]
         advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
@@ -135,13 +139,13 @@ def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
 
 
 def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float,
-                  device: str) -> dict:
+                  device: str, decode_costs: dict | None = None) -> dict:
     ws, rates = cpu
     step = curve["step_bound_samples_per_s"].dropna()
     main_s = main_cpu_s_per_sample(curve)
     best = curve.loc[curve["samples_per_s"].idxmax()]
     mine = v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v
-    advice = {"actions": actions(best, ws, rates, cores, device), "main_cpu_s_per_sample": main_s}
+    advice = {"actions": actions(best, ws, rates, cores, device, decode_costs), "main_cpu_s_per_sample": main_s}
     if device != "cuda":
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
                                          "and the what-if for GPU machines do not apply; run on the GPU machine")

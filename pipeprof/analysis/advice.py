@@ -169,41 +169,61 @@ def _cheaper_cpu(row: pd.Series, ws: np.ndarray, rates: np.ndarray, share: float
     return predict(r, ws, rates * f, cores)[0]
 
 
-def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str = "cuda") -> list[dict]:
+def actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str = "cuda",
+            decode_costs: dict | None = None) -> list[dict]:
     """Ranked single changes with their predicted gain, each computed from this run's
     figures at one end-to-end trial (the group's best) with the same model as :func:`predict`.
 
+    Each has an ``id`` (``decoder``, ``uint8``, ``gpu_pipeline``, ``stage``, ``memory``, ``workers``...)
+    that the action trials (``analysis.action_trials``) match their measurements to. ``decode_costs``: both CPU
+    decoders timed on this run's files (``measure.decoders``), the basis of the decoder action.
     A gain no larger than the trial's own 95% interval (both ways) is marked ``within_noise``:
     it is not shown to help.
     """
     now = row["samples_per_s"]
     base, bounds = predict(row, ws, rates, cores)
     shares = {k.split(".", 1)[1]: v for k, v in row.items() if k.startswith("stage_share.") and v == v}
-    candidates = [_cheapen_costliest_stage(row, ws, rates, cores, device, shares),
+    candidates = [_other_decoder(row, ws, rates, cores, shares, decode_costs),
+                  _cheapen_costliest_stage(row, ws, rates, cores, shares),
                   _uint8_to_gpu(row, ws, rates, cores, device, shares),
+                  _gpu_pipeline(row, ws, rates, cores, device, shares),
                   _remove_storage_bound(row, ws, rates, cores, base, bounds),
                   _all_cores_as_workers(row, ws, rates, cores, device)]
-    out = [{"action": action, "predicted_samples_per_s": predicted, "basis": basis}
-           for action, predicted, basis in filter(None, candidates)]
+    out = [{"id": key, "action": action, "predicted_samples_per_s": predicted, "basis": basis}
+           for key, action, predicted, basis in filter(None, candidates)]
     ranked = _ranked(out, base, now, row)
     if _known(bounds.get("step")) and now >= 0.9 * bounds["step"]:  # a finding, not a change with a gain
         ranked.insert(0, _at_step_ceiling(device))
     return ranked
 
 
-def _cheapen_costliest_stage(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str,
+def _other_decoder(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, shares: dict,
+                   costs: dict | None) -> tuple | None:
+    """The other CPU decoder, predicted from the workers' measured decode share scaled by the two decoders'
+    measured costs on this run's files (no assumed speed-up); None when it is not faster here."""
+    decoder, share = row.get("decoder"), shares.get("decode")
+    us = (costs or {}).get("us_per_sample", {})
+    other = next((d for d in us if d != decoder), None)
+    if not (share and share < 1 and isinstance(decoder, str) and decoder in us and other):
+        return None
+    ratio = us[other] / us[decoder]
+    if ratio >= 1:
+        return None
+    return ("decoder", f"decode with {other} instead of {decoder} (data.decoder: {other}): decode is {share:.0%} "
+            "of worker time", _cheaper_cpu(row, ws, rates, share * (1 - ratio), cores),
+            f"decode's measured share less {1 - ratio:.0%}: {other} decoded {costs['samples']} of this run's files "
+            f"in {us[other]:,.0f} us each against {us[decoder]:,.0f} us for {decoder}")
+
+
+def _cheapen_costliest_stage(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float,
                              shares: dict) -> tuple | None:
-    costly = max(((k, v) for k, v in shares.items() if k not in ("read", "collate")), key=lambda kv: kv[1],
-                 default=None)
+    """The costliest transform (decode has its own actions: the other decoder, decoding on the GPU)."""
+    costly = max(((k, v) for k, v in shares.items() if k not in ("read", "collate", "decode")),
+                 key=lambda kv: kv[1], default=None)
     if not (costly and costly[1] < 1):
         return None
     name, share = costly
-    if name == "decode":  # decoding cannot be dropped; a 2x faster path is the realistic change
-        how = "OpenCV/SIMD decoder, smaller stored JPEGs" + (", GPU decode" if device == "cuda" else "")
-        return (f"halve decode time ({how}): decode is "
-                f"{share:.0%} of worker time", _cheaper_cpu(row, ws, rates, share / 2, cores),
-                "worker time less half of decode's measured share (the 2x is an assumption)")
-    return (f"drop or cheapen {name}: {share:.0%} of worker time",
+    return ("stage", f"drop or cheapen {name}: {share:.0%} of worker time",
             _cheaper_cpu(row, ws, rates, share, cores), "worker time less that stage's measured share")
 
 
@@ -212,9 +232,24 @@ def _uint8_to_gpu(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: floa
     uint8_share = shares.get("Normalize", 0) + 0.75 * shares.get("collate", 0)
     if not (shares.get("Normalize", 0) and uint8_share < 1 and device == "cuda"):
         return None
-    return ("normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
+    return ("uint8", "normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
             _cheaper_cpu(row, ws, rates, uint8_share, cores),
             "Normalize's share and 3/4 of collate's share removed from worker time")
+
+
+def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str,
+                  shares: dict) -> tuple | None:
+    """Decode and augment on the GPU (augment.device: cuda): the workers keep their reads only. The GPU's own
+    decode/augment time is not predicted (nothing in the run measured it): the action trial measures it."""
+    if device != "cuda" or not shares.get("decode"):
+        return None
+    moved = 1 - shares.get("read", 0)
+    if moved >= 1:
+        return None
+    return ("gpu_pipeline", "decode (nvJPEG) and augment on the GPU (augment.device: cuda): workers only read",
+            _cheaper_cpu(row, ws, rates, moved, cores),
+            f"worker time less decode, the transforms and collate ({moved:.0%}); the GPU's decode/augment time is "
+            "not in this prediction")
 
 
 def _remove_storage_bound(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, base: float,
@@ -223,7 +258,7 @@ def _remove_storage_bound(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cor
         return None
     r = row.copy()
     r["io_bound_samples_per_s"] = float("nan")
-    return ("cache the dataset in RAM (source: memory) or move it to faster storage",
+    return ("memory", "cache the dataset in RAM (source: memory) or move it to faster storage",
             predict(r, ws, rates, cores)[0], "storage bound removed; CPU and step bounds as measured")
 
 
@@ -237,7 +272,7 @@ def _all_cores_as_workers(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cor
     r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, rates, cores).value
     if r["cpu_bound_samples_per_s"] != r["cpu_bound_samples_per_s"]:
         return None
-    return (f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
+    return ("workers", f"num_workers={more} (all cores but the training process's)", predict(r, ws, rates, cores)[0],
             "the measured cpu_pipeline curve, extrapolated past its last point")
 
 
@@ -246,7 +281,8 @@ def _at_step_ceiling(device: str) -> dict:
             "GPU ceiling; CPU-side changes cannot help") if device == "cuda" else \
         ("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
          "already at the measured step ceiling on these cores")
-    return {"action": text[0], "predicted_samples_per_s": None, "basis": text[1], "gain_frac": None,
+    return {"id": "at_step_ceiling", "action": text[0], "predicted_samples_per_s": None, "basis": text[1],
+            "gain_frac": None,
             "within_noise": False}
 
 

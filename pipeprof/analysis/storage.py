@@ -97,7 +97,17 @@ def _gain_action(now: float, base: float, action: str, predicted: float, basis: 
     gain = predicted / base - 1
     if gain <= MIN_GAIN:
         return None
-    return {"action": action, "predicted_samples_per_s": now * (1 + gain), "basis": basis, "gain_frac": gain}
+    return {"id": storage_id(action), "action": action, "predicted_samples_per_s": now * (1 + gain), "basis": basis,
+            "gain_frac": gain}
+
+
+#: a storage action's id (what an action trial matches it by) from the start of its text
+STORAGE_IDS = {"cache the dataset in RAM": "memory", "pack the files into tar shards": "shards",
+               "faster storage": "faster_storage", "num_workers=": "workers_latency"}
+
+
+def storage_id(action: str) -> str:
+    return next((key for start, key in STORAGE_IDS.items() if action.startswith(start)), "storage")
 
 
 def _measured_swaps(trials: pd.DataFrame, row: pd.Series, facts: dict, io_now: float, ws: np.ndarray,

@@ -6,6 +6,7 @@
 - ``monitors``:    the background sampler of CPU, GPU (NVML), disk and memory per process
 - ``noise``:       attributing a trial's spread (steal time, other processes, the CPU reference's drift)
 - ``reference``:   the fixed CPU workload whose drift says how fast this machine is right now
+- ``decoders``:    both CPU decoders timed on the run's own files (the decoder action's basis)
 - ``confounders``: thread caps and seeds of workers and the step, in one named place
 
 May import: the nouns at the top of the package (``config``, ``env``, ``models``, ``schema``) and

@@ -241,13 +241,15 @@ class Paired:
 
 def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, *, drain_batches: int,
                 batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
-                on_phase: Callable[[str], None] = lambda phase: None) -> Paired:
+                on_phase: Callable[[str], None] = lambda phase: None,
+                sync: Callable[[], None] = lambda: None) -> Paired:
     """Warm up, then time windows with ``set_mode(True)`` (A) and ``set_mode(False)`` (B) in ABBA order.
 
     After each switch ``drain_batches`` batches are run untimed: a loader's workers have that
     many batches in flight, made under the previous mode. Alternating on one loader at one
     setting cancels the machine's slow drift, which two separate trials would mix into the
-    difference. ``max(2, windows // 2)`` pairs are planned; more are added, up to
+    difference. ``sync`` closes each window (a device step's queued work counts in its window).
+    ``max(2, windows // 2)`` pairs are planned; more are added, up to
     ``max_windows // 2``, while the cost's 95% half-width is wider than ``ci_target / 2``.
 
     ``max_trial_s`` bounds it all: warm-up stops at half of it; a new pair starts only while the
@@ -267,7 +269,7 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
         if left <= 0 or left < last_pair_s:
             p.time_capped = True
             break
-        done = _one_pair(step, set_mode, policy, p, clock, t0, drain_batches, batch_multiple)
+        done = _one_pair(step, set_mode, policy, p, clock, t0, drain_batches, batch_multiple, sync)
         if len(done) < 2:
             p.time_capped = True
             break
@@ -287,7 +289,7 @@ def _paired_warmup(step, policy, p: Paired, clock, t0: float) -> None:
 
 
 def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches: int,
-              batch_multiple: int) -> list[tuple[bool, Window]]:
+              batch_multiple: int, sync=lambda: None) -> list[tuple[bool, Window]]:
     """The next pair's windows, in ABBA order: one alone when the cap came before the second."""
     done = []
     for mode in ((True, False) if len(p.a) % 2 == 0 else (False, True)):
@@ -296,7 +298,8 @@ def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches
         set_mode(mode)
         for _ in range(drain_batches):
             step()
-        done.append((mode, window(step, clock, lambda: None, clock(), policy.window_s, policy.window_batches,
+        sync()  # the drained batches' device work is not the window's
+        done.append((mode, window(step, clock, sync, clock(), policy.window_s, policy.window_batches,
                                   batch_multiple)))
     return done
 

@@ -7,6 +7,7 @@
 - ``limits``:    settings checked against the machine before anything starts (workers, batch, memory)
 - ``resume``:    finishing an interrupted run from the rows it kept
 - ``merge``:     the nodes of a multi-machine job as one run
+- ``actions``:   the action trials after the answer (each applicable change tried against the baseline)
 - ``distributed``: the N-GPU launcher (torchrun per trial, one DDP rank per GPU)
 
 May import: the nouns, ``data``, ``measure``, ``trials`` and ``analysis`` (the search reads measured

@@ -21,10 +21,12 @@ from pipeprof.analysis import analyse
 from pipeprof.analysis.failures import failures
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
+from .actions import run_actions
 from .batchsize import auto_batch_size
 from .limits import check_plan, check_workers, shm_free
 from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
 from pipeprof.measure.confounders import WORKER_POLICY
+from pipeprof.measure.decoders import decode_costs
 from pipeprof.measure.loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from pipeprof.data.prepare import build_sources, dataset_folder, storage_facts
 from pipeprof.data.user_samples import FIRST_BATCH_MOST, check_user_dataset
@@ -121,8 +123,11 @@ def _check_early(cfg: RunConfig) -> None:
 
 def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
             log: Callable[[str], None] = print, progress=None, loss_fn: Optional[Callable] = None,
-            user_loader: Optional[Callable] = None, resume=None) -> Run:
+            user_loader: Optional[Callable] = None, resume=None, on_answer: Optional[Callable] = None) -> Run:
     """Run every trial of ``cfg`` and return the saved :class:`Run`.
+
+    ``on_answer(run)`` is called once the analysis is saved, before the action trials (``actions``) start:
+    the CLI prints the answer there, so it does not wait for them.
 
     ``loss_fn(raw model output, labels) -> scalar tensor`` overrides ``model.loss``.
     ``user_loader``: fn(num_workers) -> the user's own DataLoader, used instead of pipeprof's.
@@ -140,7 +145,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     run, kept = _reopen(earlier, plan, log) if earlier is not None else (_new_run(plan, started, log), {})
     try:
         run.reserve()
-        _finish(run, plan, models, loss_fn, progress, kept, started)
+        _finish(run, plan, models, loss_fn, progress, kept, started, log, on_answer)
     except DiskFull:  # what was saved stays whole; the reserve gives run.json room for its last status
         run.release_reserve()
         run.meta["status"] = "failed: disk full"
@@ -152,8 +157,10 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     return run
 
 
-def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started: float) -> None:
-    """The trials, the status, then the analysis, each saved as it lands."""
+def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started: float, log=print,
+            on_answer: Optional[Callable] = None) -> None:
+    """The trials, the status, then the analysis, each saved as it lands; then, the answer given, the
+    action trials (``orchestrate.actions``)."""
     try:
         interrupted = _measure(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None), kept)
     except KeyboardInterrupt:  # outside the sweep's loop (the CPU reference, the monitor): the same stop
@@ -163,13 +170,17 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
     run.save_meta()  # the measurements are safe before any analysis runs
     try:
         run.meta["analysis"] = analyse(run.trials, cores=plan.machine["cores"]["usable"], device=plan.cfg.device,
-                                       storage=run.meta["storage"])
+                                       storage=run.meta["storage"], decode_costs=run.meta.get("decode_costs"))
     except KeyboardInterrupt:  # every trial is saved, but a 'complete' run without its analysis would mislead
         run.meta["status"] = "interrupted"
         run.save_meta()
         raise
     _judge(run)
     run.save_meta()
+    if on_answer is not None:
+        on_answer(run)
+    if not interrupted:
+        run_actions(run, plan, models or {}, loss_fn, log)
 
 
 def _new_run(plan: Plan, started: float, log) -> Run:
@@ -206,6 +217,8 @@ def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) 
         run.meta["cpu_reference"] = {"timed_region": reference.TIMED_REGION, "seconds": ref_s,
                                      "start": reference.measure(int(cores), ref_s)}
         run.save_meta()
+    if plan.sources and "decode_costs" not in run.meta:  # both decoders on the run's files: the decoder action's basis
+        run.meta["decode_costs"] = decode_costs(next(iter(plan.sources.values())))
     interrupted = _sweep(run, plan, models, loss_fn, progress, kept)
     if ref_s > 0 and not interrupted:
         ref = run.meta["cpu_reference"]

@@ -140,7 +140,7 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
         out.append((_group_title(key, curve, device), *table(curve, curve_columns(device), notes)))
     analysed = "analysis" in run.meta  # a run that stopped early saved none: its end-to-end rows go here too
     failed_e2e = df[(df["kind"] == "end_to_end") & ((df["status"] != "ok") | (not analysed))]
-    iso = pd.concat([df[df["kind"] != "end_to_end"], failed_e2e])
+    iso = pd.concat([df[~df["kind"].isin(["end_to_end", "action"])], failed_e2e])  # actions: "What would help"
     if len(iso):
         iso = iso.assign(setting=iso.apply(_setting, axis=1))
         title = "Isolated bounds (and failed trials)" if analysed else "Trials as measured (no analysis saved)"
@@ -178,7 +178,10 @@ def _group_lines(g: dict) -> list[str]:
         lines.append(_cores_line(head, need, int(g.get("gpus") or 1)))
     if g.get("cpu_figures_skipped"):
         lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
-    return lines + [line for a in g.get("actions", [])[:3] if (line := _action_line(head, a))]
+    lines += [line for a in g.get("actions", [])[:3] if (line := _action_line(head, a))]
+    skipped = [f"{a['action']} ({a['why_not_tried']})" for a in g.get("actions", [])[3:]
+               if a.get("tried") is False and a.get("why_not_tried") and a.get("gain_frac") is None]
+    return lines + ([f"{head}: not tried: {'; '.join(skipped)}"] if skipped else [])
 
 
 def _cores_line(head: str, need: dict, gpus: int = 1) -> str:
@@ -191,14 +194,31 @@ def _cores_line(head: str, need: dict, gpus: int = 1) -> str:
 
 
 def _action_line(head: str, a: dict) -> str | None:
-    """An action with its predicted rate, or a finding (no gain, no rate); None for anything else."""
+    """An action as its trial measured it beside its prediction; else its prediction, labelled as one when it
+    was not tried, with why; or a finding (no gain, no rate); None for anything else."""
+    if a.get("tried"):
+        return _measured_line(head, a)
     if a["gain_frac"] is None and a.get("predicted_samples_per_s") is None:
-        return f"{head}: {a['action']} ({a['basis']})"
+        why = f"not tried: {a['why_not_tried']}" if a.get("why_not_tried") else ""
+        return f"{head}: {a['action']} ({'; '.join(x for x in (a['basis'], why) if x)})"
     if a["gain_frac"] is None:
         return None
     noise = ", within the measured noise: not shown to help" if a.get("within_noise") else ""
-    return (f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s "
-            f"({a['gain_frac']:+.0%}{noise}; {a['basis']})")
+    tried = f"; a prediction, not tried: {a['why_not_tried']}" if a.get("why_not_tried") else ""
+    return (f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s predicted "
+            f"({a['gain_frac']:+.0%}{noise}; {a['basis']}{tried})")
+
+
+def _measured_line(head: str, a: dict) -> str:
+    """'→ measured R vs B samples/s (+g, 95% interval, verified or not); predicted +p' for a tried action."""
+    if not a.get("measured"):
+        return f"{head}: {a['action']}: its action trial ended {a.get('status')}: {str(a.get('error'))[:160]}"
+    lo, hi = a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")
+    ci = f", 95% interval {lo:+.0%} to {hi:+.0%}" if lo is not None and hi is not None else ", one pair: no interval"
+    verdict = "verified" if a.get("verified") else "not shown to help"
+    predicted = f"; predicted {a['gain_frac']:+.0%} ({a['basis']})" if a.get("gain_frac") is not None else ""
+    return (f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
+            f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}")
 
 
 def _page_cache_lines(storage: dict, analysis: dict) -> list[str]:

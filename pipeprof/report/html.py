@@ -16,7 +16,7 @@ import yaml
 
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
-from .summary import actions, answers, confidence_line, rate, review_table, why
+from .summary import actions, answers, best_action_line, confidence_line, gain_interval, rate, review_table, why
 
 REPORT = "report.html"
 CSS = """
@@ -87,25 +87,44 @@ def _answer(run) -> str:
         return f'<section id="answer" class="answer"><p>{esc(why_not)}</p></section>'
     groups = run.meta.get("analysis", {}).get("groups", [])
     items = "".join(f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
-                    + "".join(f'<p class="small">{esc(x)}</p>' for x in (confidence_line(g), why(g)) if x)
+                    + "".join(f'<p class="small">{esc(x)}</p>'
+                              for x in (best_action_line(g), confidence_line(g), why(g)) if x)
                     for (label, text), g in zip(pairs, groups))
     rests = f'<p class="small">{esc(failed["rests_on"])}</p>' if failed.get("rests_on") else ""
     return f'<section id="answer" class="answer">{items}{rests}</section>'
 
 
+ACTION_HEADERS = ["group", "action", "predicted samples/s", "predicted gain", "measured samples/s (baseline)",
+                  "measured gain", "verified", "basis; why not tried"]
+
+
+def _action_row(a) -> list:
+    """One row of "What would help": the prediction beside the measurement, or labelled a prediction."""
+    finding = a.gain_frac is None and not a.tried and not a.why_not_tried  # "the GPU is the limit"
+    predicted = "finding" if finding else (
+        "–" if a.gain_frac is None else f"{a.gain_frac:+.0%}" + (" (within noise)" if a.within_noise else ""))
+    if a.measured:
+        measured = f"{rate(a.measured_samples_per_s)} ({rate(a.baseline_samples_per_s)})"
+        gain = f"{a.measured_gain_frac:+.0%} ({gain_interval(*a.measured_gain_ci95) or 'one pair: no interval'})"
+        verified, note = ("yes" if a.verified else "no"), a.basis
+    elif a.tried:
+        measured, gain, verified, note = "–", "–", "no", f"action trial failed: {a.error}"
+    else:
+        measured, gain, verified = "–", "–", "prediction" if a.tried is False and a.gain_frac is not None else "–"
+        note = "; ".join(x for x in (a.basis, f"not tried: {a.why_not_tried}" if a.why_not_tried else "") if x)
+    return [a.group, a.action, rate(a.predicted_samples_per_s), predicted, measured, gain, verified, note]
+
+
 def _actions(run) -> str:
-    rows = []
-    for a in actions(run):
-        gain = "finding" if a.gain_frac is None else f"{a.gain_frac:+.0%}" + (" (within noise)" if a.within_noise
-                                                                             else "")
-        rows.append([a.group, a.action, rate(a.predicted_samples_per_s), gain, a.basis])
+    rows = [_action_row(a) for a in actions(run)]
     if not rows:
         return ""
     return ('<h2>What would help, ranked</h2>' + table_html(
-        ["group", "action", "predicted samples/s", "gain", "basis"], rows, "table-actions",
-        frozenset({"group", "action", "basis"})) + '<p class="small">Gain: predicted change over the measured '
-            'rate with the same model as the verdicts; "within noise": not larger than the trial\'s own 95% '
-            'interval, so not shown to help.</p>')
+        ACTION_HEADERS, rows, "table-actions", frozenset({"group", "action", "basis; why not tried"}))
+        + '<p class="small">Predicted gain: the change over the measured rate with the same model as the verdicts '
+          '("within noise": not larger than the trial\'s own 95% interval). Measured: an action trial, the change '
+          'and its baseline in alternating windows on one step at the recommended worker count; verified: the whole '
+          '95% interval of the gain lies above zero. A row not tried stays a prediction and says why.</p>')
 
 
 REVIEW_HEADERS = {"model": "model", "precision": "precision", "gpus": "GPUs",

@@ -155,7 +155,7 @@ def answer_lines(run) -> list[str]:
     lines = [failed["no_answer"]] if failed.get("no_answer") else []
     for (label, text), g in zip(pairs, groups):
         lines.append(f"{label}: {text}" if len(pairs) > 1 else text)
-        lines += [f"  {x}" for x in (confidence_line(g), why(g)) if x]
+        lines += [f"  {x}" for x in (best_action_line(g), confidence_line(g), why(g)) if x]
     return lines + ([failed["rests_on"]] if failed.get("rests_on") else [])
 
 
@@ -166,7 +166,8 @@ def why(g: dict) -> str:
 
 
 class Action(NamedTuple):
-    """A ranked action of one group as stored: its predicted rate and gain (None for a finding)."""
+    """A ranked action of one group as stored: its predicted rate and gain (None for a finding), and what
+    its action trial measured (``measured``), or why it was not tried (``why_not_tried``)."""
 
     group: str
     action: str
@@ -174,13 +175,46 @@ class Action(NamedTuple):
     gain_frac: Optional[float]
     within_noise: bool
     basis: str
+    tried: Optional[bool] = None  # None: a run stored before action trials
+    measured: bool = False
+    measured_samples_per_s: Optional[float] = None
+    baseline_samples_per_s: Optional[float] = None
+    measured_gain_frac: Optional[float] = None
+    measured_gain_ci95: tuple = (None, None)
+    verified: Optional[bool] = None
+    why_not_tried: Optional[str] = None
+    error: Optional[str] = None
 
 
 def actions(run) -> list[Action]:
-    """Every group's stored actions, in the analysis's rank order (findings without a gain first)."""
+    """Every group's stored actions, in the analysis's rank order (findings first, then what was measured)."""
     return [Action(group_label(g), a["action"], a.get("predicted_samples_per_s"), a.get("gain_frac"),
-                   bool(a.get("within_noise")), a.get("basis", ""))
+                   bool(a.get("within_noise")), a.get("basis", ""), a.get("tried"), bool(a.get("measured")),
+                   a.get("measured_samples_per_s"), a.get("baseline_samples_per_s"), a.get("measured_gain_frac"),
+                   (a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")), a.get("verified"),
+                   a.get("why_not_tried"), a.get("error") and f"{a.get('status')}: {a.get('error')}")
             for g in run.meta.get("analysis", {}).get("groups", []) for a in g.get("actions", [])]
+
+
+def gain_interval(low: Optional[float], high: Optional[float]) -> str:
+    """'95% interval +3% to +9%', or '' when it was not measured (one pair of windows)."""
+    return "" if low is None or high is None else f"95% interval {low:+.0%} to {high:+.0%}"
+
+
+def best_action_line(g: dict) -> str:
+    """The best action the run measured, its gain and interval beside the baseline's rate: 'Best measured
+    change: ...'; or that none was shown to help; '' when no action trial ran."""
+    best = g.get("best_measured_action")
+    if not best:
+        return ""
+    ci = gain_interval(best.get("measured_gain_ci95_low"), best.get("measured_gain_ci95_high"))
+    figures = (f"{best['measured_gain_frac']:+.0%}{f' ({ci})' if ci else ''}: {rate(best['measured_samples_per_s'])}"
+               f" against {rate(best['baseline_samples_per_s'])} samples/s, alternating windows at "
+               f"{best.get('num_workers')} worker{'' if best.get('num_workers') == 1 else 's'}")
+    predicted = f"; predicted {best['gain_frac']:+.0%}" if best.get("gain_frac") is not None else ""
+    if best.get("verified"):
+        return f"Best measured change: {best['action']}, {figures}{predicted}."
+    return f"No action tried was shown to help; the best measured, {best['action']}, {figures}{predicted}."
 
 
 def review_table(run) -> pd.DataFrame:

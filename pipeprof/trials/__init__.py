@@ -3,7 +3,8 @@
 ``spec`` (settings, shared context) → ``skeleton`` (dataset, step, loader lifecycle, cache
 state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``);
 ``watchdog`` bounds a trial's time and turns a hang into a failed row; ``device_side`` decodes and
-augments a batch of bytes on the step's device (``augment.device: cuda``), timed there.
+augments a batch of bytes on the step's device (``augment.device: cuda``), timed there; ``actions`` runs
+an action trial (a variant against its baseline in alternating windows, one row of kind ``action``).
 
 May import: the nouns, ``data`` and ``measure``.
 """

@@ -1,0 +1,163 @@
+"""Action trials after the answer: each change pipeprof can make to the pipeline it profiles is tried and
+timed against the baseline, when the answer binds on the input side (config ``actions: measure``).
+
+For every group of the stored analysis, ``analysis.action_trials.plan`` says which actions apply (and why the
+others do not); each applicable one runs as one trial at the recommended worker count
+(``trials.actions``: the variant and the baseline in alternating windows, under the watchdog), its row
+goes into trials.parquet with kind ``action``, and the group's actions are stored again with the
+measurement beside the prediction (``analysis.action_trials.combine``). The answer is already saved (and
+printed, through ``on_answer``) before the first action trial starts.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import fields, replace
+from typing import Callable, Optional
+
+import pandas as pd
+import torch
+
+from pipeprof.analysis import GROUP_KEYS
+from pipeprof.analysis.action_trials import Facts, Planned, best_measured, combine, plan
+from pipeprof.analysis.bounds import matching, ok
+from pipeprof.data.gpu_augment import NoCounterpart, for_preset
+from pipeprof.data.prepare import packed_shards
+from pipeprof.data.sources import source_class
+from pipeprof.measure.confounders import step_threads, torch_threads
+from pipeprof.measure.monitors import Monitor, summarize
+from pipeprof.trials import TrialContext, TrialSpec
+from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_action
+from pipeprof.trials.watchdog import Leash, run_bounded
+from .sweep import SETUP_MARGIN_S, failure_columns, release
+
+
+def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
+    """Plan, run and store the action trials of ``run`` (a Run with its analysis) made from ``plan_``
+    (the runner's Plan). With ``actions: predict`` only the plans are stored (each action's why)."""
+    groups = run.meta.get("analysis", {}).get("groups", [])
+    facts = _facts(plan_)
+    plans = [_plan_group(run.trials, g, facts) for g in groups]
+    todo = [(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned if p.why_not is None]
+    rows, interrupted = _run(run, plan_, todo, models, loss_fn, log) if todo else ({}, False)
+    for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
+        g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
+        g["best_measured_action"] = best_measured(g["actions"])
+    run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
+    run.meta["action_trials"] = {"mode": facts.mode, "tried": len(rows), "planned": len(todo),
+                                 "interrupted": interrupted}
+    run.save_meta()
+
+
+def _facts(plan_) -> Facts:
+    cfg = plan_.cfg
+    own = "loader" if plan_.user_loader is not None else ("dataset" if plan_.user_dataset is not None else "pipeline")
+    kinds = {label: s.kind for label, s in plan_.sources.items()}
+    return Facts(cfg.device, own, cfg.actions, _gpu_refusal(cfg) if own == "pipeline" else None, kinds)
+
+
+def _gpu_refusal(cfg) -> Optional[str]:
+    """Why a preset of the run cannot run on the GPU pipeline (its unmapped transform), else None."""
+    for preset in cfg.augment.preset:
+        try:
+            for_preset(preset, None, "cpu")
+        except NoCounterpart as exc:
+            return str(exc)
+    return None
+
+
+def _plan_group(trials: pd.DataFrame, g: dict, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
+    """(the baseline's spec, the planned actions) of one group, at its recommended worker count."""
+    rows = matching(ok(trials, "end_to_end"), pd.Series(g), GROUP_KEYS)
+    rows = rows[rows["num_workers"] == g.get("recommended_workers")]
+    if rows.empty:
+        return None, []
+    row = rows.iloc[0]
+    planned = plan(g, row, facts)
+    if int(g.get("gpus") or 1) > 1:  # a torchrun job per trial: one variant against one baseline is one GPU's
+        planned = [p._replace(why_not=p.why_not or "action trials run on one GPU; this group runs on several")
+                   for p in planned]
+    return spec_of(row), planned
+
+
+def spec_of(row: pd.Series) -> TrialSpec:
+    """The TrialSpec a stored row was measured with (NaN as None, counts as ints)."""
+    def plain(v):
+        v = v.item() if hasattr(v, "item") else v
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    values = {f.name: plain(row.get(f.name)) for f in fields(TrialSpec) if f.name in row}
+    for k in ("num_workers", "batch_size", "image_size", "gpus"):
+        if values.get(k) is not None:
+            values[k] = int(values[k])
+    return TrialSpec(**values)
+
+
+def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
+    """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted)."""
+    cfg, out, kept = plan_.cfg, {}, [r for r in run.trials.to_dict("records") if r.get("kind") != ACTION_KIND]
+    with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
+        ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
+                                       int(plan_.machine["cores"]["usable"]), user_dataset=plan_.user_dataset,
+                                       user_loader=plan_.user_loader, loss_fn=loss_fn, models=models)
+        try:
+            for n, (i, spec, p) in enumerate(todo, 1):
+                log(f"action trial {n}/{len(todo)}: {p.action}, against the baseline at {spec.num_workers} workers")
+                row = _one(ctx, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
+                           lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
+                out[(i, p.id)] = row
+                run.save_trials(kept + list(out.values()))
+                log(_said(p, row))
+        except KeyboardInterrupt:
+            return out, True
+    return out, False
+
+
+def _one(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, summarize_monitor, log) -> dict:
+    """One action trial's row: settings, status and error, the paired figures and the monitor's summary."""
+    t0 = time.perf_counter()
+    threads = step_threads("end_to_end", ctx.device.type, ctx.cores, spec.num_workers, ctx.step_threads)
+    row = spec.columns() | {"status": "ok", "error": None, "action_label": p.action, "step_threads": threads}
+    try:
+        ctx_ = _with_source(ctx, plan_, spec, p, log)
+        leash = Leash(ctx_.monitor, ctx_.clock)
+        watched = replace(ctx_, monitor=leash, clock=leash.clock)
+
+        def body() -> dict:
+            with torch_threads(threads):
+                return run_action(watched, spec, p.params)
+        row |= run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S, f"action trial {spec.trial_id}")
+        seen = summarize_monitor(spec.trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
+        row |= {k: v for k, v in seen.items() if row.get(k) is None}
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a variant that cannot run is a row with its error, never a crashed run
+        row |= failure_columns(exc, ctx.device)
+    finally:
+        ctx.monitor.set_trial(None)
+        release(ctx.device)
+    return row | {"trial_s": time.perf_counter() - t0}
+
+
+def _with_source(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, log) -> TrialContext:
+    """The context with the storage a storage action reads (the dataset in RAM, or packed into shards)."""
+    if p.id not in ("memory", "shards"):
+        return ctx
+    files = ctx.source_for(spec)
+    if p.id == "memory":
+        made = source_class("memory")(files)
+    else:
+        root = getattr(files, "root", None)
+        if root is None:
+            raise ValueError(f"packing into shards needs a folder of files; the source is {files.kind}")
+        made = source_class("shards")(packed_shards(root, plan_.cfg.data.cache_dir, None, plan_.cfg.data.seed, log))
+    return replace(ctx, sources={**ctx.sources, p.params["source"]: made})
+
+
+def _said(p: Planned, row: dict) -> str:
+    if row.get("status") != "ok":
+        return f"  {p.action}: {row.get('status')}: {str(row.get('error'))[:200]}"
+    lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
+    ci = f" (95% interval {lo:+.1%} to {hi:+.1%})" if lo is not None and hi is not None else ""
+    return (f"  {p.action}: {row['samples_per_s']:,.1f} vs {row['baseline_samples_per_s']:,.1f} samples/s, "
+            f"{row['action_gain_frac']:+.1%}{ci}")

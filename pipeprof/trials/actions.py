@@ -1,0 +1,201 @@
+"""Action trials: an end-to-end variant against its baseline, windows alternated in one trial.
+
+An action (another decoder, uint8 batches normalised on the GPU, decode and augment on the GPU, the
+data in RAM or in shards, the DataLoader's pinning, prefetch depth or persistent workers) is tried the
+way the overhead checks are measured: both sides run in the same trial, on one step (one model, one
+optimizer, one cuDNN cache), in ABBA windows (``measure.windows.alternating``), so the machine's slow
+drift falls on both and the gain is read pair by pair with its 95% interval.
+
+Each side is a :class:`Variant`: a loader of its own, opened at the start and kept running, and what
+the training process does to its batches before the step. While one side is timed the other's workers
+stop once their prefetch queues are full; after each switch the batches made before it, and the other
+side's last fills, run untimed (``drain``), so each window times its side's steady state.
+
+To add an action: a builder ``fn(ctx, spec, params) -> Variant`` in :data:`VARIANTS` under the id the
+analysis plans it by (``analysis.action_trials``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Any, Callable, NamedTuple, Optional
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from pipeprof.data.augment import A, load_preset
+from pipeprof.data.dataset import PipelineDataset
+from pipeprof.measure.loader import prefetch_depth, shutdown, worker_pids
+from pipeprof.measure.windows import alternating, summarize_rates
+from .device_side import device_side, passthrough
+from .skeleton import collate_for, make_step, open_loader, pipeline_dataset
+from .spec import TrialContext, TrialSpec
+
+ACTION_KIND = "action"
+TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
+                "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
+                "closed by device sync); after each switch the batches in flight (prefetch depth + prefetch_factor+1 "
+                "rounds) run untimed; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
+                "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's")
+
+
+class Variant(NamedTuple):
+    """One side of an action trial: its loader's dataset, collate and knobs, and the training process's
+    work on a batch before the step (a DeviceSide, or None)."""
+
+    dataset: Any  # None: the user's own DataLoader (``loader``)
+    collate: Optional[Callable]
+    pin_memory: bool
+    prefetch_factor: int
+    side: Any = None
+    loader: Optional[Callable[[int], Any]] = None  # fn(num_workers) -> the user's DataLoader, knobs applied
+
+
+def baseline(ctx: TrialContext, spec: TrialSpec) -> Variant:
+    """The pipeline as the sweep measured it at ``spec``."""
+    dataset = pipeline_dataset(ctx, spec)
+    return Variant(dataset, collate_for(dataset) if dataset is not None else None, bool(spec.pin_memory),
+                   ctx.prefetch_factor, device_side(ctx, spec), ctx.user_loader)
+
+
+def _pipeline_as(ctx: TrialContext, spec: TrialSpec, **change) -> Variant:
+    return baseline(ctx, replace(spec, **change))
+
+
+def _uint8(ctx: TrialContext, spec: TrialSpec, params: dict) -> Variant:
+    """The preset without Normalize: ToTensorV2 then hands over uint8, and the step normalises on the
+    device (``measure.step.Step.prepare``), as the ``light`` preset does."""
+    spec_ = A.to_dict(load_preset(spec.preset, spec.image_size))
+    spec_["transform"]["transforms"] = [t for t in spec_["transform"]["transforms"]
+                                        if t["__class_fullname__"].rsplit(".", 1)[-1] != "Normalize"]
+    timing = ctx.stage_timing if spec.stage_timing is None else spec.stage_timing
+    dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, A.from_dict(spec_), timing, ctx.sample_policy)
+    return baseline(ctx, spec)._replace(dataset=dataset, collate=collate_for(dataset), side=None)
+
+
+def _knobs(ctx: TrialContext, spec: TrialSpec, params: dict) -> Variant:
+    """The same pipeline with other DataLoader settings (pin_memory, prefetch_factor, persistent_workers);
+    a user's DataLoader is rebuilt from its own parts with them."""
+    base = baseline(ctx, spec)
+    knobs = {k: params[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers") if k in params}
+    if base.loader is not None:
+        return base._replace(loader=with_knobs(base.loader, **knobs))
+    return base._replace(pin_memory=knobs.get("pin_memory", base.pin_memory),
+                         prefetch_factor=knobs.get("prefetch_factor", base.prefetch_factor))
+
+
+#: action id -> fn(ctx, baseline spec, params) -> the variant
+VARIANTS: dict[str, Callable[[TrialContext, TrialSpec, dict], Variant]] = {
+    "decoder": lambda ctx, spec, p: _pipeline_as(ctx, spec, decoder=p["decoder"]),
+    "uint8": _uint8,
+    "gpu_pipeline": lambda ctx, spec, p: _pipeline_as(ctx, spec, augment_device="cuda"),
+    "memory": lambda ctx, spec, p: _pipeline_as(ctx, spec, source=p["source"]),
+    "shards": lambda ctx, spec, p: _pipeline_as(ctx, spec, source=p["source"]),
+    "pin_memory": _knobs, "prefetch_factor": _knobs, "persistent_workers": _knobs,
+}
+
+
+def with_knobs(factory: Callable[[int], Any], **knobs) -> Callable[[int], DataLoader]:
+    """``factory`` whose DataLoader is rebuilt with ``knobs`` changed (its dataset, sampler, collate and worker
+    init kept); ValueError for a loader that is not a torch DataLoader (its knobs are out of reach)."""
+    def make(num_workers: int) -> DataLoader:
+        dl = factory(num_workers)
+        if not isinstance(dl, DataLoader):
+            raise ValueError(f"the factory returned a {type(dl).__name__}, not a torch DataLoader: its "
+                             f"{', '.join(knobs)} cannot be changed from outside")
+        batching = ({"batch_size": dl.batch_size, "drop_last": dl.drop_last}
+                    if isinstance(dl.dataset, IterableDataset) or dl.batch_sampler is None
+                    else {"batch_sampler": dl.batch_sampler})
+        workers = {"prefetch_factor": dl.prefetch_factor, "persistent_workers": dl.persistent_workers,
+                   "timeout": dl.timeout} if dl.num_workers else {}
+        kw = {"num_workers": dl.num_workers, "collate_fn": dl.collate_fn, "pin_memory": dl.pin_memory,
+              "worker_init_fn": dl.worker_init_fn, "generator": dl.generator, **workers}
+        return DataLoader(dl.dataset, **batching, **{**kw, **{k: v for k, v in knobs.items() if k in kw}})
+    return make
+
+
+def _open(ctx: TrialContext, spec: TrialSpec, v: Variant):
+    return open_loader(replace(ctx, prefetch_factor=v.prefetch_factor, user_loader=v.loader),
+                       replace(spec, pin_memory=v.pin_memory), v.dataset, v.collate)
+
+
+def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant) -> dict:
+    """Variant (A) against baseline (B) at ``spec``'s settings (its model, batch and workers; the monitor
+    tags its samples with ``spec``'s trial id), ABBA windows on one step (see the module)."""
+    step = make_step(ctx, spec)
+    its: dict = {}
+    try:
+        its[False], its[True] = _open(ctx, spec, base), _open(ctx, spec, alt)
+        ctx.monitor.track_workers(worker_pids(its[False]) + worker_pids(its[True]))
+        state = {"alt": False, "phase": "warmup"}
+
+        def one() -> int:
+            side = (alt if state["alt"] else base).side or passthrough
+            batch = side(next(its[state["alt"]]), state["phase"] == "measure")
+            step.run(batch["image"], batch["label"])
+            return len(batch["label"])
+
+        drain = _drain(one, state, spec, max(base.prefetch_factor, alt.prefetch_factor), step.clock.sync)
+        paired = alternating(one, lambda on: state.update(alt=on), ctx.measure, clock=ctx.clock,
+                             drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
+                             sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p))
+    finally:
+        ctx.monitor.track_workers([])
+        for it in its.values():
+            shutdown(it)
+    return paired_columns(paired, ctx.measure.max_trial_s) | _side_columns(alt.side)
+
+
+def _drain(one, state: dict, spec: TrialSpec, pf: int, sync) -> int:
+    """Untimed batches after each switch: the side's own batches made before it (its prefetch depth), then
+    enough of its batches to outlast the other side's last fills (prefetch_factor batches per worker at the
+    other side's pace: the slower side's time per batch over the faster's, from one timed start-up each)."""
+    rounds = max(spec.num_workers or 1, 1)
+    depth = prefetch_depth(spec.num_workers or 0, pf)
+    per_batch = []
+    for side in (False, True):  # the baseline, then the variant: each started and timed once, untimed after
+        state["alt"] = side
+        for _ in range(depth + rounds):
+            one()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(2 * rounds):
+            one()
+        sync()
+        per_batch.append((time.perf_counter() - t0) / (2 * rounds))
+    slower = max(per_batch) / max(min(per_batch), 1e-9)
+    return depth + rounds * (math.ceil(pf * min(slower, 20.0)) + 1)  # 20x: a side that slow needs no finer drain
+
+
+def _phase(ctx: TrialContext, spec: TrialSpec, state: dict, p: str) -> None:
+    state["phase"] = p
+    ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
+
+
+def _side_columns(side) -> dict:
+    cols = side.columns(0.0) if side is not None else {}
+    return {k: v for k, v in cols.items() if v is not None}  # no share: the windows alternate two pipelines
+
+
+def paired_columns(paired, max_trial_s: float) -> dict:
+    """The variant's and the baseline's rates, the gain per pair (variant / baseline - 1: the negative of
+    ``Paired.cost``) with its 95% interval, and why the row is unstable when it is."""
+    cost, windows = paired.cost(), paired.a + paired.b
+    a, b = summarize_rates([w.rate for w in paired.a]), summarize_rates([w.rate for w in paired.b])
+    reasons = [f"only {cost['pairs']} pair(s) of windows fitted in max_trial_s ({max_trial_s:g} s)"] \
+        if cost["pairs"] < 2 else []
+    flip = {"action_gain_frac": "cost_frac", "action_gain_ci95_low": "cost_ci95_high",
+            "action_gain_ci95_high": "cost_ci95_low"}
+    return a | {k: (-cost[c] if cost[c] is not None else None) for k, c in flip.items()} | {
+        "baseline_samples_per_s": b["samples_per_s"], "baseline_ci95_low": b["samples_per_s_ci95_low"],
+        "baseline_ci95_high": b["samples_per_s_ci95_high"], "pairs": cost["pairs"], "windows": len(windows),
+        "window_rates": [w.rate for w in paired.a], "baseline_window_rates": [w.rate for w in paired.b],
+        "t_measure_start_s": min((w.t_start for w in windows), default=None),
+        "t_measure_end_s": max((w.t_end for w in windows), default=None),
+        "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
+
+
+def run_action(ctx: TrialContext, spec: TrialSpec, params: dict) -> dict:
+    """The action trial of ``spec.action`` with ``params`` (what the variant changes) against ``spec``."""
+    base_spec = replace(spec, kind="end_to_end", action=None)
+    return action_trial(ctx, spec, baseline(ctx, base_spec), VARIANTS[spec.action](ctx, base_spec, params))

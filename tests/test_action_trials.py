@@ -1,0 +1,196 @@
+"""Action trials: a variant against its baseline in alternating windows, on workloads of known cost; the
+planning of which actions apply (and why the others do not); the decoder prediction from measured decode
+costs; measured beside predicted in the stored analysis and the reports."""
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+import pipeprof
+from pipeprof import config as C
+from pipeprof.analysis.action_trials import Facts, best_measured, combine, plan
+from pipeprof.analysis.advice import actions
+from pipeprof.checks.calibrate import FixedStepModel, burn_loader
+from pipeprof.measure.monitors import Monitor
+from pipeprof.trials import TrialContext, TrialSpec
+from pipeprof.trials.actions import Variant, action_trial, with_knobs
+from pipeprof.trials.skeleton import collate_user
+
+QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 2, "windows": 4, "max_windows": 6,
+         "max_trial_s": 20, "ci_target": 0.1, "cpu_reference_s": 0}
+
+
+class WaitDataset(Dataset):
+    """Samples that each take ``wait_s`` of wall time and no CPU (a read of known latency): with one worker
+    the loader makes exactly 1 / wait_s samples/s, whatever else the machine's cores are doing."""
+
+    def __init__(self, wait_s: float, n: int = 256):
+        self.wait_s, self.n = wait_s, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(self.wait_s)
+        return torch.zeros(3, 8, 8, dtype=torch.uint8), i % 10
+
+
+def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline():
+    """12 ms per sample against 6 ms, one worker, a 2 ms step per batch of 8: 83 against 167 samples/s,
+    a gain of +100%, read pair by pair with its interval (the worker's own handling of a sample, well under
+    a millisecond, is inside the 15% allowed)."""
+    with Monitor(hz=10, gpu=False) as mon:
+        ctx = TrialContext(torch.device("cpu"), None, C.MeasureConfig(**QUICK), mon, num_classes=10,
+                           models={"fixed": lambda: FixedStepModel(0.002, 10)})
+        spec = TrialSpec("action", num_workers=1, batch_size=8, model="fixed", precision="fp32", mode="train",
+                         action="cheaper")
+        row = action_trial(ctx, spec, Variant(WaitDataset(0.012), collate_user, False, 2),
+                           Variant(WaitDataset(0.006), collate_user, False, 2))
+    assert row["baseline_samples_per_s"] == pytest.approx(1 / 0.012, rel=0.15)
+    assert row["samples_per_s"] == pytest.approx(1 / 0.006, rel=0.15)
+    assert row["action_gain_frac"] == pytest.approx(1.0, abs=0.25) and row["pairs"] >= 2
+    assert 0.5 < row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
+    assert len(row["window_rates"]) == len(row["baseline_window_rates"]) == row["pairs"]
+
+
+def group(side="input", resource="workers", also=(), **extra) -> dict:
+    return {"side_at_recommended": side, "resource_at_recommended": resource, "also_at_recommended": list(also),
+            "recommended_workers": 4} | extra
+
+
+ROW = pd.Series({"decoder": "pil", "source": "files", "num_workers": 4, "pin_memory": True, "augment_device": None,
+                 "stage_share.decode": 0.5, "stage_share.Normalize": 0.1, "loader_restarts": 0})
+GPU = Facts("cuda", "pipeline", source_kinds={"files": "files"})
+
+
+def tried(planned) -> list[str]:
+    return [p.id for p in planned if p.why_not is None]
+
+
+def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_rest():
+    planned = plan(group(), ROW, GPU)
+    assert tried(planned) == ["decoder", "uint8", "gpu_pipeline"]
+    assert [p.params for p in planned if p.id == "decoder"] == [{"decoder": "cv2"}]
+    why = {p.id: p.why_not for p in planned}
+    assert why["memory"] == "it relieves storage, and workers binds here"
+    assert "never ends a pass" in why["persistent_workers"]
+    assert tried(plan(group(resource="storage"), ROW, GPU)) == ["memory", "shards"]
+    assert tried(plan(group(resource="handoff"), ROW, GPU)) == ["uint8", "gpu_pipeline", "pin_memory",
+                                                                "prefetch_factor"]
+    # within its interval of binding counts too
+    assert "memory" in tried(plan(group(also=["storage"]), ROW, GPU))
+    assert tried(plan(group(side="step", resource="gpu"), ROW, GPU)) == []
+    off = plan(group(), ROW, GPU._replace(mode="predict"))
+    assert tried(off) == [] and all("actions: predict" in p.why_not for p in off)
+    refused = plan(group(), ROW, GPU._replace(gpu_refusal="preset 'x' uses CoarseDropout"))
+    assert [p.why_not for p in refused if p.id == "gpu_pipeline"] == ["preset 'x' uses CoarseDropout"]
+
+
+def test_a_users_loader_gets_only_the_loader_knobs_tried():
+    row = ROW.drop(["decoder", "source"]).copy()
+    row["loader_restarts"] = 3  # its passes end inside a trial: workers start again each pass
+    planned = plan(group(resource="handoff"), row, Facts("cuda", "loader"))
+    assert tried(planned) == ["pin_memory", "prefetch_factor", "persistent_workers"]
+    refused = {p.id: p.why_not for p in planned if p.why_not}
+    assert set(refused) == {"decoder", "uint8", "gpu_pipeline", "memory", "shards"}
+    assert all("user's own DataLoader" in w for w in refused.values())
+    cpu = plan(group(), ROW, Facts("cpu", "pipeline", source_kinds={"files": "files"}))
+    assert tried(cpu) == ["decoder"]  # uint8 and the GPU pipeline need a GPU
+
+
+def test_decoder_prediction_rests_on_the_measured_decode_costs():
+    """Decode is half the worker time; cv2 decoded these files in half pil's time: a quarter of the worker
+    time goes, so a CPU-bound rate rises by 4/3. No cost measured (or cv2 slower): no decoder action."""
+    row = pd.Series({"num_workers": 2, "samples_per_s": 200.0, "cpu_bound_samples_per_s": 200.0,
+                     "step_bound_samples_per_s": 5000.0, "decoder": "pil", "stage_share.decode": 0.5,
+                     "stage_share.read": 0.05, "stage_us_per_sample.decode": 5000.0})
+    ws, rates = np.array([1.0, 2.0]), np.array([100.0, 200.0])
+    costs = {"us_per_sample": {"pil": 2000.0, "cv2": 1000.0}, "samples": 24}
+    (dec,) = [a for a in actions(row, ws, rates, 8, "cuda", costs) if a["id"] == "decoder"]
+    assert dec["gain_frac"] == pytest.approx(1 / 0.75 - 1) and "1,000 us each against 2,000 us" in dec["basis"]
+    assert "assumption" not in dec["basis"]
+    slower = {"us_per_sample": {"pil": 1000.0, "cv2": 1500.0}, "samples": 24}
+    for c in (None, slower):
+        assert not [a for a in actions(row, ws, rates, 8, "cuda", c) if a["id"] == "decoder"]
+    (gpu,) = [a for a in actions(row, ws, rates, 8, "cuda", costs) if a["id"] == "gpu_pipeline"]
+    assert gpu["gain_frac"] == pytest.approx(1 / 0.05 - 1) and "not in this prediction" in gpu["basis"]
+
+
+def trial_row(gain, lo, hi, status="ok") -> dict:
+    return {"status": status, "samples_per_s": 100 * (1 + gain), "baseline_samples_per_s": 100.0,
+            "action_gain_frac": gain, "action_gain_ci95_low": lo, "action_gain_ci95_high": hi, "pairs": 3,
+            "trial_id": "action/x", "num_workers": 4}
+
+
+def test_measured_beside_predicted_ranked_by_what_was_measured():
+    predicted = [{"id": "at_step_ceiling", "action": "the GPU is the limit", "gain_frac": None,
+                  "predicted_samples_per_s": None, "basis": "b"},
+                 {"id": "decoder", "action": "d", "gain_frac": 0.30, "predicted_samples_per_s": 130.0, "basis": "b"},
+                 {"id": "uint8", "action": "u", "gain_frac": 0.20, "predicted_samples_per_s": 120.0, "basis": "b"},
+                 {"id": "stage", "action": "drop Affine", "gain_frac": 0.5, "predicted_samples_per_s": 150.0,
+                  "basis": "b"}]
+    planned = plan(group(), ROW, GPU)
+    out = combine(predicted, planned, {"decoder": trial_row(0.02, -0.03, 0.07), "uint8": trial_row(0.22, 0.18, 0.26)})
+    assert [a["id"] for a in out][:5] == ["at_step_ceiling", "decoder", "uint8", "stage", "gpu_pipeline"]
+    d, u, stage = out[1], out[2], out[3]
+    assert (u["verified"], u["agrees"], u["measured_gain_frac"]) == (True, True, 0.22)
+    assert (d["verified"], d["agrees"]) == (False, False)  # +30% predicted, -3%..+7% measured: the model was wrong
+    assert stage["tried"] is False and stage["label"] == "prediction" and "edit it" in stage["why_not_tried"]
+    assert best_measured(out)["id"] == "uint8"
+    assert out[4]["tried"] is False and "interrupted" in out[4]["why_not_tried"]  # planned, never measured
+    failed = combine([], planned, {"gpu_pipeline": trial_row(0, 0, 0, status="error") | {"error": "nvJPEG: no"}})
+    assert [(a["id"], a["measured"], a["error"]) for a in failed if a["id"] == "gpu_pipeline"] == [
+        ("gpu_pipeline", False, "nvJPEG: no")]
+    assert best_measured(failed) is None
+
+
+def test_a_users_dataloader_is_rebuilt_with_other_knobs():
+    knobs = with_knobs(burn_loader, pin_memory=True, prefetch_factor=4, persistent_workers=True)
+    dl = knobs(2)
+    assert (dl.pin_memory, dl.prefetch_factor, dl.persistent_workers, dl.num_workers) == (True, 4, True, 2)
+    assert dl.batch_sampler.batch_size == 8 and dl.batch_sampler.drop_last
+    zero = knobs(0)  # no workers: only pinning applies
+    assert zero.pin_memory and zero.prefetch_factor is None
+    with pytest.raises(ValueError, match="not a torch DataLoader"):
+        with_knobs(lambda w: [1, 2], pin_memory=True)(0)
+
+
+def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_path):
+    """pipeprof's own pipeline on the CPU, input-bound at one worker: the decoder action is tried (the only
+    one that applies without a GPU); the answer is given before it, and its first lines name the result."""
+    answered = []
+
+    def seen(run):
+        answered.append(run.trials["kind"].tolist())
+
+    cfg = C.build({"name": "act", "out_dir": str(tmp_path), "device": "cpu",
+                   "data": {"kind": "folder", "path": str(tiny_dataset)},
+                   "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+                   "loader": {"num_workers": [1], "batch_size": 4}, "measure": QUICK | {"max_windows": 4},
+                   "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"]})
+    from pipeprof.orchestrate.runner import execute
+    from pipeprof.report.console import render_text
+    from pipeprof.report.html import render_html
+    from pipeprof.report.summary import answer_lines
+
+    run = execute(cfg, log=lambda *a: None, on_answer=seen)
+    assert answered and "action" not in answered[0]  # the answer came before any action trial
+    costs = run.meta["decode_costs"]["us_per_sample"]
+    assert set(costs) == {"pil", "cv2"} and min(costs.values()) > 0
+    g = run.meta["analysis"]["groups"][0]
+    (dec,) = [a for a in g["actions"] if a["id"] == "decoder"]
+    assert dec["tried"] and dec["measured"] and dec["pairs"] >= 2
+    assert dec["measured_gain_ci95_low"] <= dec["measured_gain_frac"] <= dec["measured_gain_ci95_high"]
+    assert dec["action_trial_id"].endswith("/decoder") and dec["num_workers"] == 1
+    row = run.trials.set_index("trial_id").loc[dec["action_trial_id"]]
+    assert row["kind"] == "action" and row["status"] == "ok"
+    assert row["action_gain_frac"] == pytest.approx(dec["measured_gain_frac"])
+    gpu = [a for a in g["actions"] if a["id"] == "gpu_pipeline"]
+    assert gpu[0]["tried"] is False and "no GPU" in gpu[0]["why_not_tried"]
+    assert answer_lines(run)[1].lstrip().startswith(("Best measured change: decode with cv2",
+                                                     "No action tried was shown to help; the best measured, decode"))
+    assert "→ measured" in render_text(run) and "table-actions" in render_html(run)
+    assert run.meta["action_trials"] == {"mode": "measure", "tried": 1, "planned": 1, "interrupted": False}
