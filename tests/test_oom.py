@@ -10,7 +10,8 @@ from torch import nn
 
 import pipeprof
 from pipeprof import config as C
-from pipeprof.orchestrate.batchsize import auto_batch_size, largest_batch, step_fits
+from pipeprof.measure.monitors import Monitor
+from pipeprof.orchestrate.batchsize import HEADROOM, MOST, auto_batch_size, confirm, largest_batch, step_fits
 from pipeprof.checks.calibrate import BurnDataset
 from pipeprof.orchestrate.runner import prepare
 from pipeprof.trials import TrialContext, TrialSpec
@@ -56,16 +57,51 @@ def test_oom_is_told_from_other_failures_by_type_and_allocator_message():
     assert not is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) and not is_oom(OSError("full"))
 
 
-@pytest.mark.parametrize("threshold, sizes", [
-    (100, [32, 64, 128, 96, 112, 104, 100, 102, 101]),  # doubles to the first that fails, then bisects
-    (20, [32, 16, 24, 20, 22, 21]),  # below the start: bisects from nothing
-    (5000, [32, 64, 128, 256, 512, 1024, 2048, 4096]),  # everything fits: the most is the answer
-    (0, [32, 16, 8, 4, 2, 1]),  # nothing fits
+@pytest.mark.parametrize("threshold, sizes, best", [
+    (100, [32, 64, 128, 96, 112, 104], 96),  # doubles to the first that fails, then bisects to an eighth
+    (20, [32, 16, 24], 16),  # below the start: halves, then one step of 8
+    (5000, [32, 64, 128, 256, 512, 1024, 2048, 4096], 4096),  # everything fits: the most is the answer
+    (0, [32, 16, 8, 4, 2, 1], 0),  # nothing fits
 ])
-def test_the_search_finds_the_largest_batch_below_a_known_threshold(threshold, sizes):
-    best, tried = largest_batch(lambda b: (b <= threshold, 2.0 * b))
-    assert best == min(threshold, 4096) and [t["batch_size"] for t in tried] == sizes
+def test_the_search_finds_the_largest_multiple_of_8_within_an_eighth_below_a_known_threshold(threshold, sizes, best):
+    found, tried = largest_batch(lambda b: (b <= threshold, 2.0 * b))  # no budget: only running out counts
+    assert found == best and [t["batch_size"] for t in tried] == sizes
     assert all(t["fits"] == (t["batch_size"] <= threshold) and t["peak_mb"] == 2.0 * t["batch_size"] for t in tried)
+    assert all(t["why"] == (None if t["fits"] else "out of memory") for t in tried)
+
+
+H200_MIB = 143_771  # the lent H200's memory, where a search to one sample ran out of memory in the trial after it
+
+
+def device_of(fixed_mb: float, per_sample_mb: float, curve: float = 0.0):
+    """``fits(batch)`` of a device of H200_MIB whose step at ``batch`` holds fixed + per sample × batch
+    (+ curve × batch²) MiB at its peak, and runs out of memory past the device's size."""
+    def fits(batch: int):
+        peak = fixed_mb + per_sample_mb * batch + curve * batch ** 2
+        return (True, peak) if peak <= H200_MIB else (False, None)
+    return fits, lambda b: fixed_mb + per_sample_mb * b + curve * b ** 2
+
+
+def test_with_a_known_memory_model_the_search_leaves_headroom_and_takes_four_sizes():
+    fits, peak = device_of(2_000, 42)  # resnet50 bf16-like: 3,375 would fill the device
+    budget = HEADROOM * H200_MIB
+    found, tried = largest_batch(fits, budget_mb=budget)
+    # 32 and 64 give the line; its edge (3,033) rounded down to 8 fits; an eighth more does not
+    assert [(t["batch_size"], t["fits"]) for t in tried] == [(32, True), (64, True), (3032, True), (3408, False)]
+    assert found == 3032 and peak(3032) <= budget < peak(3032 + 8) and tried[-1]["why"] == "out of memory"
+
+
+@pytest.mark.parametrize("fixed, per, curve", [(2_000, 42, 0), (6_000, 95, 0), (2_000, 30, 0.004), (1_000, 1, 0),
+                                               (40_000, 500, 0.01)])
+def test_every_answer_is_a_multiple_of_8_under_the_headroom_within_an_eighth(fixed, per, curve):
+    fits, peak = device_of(fixed, per, curve)
+    budget = HEADROOM * H200_MIB
+    found, tried = largest_batch(fits, budget_mb=budget)
+    failed = [t["batch_size"] for t in tried if not t["fits"]]
+    assert found % 8 == 0 and peak(found) <= budget and len(tried) <= 9
+    assert found == MOST or min(failed) - found <= max(8, found // 8)  # an eighth: no finer
+    over = [t for t in tried if not t["fits"] and t["peak_mb"] is not None]  # ran, but above the headroom
+    assert all(t["why"].startswith(f"peak {t['peak_mb']:,.0f} MiB above the headroom's") for t in over)
 
 
 def test_the_search_on_a_real_step_picks_the_largest_batch_that_fits_and_records_each_size():
@@ -74,14 +110,33 @@ def test_the_search_on_a_real_step_picks_the_largest_batch_that_fits_and_records
     spec = TrialSpec("gpu_ceiling", model="user:FitsUpTo", precision="fp32", mode="train", image_size=8,
                      input_dtype="uint8")
     best, tried = largest_batch(step_fits(ctx, spec))
-    assert best == 40 and [(t["batch_size"], t["fits"]) for t in tried] == [
-        (32, True), (64, False), (48, False), (40, True), (44, False), (42, False), (41, False)]
+    assert best == 40 and [(t["batch_size"], t["fits"]) for t in tried] == [(32, True), (64, False), (48, False),
+                                                                             (40, True)]
     assert all(t["peak_mb"] > 100 for t in tried)  # RSS on a CPU device
     cfg = C.resolve(C.build({"device": "cpu", "model": {"name": "user:FitsUpTo", "num_classes": 10}}), False,
                     False, 2)
-    chosen, record = auto_batch_size(ctx, cfg, lambda preset, size: ("uint8", 8), True, lambda text: None)
+    lines: list = []
+    chosen, record = auto_batch_size(ctx, cfg, lambda preset, size: ("uint8", 8), True, lines.append)
     assert chosen == 40 and record["chosen"] == 40 and record["searches"][0]["largest"] == 40
-    assert [t["batch_size"] for t in record["searches"][0]["tried"]] == [32, 64, 48, 40, 44, 42, 41]
+    assert [t["batch_size"] for t in record["searches"][0]["tried"]] == [32, 64, 48, 40]
+    assert lines[0].startswith("loader.batch_size auto: user:FitsUpTo fp32 train on cpu: 40 (4 sizes tried in ")
+    assert lines[0].endswith("32, 64 ✗, 48 ✗, 40)")
+
+
+def test_a_batch_the_trial_that_uses_it_cannot_hold_falls_back_an_eighth_saying_so():
+    measure = C.MeasureConfig(warmup_s=0.1, window_s=0.2, window_batches=2, windows=2, max_windows=2,
+                              max_trial_s=20, cpu_reference_s=0)
+    cfg = C.resolve(C.build({"device": "cpu", "model": {"name": "user:FitsUpTo", "num_classes": 10}}), False,
+                    False, 2)
+    lines: list = []
+    with Monitor(hz=10, gpu=False) as monitor:
+        ctx = TrialContext(torch.device("cpu"), None, measure, monitor, num_classes=10, step_threads=1,
+                           models={"user:FitsUpTo": lambda: FitsUpTo(40)})
+        batch, attempts = confirm(ctx, cfg, lambda preset, size: ("uint8", 8), True, 48, lines.append)
+    assert batch == 40 and [(a["batch_size"], a["status"]) for a in attempts] == [(48, "oom"), (40, "ok")]
+    assert attempts[1]["samples_per_s"] > 0 and "CUDA out of memory" in attempts[0]["error"]
+    assert lines == ["loader.batch_size auto: 48 ran out of memory in the trial that uses it "
+                     "(gpu_ceiling/user:FitsUpTo/fp32/bs48); falling back to 40"]
 
 
 def test_auto_on_a_cpu_device_is_the_cpu_default_and_says_so(tmp_path):

@@ -22,7 +22,7 @@ from pipeprof.analysis.failures import failures
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from .actions import run_actions
-from .batchsize import auto_batch_size
+from .batchsize import MOST, auto_batch_size, confirm
 from .limits import check_plan, check_workers, shm_free
 from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
 from pipeprof.measure.confounders import WORKER_POLICY
@@ -86,9 +86,10 @@ def prepare(cfg: RunConfig, user_dataset=None, log: Callable[[str], None] = prin
     folder, data_facts = (None, facts) if user else dataset_folder(cfg, log)
     sources = {} if user else build_sources(cfg, folder, log)
     probe = loader_probe or (_user_probe(user_dataset, cfg) if user else None)
-    cfg, batch_search = _batch_size(cfg, auto, probe, user, env, models, loss_fn, log)
+    samples = _samples(sources, user_dataset)
+    cfg, batch_search = _batch_size(cfg, auto, probe, user, env, models, loss_fn, log, samples)
     specs = expand(cfg, probe, user_dataset=user, user_loader=user_loader is not None)
-    check_plan(cfg, specs, probe or preset_probe, _samples(sources, user_dataset), _available_bytes(env), shm_free())
+    check_plan(cfg, specs, probe or preset_probe, samples, _available_bytes(env), shm_free())
     meta = _meta(cfg, env, data_facts, sources, len(specs), user_loader is not None)
     if batch_search:
         meta["batch_size_search"] = batch_search
@@ -254,18 +255,22 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) ->
 
 
 def _batch_size(cfg: RunConfig, auto: bool, probe, user: bool, env: dict, models, loss_fn,
-                log) -> tuple[RunConfig, Optional[dict]]:
-    """``loader.batch_size: auto``: on a GPU the largest batch whose step fits (``batchsize``), on a CPU
-    device the CPU default (resolved already); with the record for run.json (None when not auto)."""
+                log, samples: Optional[int] = None) -> tuple[RunConfig, Optional[dict]]:
+    """``loader.batch_size: auto``: on a GPU the largest batch whose step fits (``batchsize``; at most the
+    dataset's ``samples``), confirmed by the gpu_ceiling trial at it, on a CPU device the CPU default
+    (resolved already); with the record for run.json (None when not auto)."""
     if not auto:
         return cfg, None
     if cfg.loader.batch_size != "auto":
         return cfg, {"policy": "auto", "chosen": CPU_BATCH,
                      "note": f"on a CPU device auto is the CPU default batch ({CPU_BATCH}): there is no "
                              "device memory to fill"}
-    ctx = TrialContext.from_config(cfg, torch.device(cfg.device), None, {}, int(env["cores"]["usable"]),
-                                   models=models or {}, loss_fn=loss_fn)
-    chosen, record = auto_batch_size(ctx, cfg, probe, user, log)
+    with Monitor(hz=cfg.monitor_hz, gpu=True) as monitor:  # the confirming trial runs as the sweep's trials do
+        ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, {}, int(env["cores"]["usable"]),
+                                       models=models or {}, loss_fn=loss_fn)
+        chosen, record = auto_batch_size(ctx, cfg, probe, user, log, min(MOST, samples or MOST))
+        chosen, record["confirmed"] = confirm(ctx, cfg, probe, user, chosen, log)
+    record["chosen"] = chosen
     c = cfg.model_copy(deep=True)
     c.loader.batch_size = [chosen]
     return c, record
