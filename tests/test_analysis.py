@@ -256,6 +256,11 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
     assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(4000.0)
     # the curve flattened below 95% of that limit, so reaching it lies past the 32 cores measured
     assert need["cores_to_handoff_limit"] > 32 and "not reachable by adding cores" in need["basis"]
+    # the limit's interval straddling the step: a count, and the caveat that the hand-off may stop it short
+    split = cores_needed(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32,
+                         cap=4900.0, cap_low=4400.0)
+    assert split["cores_needed"] is not None and split["handoff_straddles"]
+    assert "4,400-4,900" in split["basis"] and "may stop the rate short" in split["basis"]
     caps = what_if(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, None, None,
                    core_counts=(64,), gpus=(1, 2), storage_mb_s=(None,), cap=3450.0)
     assert [r["predicted_samples_per_s"] for r in caps] == [pytest.approx(3450), pytest.approx(6900)]  # a loader each

@@ -163,7 +163,7 @@ def test_the_answer_for_two_gpus_speaks_per_rank_and_for_the_job():
     text = answer(run, g)
     assert "with 15 workers per GPU training runs at 6,247 ± 206 samples/s" in text
     assert "the 2 GPUs alone take 8,892" in text and "in each rank's DataLoader" in text
-    assert "no core count keeps these 2 GPUs busy in BF16: 2 loaders (one per GPU) hand off at most 7,295" in text
+    assert "no core count keeps these 2 GPUs busy in BF16: 2 loaders (one per GPU) hand off at most (measured) 7,295" in text
     assert "2 GPUs" in group_label(g) and "GPUs" not in group_label(one)
 
 

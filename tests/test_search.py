@@ -45,6 +45,17 @@ def test_bisection_stops_where_the_bracket_cannot_be_separated():
     assert order == [16, 14, 7] and pick == 14
 
 
+def test_a_tied_probe_below_the_top_that_may_still_be_rising_ends_the_search():
+    # the H200 default run: 16 workers 3,268 (2,905-3,651), 14 workers 3,143 (2,765-3,494): 14 ties 16, but
+    # its interval also holds 16's rate scaled to 14 workers (2,860): no bisection of 1..14 after it
+    curve = {16: (3268.0, 2905.0, 3651.0), 14: (3143.0, 2765.0, 3494.0)}
+    points = {w: Point(w, *curve[w]) for w in curve}
+    assert next_workers(points, 4678, 304, 16) is None
+    # the same probe on a curve that has flattened (14 at 16's rate, to ±1%) goes on looking lower
+    flat = {16: Point(16, 3268.0, 3235.0, 3300.0), 14: Point(14, 3260.0, 3227.0, 3293.0)}
+    assert next_workers(flat, 4678, 304, 16) == 7
+
+
 def test_a_loader_bound_at_all_cores_needs_one_probe_below():
     # every worker adds 250/s up to the 16 cores and the GPU wants 4,700/s: the loader binds at 16;
     # one probe at 14 shows 16 is needed (14 is 12% slower), so no bisection of 1..16

@@ -24,12 +24,14 @@ May import: the nouns (``schema``, ``config``) and ``trials.columns``' pure help
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers,
                      stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, classify, cpu_at,
-                     cpu_curve, curves, groups, handoff_limit, load_cost_s, ok, predict, present_group_keys,
+                     cpu_curve, curves, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
 from .confidence import confidence, group_id
 from .scaling import scaling
@@ -39,7 +41,7 @@ from .verdict import evidence, verdicts
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "data_problems", "epoch_estimates",
            "evidence",
-           "groups", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
+           "groups", "handoff_interval", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
            "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
 
@@ -153,8 +155,10 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
         # N ranks: num_workers is per rank and each rank's main process hands off its own batches,
         # so the workers and the hand-off limit of the whole job are N times a rank's
         ranks = int(curve.iloc[0].get("gpus") or 1) if "gpus" in curve else 1
-        cap, ws = handoff_limit(trials, curve.iloc[0]) * ranks, ws * ranks
-        advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap)
+        low, cap = (x * ranks for x in handoff_interval(trials, curve.iloc[0]))
+        ws = ws * ranks
+        advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap,
+                                              low if low < math.inf else None)
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve), cap=cap)
     rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine

@@ -108,29 +108,38 @@ def rate_for_cores(cores_avail: float, ws: np.ndarray, rates: np.ndarray, main_s
 
 
 def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float,
-                 cap: float = math.inf) -> dict:
+                 cap: float = math.inf, cap_low: float | None = None) -> dict:
     """Cores one GPU needs to be fed at its ceiling: workers read off the measured CPU curve
-    (interpolated, or extrapolated past its end) plus the training process's CPU at that rate;
-    None when the loader's hand-off limit ``cap`` is below the ceiling (no core count reaches it)."""
+    (interpolated, or extrapolated past its end) plus the training process's CPU at that rate.
+
+    ``cap`` (``cap_low``): the upper (lower) end of the hand-off limit's measured interval. All of it
+    below the ceiling: no core count reaches it (None, and the cores that reach 95% of the limit).
+    Straddling the ceiling: the count is given and the basis says that the hand-off may stop short of
+    it (``handoff_straddles``), so the answer does not flip between the two as the limit's windows move."""
     need = workers_for_rate(step_rate, ws, rates, cores, cap)
+    measured = "" if cap_low is None else f" (measured by the handoff trial: {cap_low:,.0f}-{cap:,.0f})"
     if need.value == math.inf:
         near = workers_for_rate(NEAR_BEST * cap, ws, rates, cores)
         at = math.ceil(near.value + main_s * cap)
         return {"cores_needed": None, "workers_needed": None, "extrapolated": True, "handoff_limit": cap,
                 "cores_to_handoff_limit": at,
-                "basis": f"not reachable by adding cores: the loader's main process hands off at most "
-                         f"{cap:,.0f} samples/s (one core at its measured CPU per sample), below the step's "
-                         f"{step_rate:,.0f}; about {at} cores reach {NEAR_BEST:.0%} of that limit and more add "
-                         "nothing; smaller batches in bytes (uint8, normalise on the GPU) raise it"}
+                "basis": f"not reachable by adding cores: the loader's hand-off passes at most {cap:,.0f} "
+                         f"samples/s{measured}, below the step's {step_rate:,.0f}; about {at} cores reach "
+                         f"{NEAR_BEST:.0%} of that limit and more add nothing; smaller batches in bytes (uint8, "
+                         "normalise on the GPU) raise it"}
     x, y = _envelope(ws, rates, cores)
     base, per = _per_worker_at_top(x, y)
     main = main_s * step_rate
     how = (f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
            if need.extrapolated else "interpolated on the measured cpu_pipeline curve")
+    straddles = cap_low is not None and cap_low < step_rate <= cap
+    caveat = (f"; the hand-off's limit{measured} straddles the step's rate: it may stop the rate short of it"
+              if straddles else "")
     return {"cores_needed": math.ceil(need.value + main), "workers_needed": need.value,
             "extrapolated": need.extrapolated, "handoff_limit": cap if cap < math.inf else None,
+            "handoff_straddles": straddles,
             "basis": f"{need.value:.1f} workers reach the step's {step_rate:,.0f} samples/s, {how}; "
-                     f"+ {main:.1f} core(s) for the training process ({main_s * 1e3:.2f} ms CPU per sample)"}
+                     f"+ {main:.1f} core(s) for the training process ({main_s * 1e3:.2f} ms CPU per sample){caveat}"}
 
 
 def what_if(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: float, cores: float,

@@ -171,15 +171,23 @@ def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> CpuCurve:
     return CpuCurve(c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float))
 
 
-def handoff_limit(trials: pd.DataFrame, like: pd.Series) -> float:
-    """Samples/s the loader's hand-off passes at ``like``'s pipeline, as the ``handoff`` trial measured it
-    (the upper end of its 95% interval: a limit must not sit below what the machine did); inf when the run
-    did not measure it. Never inferred: a cap stated to the user is one this run measured."""
+def handoff_interval(trials: pd.DataFrame, like: pd.Series) -> tuple[float, float]:
+    """(low, high) of the 95% interval of the hand-off limit the ``handoff`` trial measured at ``like``'s
+    pipeline; (inf, inf) when the run did not measure it. Never inferred: a limit stated to the user is one
+    this run measured."""
     h = matching(ok(trials, "handoff"), like, HANDOFF_KEYS)
     if h.empty:
-        return math.inf
-    high = h["samples_per_s_ci95_high"] if "samples_per_s_ci95_high" in h else h["samples_per_s"]
-    return float(high.fillna(h["samples_per_s"]).max())
+        return math.inf, math.inf
+    rate = h["samples_per_s"]
+    low = h["samples_per_s_ci95_low"].fillna(rate) if "samples_per_s_ci95_low" in h else rate
+    high = h["samples_per_s_ci95_high"].fillna(rate) if "samples_per_s_ci95_high" in h else rate
+    return float(low.max()), float(high.max())
+
+
+def handoff_limit(trials: pd.DataFrame, like: pd.Series) -> float:
+    """Samples/s the loader's hand-off passes at ``like``'s pipeline: the upper end of the measured interval
+    (a limit must not sit below what the machine did); inf when unmeasured."""
+    return handoff_interval(trials, like)[1]
 
 
 def cpu_at(workers: float, ws: np.ndarray, rates: np.ndarray) -> float:

@@ -5,8 +5,9 @@ rate with one worker r1 predict that about S / r1 workers feed the step. The sea
 there, then doubles while the end-to-end curve still rises by more than its noise (and has
 neither reached the ceiling nor the usable cores), then bisects down to the smallest count
 within 5% of the best, to within an eighth of that count (:data:`RESOLUTION`). It stops where a step
-cannot separate two counts (the bracket's ends have overlapping 95% intervals): bisecting between
-them would follow the noise, and the answer's confidence (re-drawn windows) gives
+cannot separate two counts (the bracket's ends have overlapping 95% intervals, or the probe below
+the top ties with it yet cannot be told from a curve still rising in proportion to the workers):
+bisecting further would follow the noise, and the answer's confidence (re-drawn windows) gives
 the range of counts the measurements allow. Every worker count of the exhaustive grid that it did not measure is
 listed with the reason (run.json ``search``).
 
@@ -81,12 +82,22 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
         # the loader binds at the most workers measured: one probe just below says whether all are
         # needed; a rising curve's answer is then found without bisecting the whole range
         return below
+    if upper == below_of(top) and _still_rising(points[upper], points[top]):
+        return None  # the probe just below the top ties with it, yet cannot be told from a curve still rising
+        # in proportion to the workers: whether the knee lies lower is beyond what the windows resolve
     lower = max((w for w in points if w < upper), default=0)
     if upper - lower <= max(1, upper // RESOLUTION) or len(points) >= MAX_POINTS:
         return None
     if lower in points and points[lower].high >= points[upper].low:
         return None  # the bracket's ends cannot be told apart: bisecting between them would chase noise
     return (lower + upper) // 2
+
+
+def _still_rising(probe: Point, top: Point) -> bool:
+    """The probe's interval reaches the rate the top would give it if the rate grew in proportion to the
+    workers: the curve is not shown to have flattened between them (the H200 box: 14 workers 2,765-3,494
+    beside 16 workers' 3,268, whose proportional share at 14 is 2,860)."""
+    return probe.low <= top.rate * probe.workers / top.workers
 
 
 def below_of(top: int) -> int:

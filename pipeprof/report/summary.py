@@ -81,11 +81,13 @@ def _cores_clause(g: dict, device: str) -> str:
     them = "this GPU" if n == 1 else f"these {n} GPUs"
     if need.get("cores_needed") is None:
         loaders = "one loader hands" if n == 1 else f"{n} loaders (one per GPU) hand"
-        return (f"; no core count keeps {them} busy in {precision}: {loaders} off at most "
+        return (f"; no core count keeps {them} busy in {precision}: {loaders} off at most (measured) "
                 f"{rate(need.get('handoff_limit'))} samples/s (about {need.get('cores_to_handoff_limit')} cores "
                 "reach 95% of that)")
     past = ", extrapolated past the workers measured" if need.get("extrapolated") else ""
-    return f"; about {need['cores_needed']} cores keep {them} busy in {precision}{past}"
+    short = (f", if the hand-off (measured up to {rate(need.get('handoff_limit'))} samples/s) does not stop it short"
+             if need.get("handoff_straddles") else "")
+    return f"; about {need['cores_needed']} cores keep {them} busy in {precision}{past}{short}"
 
 
 def verdict_words(g: dict) -> str:
