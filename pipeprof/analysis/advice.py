@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from .bounds import NEAR_BEST, _known, predict
+from .bounds import BALANCED, NEAR_BEST, _known, predict
 
 TIE_FLOOR = 0.90  # a count below 90% of the best is never called tied with it, whatever its interval
 
@@ -113,10 +113,13 @@ def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: fl
     (interpolated, or extrapolated past its end) plus the training process's CPU at that rate.
 
     ``cap`` (``cap_low``): the upper (lower) end of the hand-off limit's measured interval. All of it
-    below the ceiling: no core count reaches it (None, and the cores that reach 95% of the limit).
-    Straddling the ceiling: the count is given and the basis says that the hand-off may stop short of
+    clearly below the ceiling (by more than 2 x BALANCED): no core count reaches it (None, and the cores
+    that reach 95% of the limit). Straddling the ceiling, or just below it: the count is given and the basis says that the hand-off may stop short of
     it (``handoff_straddles``), so the answer does not flip between the two as the limit's windows move."""
-    need = workers_for_rate(step_rate, ws, rates, cores, cap)
+    # a hand-off limit within 2 x BALANCED below the step is not shown to stop it (the bare hand-off
+    # and the real loader differ by about that): the count is given, with the caveat
+    straddles = (1 - 2 * BALANCED) * step_rate <= cap and min(cap_low or cap, cap) < step_rate
+    need = workers_for_rate(step_rate, ws, rates, cores, math.inf if straddles else cap)
     measured = "" if cap_low is None else f" (measured by the handoff trial: {cap_low:,.0f}-{cap:,.0f})"
     if need.value == math.inf:
         near = workers_for_rate(NEAR_BEST * cap, ws, rates, cores)
@@ -132,7 +135,6 @@ def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: fl
     main = main_s * step_rate
     how = (f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
            if need.extrapolated else "interpolated on the measured cpu_pipeline curve")
-    straddles = cap_low is not None and cap_low < step_rate <= cap
     caveat = (f"; the hand-off's limit{measured} straddles the step's rate: it may stop the rate short of it"
               if straddles else "")
     return {"cores_needed": math.ceil(need.value + main), "workers_needed": need.value,
