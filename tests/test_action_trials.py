@@ -185,12 +185,15 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     assert dec["tried"] and dec["measured"] and dec["pairs"] >= 2
     assert dec["measured_gain_ci95_low"] <= dec["measured_gain_frac"] <= dec["measured_gain_ci95_high"]
     assert dec["action_trial_id"].endswith("/decoder") and dec["num_workers"] == 1
-    row = run.trials.set_index("trial_id").loc[dec["action_trial_id"]]
-    assert row["kind"] == "action" and row["status"] == "ok"
-    assert row["action_gain_frac"] == pytest.approx(dec["measured_gain_frac"])
+    (row,) = run.meta["action_trials"]["rows"]  # beside the sweep's trials, not among them
+    assert row["trial_id"] == dec["action_trial_id"] and row["kind"] == "action" and row["status"] == "ok"
+    assert row["action_gain_frac"] == dec["measured_gain_frac"] and "action" not in set(run.trials["kind"])
     gpu = [a for a in g["actions"] if a["id"] == "gpu_pipeline"]
     assert gpu[0]["tried"] is False and "no GPU" in gpu[0]["why_not_tried"]
     assert answer_lines(run)[1].lstrip().startswith(("Best measured change: decode with cv2",
                                                      "No action tried was shown to help; the best measured, decode"))
     assert "→ measured" in render_text(run) and "table-actions" in render_html(run)
-    assert run.meta["action_trials"] == {"mode": "measure", "tried": 1, "planned": 1, "interrupted": False}
+    assert {k: run.meta["action_trials"][k] for k in ("mode", "tried", "planned", "interrupted")} == {
+        "mode": "measure", "tried": 1, "planned": 1, "interrupted": False}
+    again = pipeprof.load_run(run.path)  # what run.json stored reads back the same
+    assert again.meta["analysis"]["groups"][0]["best_measured_action"]["id"] == "decoder"

@@ -4,8 +4,9 @@ timed against the baseline, when the answer binds on the input side (config ``ac
 For every group of the stored analysis, ``analysis.action_trials.plan`` says which actions apply (and why the
 others do not); each applicable one runs as one trial at the recommended worker count
 (``trials.actions``: the variant and the baseline in alternating windows, under the watchdog), its row
-goes into trials.parquet with kind ``action``, and the group's actions are stored again with the
-measurement beside the prediction (``analysis.action_trials.combine``). The answer is already saved (and
+(kind ``action``) goes into run.json's ``action_trials.rows``, apart from the sweep's trials.parquet (the
+analysis and its counts are the sweep's), and the group's actions are stored again with the measurement
+beside the prediction (``analysis.action_trials.combine``). The answer is already saved (and
 printed, through ``on_answer``) before the first action trial starts.
 """
 from __future__ import annotations
@@ -39,13 +40,13 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -
     facts = _facts(plan_)
     plans = [_plan_group(run.trials, g, facts) for g in groups]
     todo = [(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned if p.why_not is None]
+    record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
+    run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
     rows, interrupted = _run(run, plan_, todo, models, loss_fn, log) if todo else ({}, False)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
         g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
         g["best_measured_action"] = best_measured(g["actions"])
-    run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
-    run.meta["action_trials"] = {"mode": facts.mode, "tried": len(rows), "planned": len(todo),
-                                 "interrupted": interrupted}
+    record |= {"tried": len(rows), "interrupted": interrupted}
     run.save_meta()
 
 
@@ -95,7 +96,7 @@ def spec_of(row: pd.Series) -> TrialSpec:
 
 def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
     """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted)."""
-    cfg, out, kept = plan_.cfg, {}, [r for r in run.trials.to_dict("records") if r.get("kind") != ACTION_KIND]
+    cfg, out = plan_.cfg, {}
     with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
                                        int(plan_.machine["cores"]["usable"]), user_dataset=plan_.user_dataset,
@@ -106,7 +107,8 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
                 row = _one(ctx, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
                            lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
                 out[(i, p.id)] = row
-                run.save_trials(kept + list(out.values()))
+                run.meta["action_trials"]["rows"].append(row)
+                run.save_meta()  # each row as it lands: an interrupted run keeps what was measured
                 log(_said(p, row))
         except KeyboardInterrupt:
             return out, True
@@ -136,7 +138,13 @@ def _one(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, summarize_monito
     finally:
         ctx.monitor.set_trial(None)
         release(ctx.device)
-    return row | {"trial_s": time.perf_counter() - t0}
+    return {k: _plain(v) for k, v in (row | {"trial_s": time.perf_counter() - t0}).items()}
+
+
+def _plain(v):
+    """A value run.json stores as itself: numpy scalars as Python numbers and bools, NaN as null."""
+    v = v.item() if hasattr(v, "item") and not isinstance(v, (list, dict)) else v
+    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _with_source(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, log) -> TrialContext:

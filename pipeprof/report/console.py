@@ -140,7 +140,7 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
         out.append((_group_title(key, curve, device), *table(curve, curve_columns(device), notes)))
     analysed = "analysis" in run.meta  # a run that stopped early saved none: its end-to-end rows go here too
     failed_e2e = df[(df["kind"] == "end_to_end") & ((df["status"] != "ok") | (not analysed))]
-    iso = pd.concat([df[~df["kind"].isin(["end_to_end", "action"])], failed_e2e])  # actions: "What would help"
+    iso = pd.concat([df[df["kind"] != "end_to_end"], failed_e2e])
     if len(iso):
         iso = iso.assign(setting=iso.apply(_setting, axis=1))
         title = "Isolated bounds (and failed trials)" if analysed else "Trials as measured (no analysis saved)"
