@@ -296,14 +296,18 @@ def cmd_validate(args) -> int:
         return _validate_sizing(args, console)
     df = run_validation(args.out_dir, progress=lambda c: console.print(f"running {c.name}", style="dim"))
     t = Table(title="pipeprof validate: known answers", title_justify="left")
-    for h in ("case", "expected/s", "measured/s", "err", "expected verdict", "reported", "predicted/s", "pred err"):
+    for h in ("case", "expected/s", "measured/s", "err", "expected verdict", "reported", "re-draws", "predicted/s",
+              "pred err"):
         t.add_column(h, justify="left" if h in ("case", "expected verdict", "reported") else "right")
     for _, r in df.iterrows():
+        share = r.get("answer_share")
         t.add_row(r["case"], f"{r['expected_samples_per_s']:.1f}", f"{r['measured_samples_per_s']:.1f}",
-                  f"{r['rate_error_frac']:+.1%}", r["expected_verdict"], str(r["reported_verdict"]),
+                  f"{r['rate_error_frac']:+.1%}", r["expected_verdict"],
+                  str(r["reported_verdict"]) + (f" (also {r['also']})" if r.get("also") else ""),
+                  "–" if share is None or share != share else f"{share:.0%}",
                   f"{r['predicted_samples_per_s']:.1f}", f"{r['prediction_error_frac']:+.1%}")
     console.print(t)
-    agree = (df["expected_verdict"] == df["reported_verdict"]).sum()
+    agree = int(df["verdict_right"].sum())
     console.print(f"verdicts agree in {agree} of {len(df)} cases, {int(df['passed'].sum())} of {len(df)} pass "
                   f"(verdict and rate within ±15%); median |rate error| {df['rate_error_frac'].abs().median():.1%}; "
                   f"median |prediction error| {df['prediction_error_frac'].abs().median():.1%}")
@@ -417,6 +421,8 @@ def cmd_pack(args) -> int:
         return 2
     print(f"packed {info['samples']} samples into {info['shards']} shards, {info['total_mb']:.1f} MB in all, "
           f"in {args.dst}")
+    for skipped in info["skipped"]:  # not regular files (a FIFO, a directory named x.jpg): never opened
+        print(f"  skipped: {skipped}")
     return 0
 
 

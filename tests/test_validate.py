@@ -7,16 +7,19 @@ are known in advance from the machine's usable cores (``Case.expected``).
 """
 import pytest
 
-from pipeprof.checks.validate import CASES, Case, run_case
+from pipeprof.checks.validate import CASES, MEASURE, Case, run_case
 
 BY_NAME = {c.name.split(":")[0]: c for c in CASES}
+# ``pipeprof validate``'s policy with shorter windows and warm-up: the same trials, the same tolerance
+# (0.4-s windows still hold 5-11 batches of every case; the warm-up cap bounds settling on a busy machine)
+FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "window_s": 0.4, "windows": 3, "max_windows": 6}
 
 
 @pytest.mark.parametrize("name", ["user model of 10 outputs", "tuple output (logits, aux)", "CPU step",
                                   "cores", "step", "no workers"])
 def test_known_answer_case(tmp_path, name):
-    row = run_case(BY_NAME[name], str(tmp_path))
-    assert row["reported_verdict"] == row["expected_verdict"], row["verdict_basis"]
+    row = run_case(BY_NAME[name], str(tmp_path), measure=FAST)
+    assert row["verdict_right"], (row["reported_verdict"], row["expected_verdict"], row["verdict_basis"])
     assert row["measured_samples_per_s"] == pytest.approx(row["expected_samples_per_s"], rel=0.15)
     assert row["passed"]
 

@@ -39,6 +39,7 @@ class Case:
     outputs: int = 1000
     tuple_output: bool = False
     step_cpu: bool = False
+    edge: tuple[str, ...] = ()  # a case on a threshold: either of these verdicts is right, said with both
 
     def workers_on(self, cores: int) -> int:
         return cores + 2 if self.workers is None else self.workers
@@ -69,6 +70,9 @@ CASES = [
     Case("tuple output (logits, aux): 80 ms step", 4, 1, 8, 80, tuple_output=True),
     Case("CPU step: 40 ms of one core per batch", 2, 1, 8, 40, step_cpu=True),
     Case("cores: more workers than cores", 10, None, 8, 5),
+    # on a threshold: the loader alone 5% below the step (190 vs 200 samples/s), so the wait sits between
+    # the step's 5% and the input's 20% and the isolated bounds are within their noise of each other
+    Case("edge: loader 5% below the step", 5.25, 1, 16, 80, edge=("balanced", "cpu-bound")),
 ]
 
 
@@ -78,36 +82,43 @@ def _machine_cores() -> int:
     return int(usable_cores()["usable"])
 
 
-def _compare(name: str, expected: tuple[float, str], run) -> dict:
-    """The case's row: expected vs measured rate and verdict, and the isolated-bound prediction."""
+def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] = ()) -> dict:
+    """The case's row: expected vs measured rate and verdict (either reading of a case on a threshold),
+    the isolated-bound prediction, and how often the re-drawn windows agree with the answer."""
     verdict = (run.meta["analysis"]["verdicts"] or [{}])[0]
+    group = (run.meta["analysis"]["groups"] or [{}])[0]
     rate, side = expected
+    side = " or ".join(edge) if edge else side
     measured = verdict.get("samples_per_s", float("nan"))
     err = measured / rate - 1
+    right = verdict.get("verdict") in (edge or (expected[1],))
     return {"case": name, "expected_samples_per_s": rate, "measured_samples_per_s": measured,
             "rate_error_frac": err, "expected_verdict": side, "reported_verdict": verdict.get("verdict"),
+            "verdict_right": right, "answer_share": (group.get("confidence") or {}).get("answer_share"),
+            "also": ", ".join(verdict.get("also") or []),
             "verdict_basis": verdict.get("verdict_basis"),
             "predicted_samples_per_s": verdict.get("predicted_samples_per_s"),
             "prediction_error_frac": verdict.get("prediction_error_frac"),
-            "passed": verdict.get("verdict") == side and abs(err) <= RATE_TOLERANCE, "run": str(run.path)}
+            "passed": right and abs(err) <= RATE_TOLERANCE, "run": str(run.path)}
 
 
-def run_case(case: Case, out_dir: str) -> dict:
+def run_case(case: Case, out_dir: str, measure: dict = MEASURE) -> dict:
     """Profile one case (all trial kinds a user dataset allows) and compare with its known answer.
 
     The calibrated steps are single-threaded by construction, so the step runs on one thread
     (``model.threads``): torch's idle pool would add milliseconds to each sleep's wake-up.
+    ``measure``: the steady-state policy (``MeasureConfig`` fields); tests pass shorter windows.
     """
     from pipeprof.config import build
     from pipeprof.orchestrate.runner import execute
 
     cores = _machine_cores()
-    cfg = build({"name": "validate", "out_dir": out_dir, "device": "cpu", "measure": MEASURE,
+    cfg = build({"name": "validate", "out_dir": out_dir, "device": "cpu", "measure": measure,
                  "model": {"name": "user:calibrated", "num_classes": case.outputs, "threads": 1},
                  "loader": {"num_workers": [case.workers_on(cores)], "batch_size": [case.batch]}})
     run = execute(cfg, user_dataset=BurnDataset(512, case.cost_ms / 1e3), models={"user:calibrated": case.model},
                   log=lambda *a: None)
-    return _compare(case.name, case.expected(cores), run)
+    return _compare(case.name, case.expected(cores), run, case.edge)
 
 
 @dataclass(frozen=True)
