@@ -29,6 +29,7 @@ from pipeprof.data.check import check_paths, dataset_paths
 from pipeprof.data.sources.files import FileSource
 from pipeprof.data.sources.memory import MemorySource
 from pipeprof.data.sources.shards import ShardSource, pack_folder
+from pipeprof.data.sources.url import UrlSource
 from pipeprof.data.user_samples import check_user_dataset
 from pipeprof.results import new_run_dir
 from pipeprof.trials.skeleton import collate_user
@@ -97,8 +98,8 @@ def test_paths_that_are_not_regular_files_are_named_and_never_opened(odd_dataset
         else:
             assert within(5, source.read, k)[:2] == b"\xff\xd8"  # a JPEG, the link's target's bytes
     # the page cache is set and measured over the same list: neither blocks on the FIFO
-    regular = sum(p.stat().st_size for p in odd_dataset.rglob("img_*.jpg")) + (odd_dataset / "class_002" / "link.jpg").stat().st_size
-    assert within(20, warm, source.files())["bytes"] == regular and within(20, evict, source.files())["bytes"] == regular
+    regular = sum(p.stat().st_size for p in [*odd_dataset.rglob("img_*.jpg"), odd_dataset / "class_002" / "link.jpg"])
+    assert within(20, warm, source.files())["bytes"] == regular == within(20, evict, source.files())["bytes"]
     memory = within(20, MemorySource, source)  # read at construction: the odd ones are bad samples, not a failure
     assert memory.nbytes(source.paths.index(str(odd_dataset / "class_000" / "fifo.jpg"))) == 0
     packed = within(30, pack_folder, odd_dataset, tmp_path / "shards", 0.3)
@@ -106,6 +107,10 @@ def test_paths_that_are_not_regular_files_are_named_and_never_opened(odd_dataset
     os.mkfifo(tmp_path / "shards" / "shard-999999.tar")  # a FIFO among the shards is skipped and named too
     shards = within(20, ShardSource, tmp_path / "shards")
     assert len(shards) == 13 and "shard-999999.tar: a FIFO" in shards.describe()["skipped"][0]
+    urls = UrlSource(str(odd_dataset), [(os.path.relpath(p, odd_dataset), 0, 1) for p in source.paths])
+    fifo = source.paths.index(str(odd_dataset / "class_000" / "fifo.jpg"))  # a local "URL" is a path too
+    with pytest.raises(OSError, match="fifo.jpg: a FIFO"):
+        within(5, urls.read, fifo)
 
 
 def test_a_run_over_a_folder_with_a_fifo_skips_and_counts_it_and_check_data_names_it(odd_dataset, tmp_path, capsys):
@@ -171,7 +176,8 @@ class Returns(Dataset):
 
 RGB = np.zeros((64, 48, 3), np.uint8)
 SAMPLES = {  # what __getitem__ returns -> what the refusal says
-    "pil": (lambda i: (Image.fromarray(RGB), 1), ["image is a PIL image (RGB, 48×64)", "add torchvision.transforms.ToTensor()"]),
+    "pil": (lambda i: (Image.fromarray(RGB), 1),
+            ["image is a PIL image (RGB, 48×64)", "add torchvision.transforms.ToTensor()"]),
     "hwc": (lambda i: (RGB, 1), ["image is a uint8 ndarray of shape 64×48×3", "channels last", "permute(2, 0, 1)"]),
     "dict": (lambda i: {"image": torch.zeros(3, 8, 8), "label": 1},
              ["returns a dict with keys ['image', 'label']", "return (sample['image'], sample['label'])"]),
@@ -182,8 +188,8 @@ SAMPLES = {  # what __getitem__ returns -> what the refusal says
     "one-hot": (lambda i: (torch.zeros(3, 8, 8), torch.eye(10)[1]), ["label is a float32 tensor of shape 10",
                                                                       "label.argmax()"]),
     "sizes": (lambda i: (torch.zeros(3, 80 if i % 2 == 0 else 72, 64), 1),
-              ["samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1)", "crop or resize them to one size",
-               "a collate_fn"]),
+              ["samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1)",
+               "crop or resize them to one size", "a collate_fn"]),
     "later form": (lambda i: (torch.zeros(3, 8, 8), 1) if i < 3 else (Image.fromarray(RGB), 1),
                    ["PIL image", "(sample 3; sample 0 is a tuple of 2 (a float32 tensor of shape 3×8×8"]),
     "raises": (lambda i: (_ for _ in ()).throw(KeyError("no such row")), ["sample 0 raised KeyError: 'no such row'"]),

@@ -20,7 +20,7 @@ import weakref
 from pathlib import Path
 from urllib.parse import quote
 
-from .base import Source, SourceError, parse_index  # noqa: F401 - parse_index re-exported
+from .base import Source, SourceError, file_kind, parse_index  # noqa: F401 - parse_index re-exported
 from .files import scan_image_folder
 
 INDEX_NAME = "index.txt"
@@ -140,6 +140,9 @@ class UrlSource(Source):
 
     def _call(self, what: str, url: str):
         """``fs.<what>(url)`` with bounded retries; any failure becomes a SourceError naming the URL."""
+        why = file_kind(url.split("://", 1)[-1]) if _protocol(url) == "file" else None
+        if why is not None:  # a local path that is not a regular file: opening a FIFO would wait forever
+            raise SourceError(f"cannot {'read' if what == 'cat_file' else what} {url}: {why}")
         for attempt in range(self.retries + 1):
             try:
                 return getattr(self._fs(url), what)(url)
