@@ -379,3 +379,18 @@ def test_failures_name_the_kind_its_count_and_the_cause_they_share():
     mixed = pd.concat([rows, pd.DataFrame([{"kind": "gpu_ceiling", "batch_size": 64, "status": "ok", "error": None}])])
     assert failures(mixed)["no_answer"] is None and failures(mixed)["rests_on"].endswith(
         "the answer rests on the 1 gpu_ceiling trials that ran (at batch 64)")
+
+
+@pytest.mark.parametrize("case, fix", [("pil", "the dataset returns PIL images: add torchvision.transforms.ToTensor()"),
+                                       ("sizes", "samples differ in size: crop or resize them to one size")])
+def test_a_users_own_loader_whose_batch_cannot_be_made_is_refused_with_the_fix(tmp_path, case, fix):
+    import pipeprof
+    from torch.utils.data import DataLoader
+
+    make = SAMPLES[case][0]
+    with pytest.raises(ConfigError) as caught:
+        pipeprof.profile(loader=lambda w: DataLoader(Returns(make), batch_size=4, num_workers=w), device="cpu",
+                         out_dir=str(tmp_path / "out"), log=lambda *a: None)
+    assert str(caught.value).startswith("data.factory: fn(num_workers=0) must return a DataLoader") and fix in str(
+        caught.value)
+    assert list((tmp_path / "out").iterdir()) == []

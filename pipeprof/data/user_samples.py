@@ -190,3 +190,18 @@ def check_user_dataset(dataset, batch_size: int, collate: Callable, cap_s: float
             raise ConfigError(f"{exc} (sample {k}; sample 0 is {describe(samples[0])})") from None
     check_batch(samples, collate)
     return facts
+
+
+#: what a user's own DataLoader's collate says when its samples cannot be batched -> what fixes it
+COLLATE_FIXES = {
+    "PIL.Image": "the dataset returns PIL images: add torchvision.transforms.ToTensor() (or PILToTensor()) at the "
+                 "end of its transform",
+    "stack expects each tensor to be equal size": "samples differ in size: crop or resize them to one size (e.g. "
+                                                   "Resize and CenterCrop, or RandomResizedCrop), or give the "
+                                                   "DataLoader a collate_fn that batches them",
+}
+
+
+def collate_fix(message: str) -> str:
+    """The fix for a collate error of a user's own DataLoader, as '; <fix>', or '' when none is known."""
+    return next((f"; {fix}" for key, fix in COLLATE_FIXES.items() if key in message), "")

@@ -29,7 +29,7 @@ from pipeprof.measure.confounders import WORKER_POLICY
 from pipeprof.measure.decoders import decode_costs
 from pipeprof.measure.loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from pipeprof.data.prepare import build_sources, dataset_folder, storage_facts
-from pipeprof.data.user_samples import FIRST_BATCH_MOST, check_user_dataset
+from pipeprof.data.user_samples import FIRST_BATCH_MOST, check_user_dataset, collate_fix
 from pipeprof.env import snapshot
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.results import DiskFull, Run, check_out_dir, load_run, new_run_dir
@@ -371,7 +371,7 @@ def _loader_probe(factory: Callable) -> tuple[Callable[[str, int], tuple[str, in
         images = next(it)["image"]
     except Exception as exc:  # the user's code: any failure means the factory cannot be profiled
         raise ConfigError(f"data.factory: fn(num_workers=0) must return a DataLoader (an iterable of batches); "
-                          f"{type(exc).__name__}: {exc}") from None
+                          f"{type(exc).__name__}: {exc}{collate_fix(str(exc))}") from None
     finally:
         if it is not None:
             shutdown(it)  # a factory that ignores num_workers=0 may have started workers
