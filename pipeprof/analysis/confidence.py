@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from .advice import recommend_workers
-from .bounds import curves, groups
+from .bounds import BOUND_KEYS, GROUP_KEYS, curves, groups
 from .verdict import verdicts
 
-DRAWS = 100  # the answer's shares move by about 1/sqrt(draws): ±5 points at 100, enough to say "holds"
+DRAWS = 60  # shares move by about 1/sqrt(draws): ±6 points at 60, enough to say whether 80% holds; each draw
+# re-joins the table (about 50 ms on a 2-core machine), so more would add seconds to every run
 HOLDS = 0.80  # the answer holds when at least 80% of the re-draws give it
 SPREAD = {"usable_busy_cores": "usable_busy_cores_mean", "workers_cpu_pct": "workers_cpu_pct_mean"}
 
@@ -67,21 +68,37 @@ def _redraw_spread(trials: pd.DataFrame, rng, draws: int) -> dict:
 def _draw(trials: pd.DataFrame, k: int, rates: dict, waits: dict, spread: dict) -> pd.DataFrame:
     """The table as re-draw ``k`` sees it: every resampled figure replaced, the rest as measured."""
     df = trials.copy()
-    for i, (med, lo, hi) in rates.items():
-        df.loc[i, ["samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"]] = med[k], lo[k], hi[k]
-    for i, (_, lo, hi) in waits.items():
-        mean = (lo[k] + hi[k]) / 2  # the mean window share: data_wait_frac is a share of the whole time
-        df.loc[i, ["data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"]] = mean, lo[k], hi[k]
+    for figures, names in ((rates, ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high")),
+                           (waits, ("data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"))):
+        if not figures:
+            continue
+        rows = list(figures)
+        med, lo, hi = (np.array([figures[i][j][k] for i in rows]) for j in range(3))
+        if names[0] == "data_wait_frac":  # the mean window share: data_wait_frac is a share of the whole time
+            med = (lo + hi) / 2
+        for name, values in zip(names, (med, lo, hi)):
+            column = df[name].to_numpy(float, copy=True) if name in df else np.full(len(df), np.nan)
+            column[rows] = values
+            df[name] = column
     for col, values in spread.items():
         df[col] = values[k]
     return df
 
 
+def _lean(trials: pd.DataFrame) -> pd.DataFrame:
+    """The columns the verdict and the recommendation read: the numbers, and the text that keys a trial to
+    its group and bounds (each draw copies and joins the table: the rest would only slow it)."""
+    keys = {"kind", "status", "trial_id", *GROUP_KEYS, *(k for ks in BOUND_KEYS.values() for k in ks)}
+    keep = [c for c in trials if c in keys or pd.api.types.is_numeric_dtype(trials[c])]
+    return trials[keep]
+
+
 def _answers(df: pd.DataFrame, cores: float, device: str) -> dict:
     """{group key: (recommended workers, side, resource)} of one table."""
-    v = verdicts(df, cores, device)
+    joined = curves(df)
+    v = verdicts(df, cores, device, joined)
     out = {}
-    for key, curve in groups(curves(df)):
+    for key, curve in groups(joined):
         w = recommend_workers(curve)["recommended_workers"]
         at = v[v["trial_id"].isin(curve["trial_id"]) & (v["num_workers"] == w)] if len(v) else v
         side, res = (at["side"].iloc[0], at["resource"].iloc[0]) if len(at) else (None, None)
@@ -103,6 +120,7 @@ def confidence(trials: pd.DataFrame, cores: float, device: str, draws: int = DRA
     trials = trials.reset_index(drop=True)
     rates = _redraw_windows(trials, "window_rates", rng, draws)
     waits = _redraw_windows(trials, "window_data_wait", rng, draws)
+    trials = _lean(trials)
     spread = _redraw_spread(trials, rng, draws)
     base = _answers(trials, cores, device)
     seen: dict = {key: [] for key in base}
