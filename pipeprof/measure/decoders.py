@@ -24,7 +24,9 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
     if source is None or not len(source):
         return None
     step = max(len(source) // samples, 1)
-    blobs = [source.read(i) for i in range(0, len(source), step)][:samples]
+    blobs = [b for i in range(0, len(source), step) if (b := _read(source, i)) is not None][:samples]
+    if not blobs:
+        return None
     fns = {name: get_decoder(name) for name in decoders}
     total, n = dict.fromkeys(fns, 0.0), 0
     for i, data in enumerate([blobs[0], *blobs]):  # the first pass untimed: libraries load code on first use
@@ -37,6 +39,15 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
     if not n:
         return None
     return {"us_per_sample": {k: v / n * 1e6 for k, v in total.items()}, "samples": n, "timed_region": TIMED_REGION}
+
+
+def _read(source, index: int) -> bytes | None:
+    """Sample ``index``'s bytes, or None for one that cannot be read (a dangling link, a FIFO): a bad sample
+    is the sweep's to report, not this probe's."""
+    try:
+        return source.read(index)
+    except OSError:  # SourceError is one
+        return None
 
 
 def _timed(fn, data: bytes) -> float:
