@@ -101,3 +101,12 @@ def test_a_wait_straddling_the_input_threshold_takes_the_side_from_the_bounds():
     v = verdicts(frame(*rows), 16).iloc[0]
     assert v["side"] == "input" and "15%-25%" in v["verdict_basis"] and "isolated bounds" in v["verdict_basis"]
     assert pd.notna(v["resource"])
+
+
+@pytest.mark.parametrize("share, resource", [(0.40, "gpu-pipeline"), (0.10, "gpu")])
+def test_decoding_on_the_gpu_is_a_step_side_resource_when_it_takes_much_of_its_time(share, resource):
+    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 9000.0, 4),
+            e2e_row(4, 3000.0, 0.01, busy=3.0, device_pipeline_frac=share)]
+    v = verdicts(frame(*rows), 16).iloc[0]
+    assert (v["side"], v["resource"], v["verdict"]) == ("step", resource, "gpu-bound")
+    assert f"{share:.0%} of the GPU's time" in v["verdict_basis"]

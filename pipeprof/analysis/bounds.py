@@ -18,15 +18,16 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-GROUP_KEYS = ["model", "precision", "mode", "preset", "batch_size", "source", "cache_state", "gpus", "p2p"]
+GROUP_KEYS = ["model", "precision", "mode", "preset", "augment_device", "batch_size", "source", "cache_state", "gpus",
+              "p2p"]
 NEAR_BEST = 0.95  # "reaches the best rate" means within 5% of it: window CVs are a few %
 BALANCED = 0.05  # two bounds within 5% of each other: neither change alone helps much
 
 # which settings each isolated bound shares with an end-to-end trial
 BOUND_KEYS = {
     "gpu_ceiling": ["model", "precision", "mode", "batch_size", "image_size", "gpus", "p2p"],
-    "cpu_pipeline": ["preset", "decoder", "source", "cache_state", "batch_size", "num_workers", "pin_memory",
-                     "image_size", "gpus"],
+    "cpu_pipeline": ["preset", "augment_device", "decoder", "source", "cache_state", "batch_size", "num_workers",
+                     "pin_memory", "image_size", "gpus"],
     "storage_fetch": ["source", "cache_state", "batch_size", "num_workers"],
 }
 BOUND_COLUMN = {"gpu_ceiling": "step_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",

@@ -24,8 +24,10 @@ the step take turns in one process: the larger share binds.
   for more of them; when the workers and the training process already fill the cores, it is ``cores``;
 * ``unattributed``: none of these is shown (e.g. a limit was not measured): the row says what is missing.
 
-On the step side: ``gpu`` (or ``step`` on a machine without one), or ``cores`` when the step runs more
-than 10% below its rate alone on saturated cores (its host side is starved).
+On the step side: ``gpu`` (or ``step`` on a machine without one); ``gpu-pipeline`` when decoding and
+augmenting on the GPU (``augment.device: cuda``) take >= ``GPU_PIPELINE_SHARE`` of its time, measured
+with CUDA events around them; or ``cores`` when the step runs more than 10% below its rate alone on
+saturated cores (its host side is starved).
 
 ``verdict`` keeps the one-word names the reports have always printed, from (side, resource):
 cpu-bound (workers), cores-bound, loader-bound (hand-off), io-bound (storage), input-bound
@@ -49,12 +51,14 @@ SATURATED = 0.90  # >= 90% of the usable cores busy: the machine's cores are the
 # 2 ranks x (15 workers + the training process) kept 28.7 of 32 cores busy at 70% of the 2-GPU ceiling)
 SLOWED_SATURATED = 0.80
 WORKERS_BUSY = 0.70  # workers computing >= 70% of their time: they are the CPU limit, not waiting
+# decode + augment on the GPU taking >= 25% of the wall time: the GPU is bound by its input work too
+GPU_PIPELINE_SHARE = 0.25
 STEP_SIDE = {"gpu-bound", "step-bound"}
 INPUT_SIDE = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
 INPUT_RESOURCES = ("storage", "cores", "handoff", "workers")  # the order a clear binding is named in
 VERDICT_OF = {("input", "storage"): "io-bound", ("input", "cores"): "cores-bound",
               ("input", "handoff"): "loader-bound", ("input", "workers"): "cpu-bound",
-              ("input", "unattributed"): "input-bound", ("step", "gpu"): "gpu-bound", ("step", "step"): "step-bound",
+              ("input", "unattributed"): "input-bound", ("step", "gpu"): "gpu-bound", ("step", "gpu-pipeline"): "gpu-bound", ("step", "step"): "step-bound",
               ("step", "cores"): "cores-bound", ("balanced", None): "balanced", (None, None): "unknown"}
 YES, MAYBE, NO = "yes", "maybe", "no"
 
@@ -257,6 +261,12 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
         return ("gpu" if device == "cuda" else "step"), ["cores"], f"{text} (within its interval of saturation)"
     busy_dev = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
     waits = f"the step waits for data {ev.waits().text()} of the time" if ev.waits() else "data wait not measured"
+    share = _num(row, "device_pipeline_frac")  # decode and augment on the GPU (augment.device: cuda)
+    if device == "cuda" and share is not None:
+        text = f"{waits}{busy_dev}; decoding and augmenting take {share:.0%} of the GPU's time beside the step"
+        if share >= GPU_PIPELINE_SHARE:  # the GPU's own input work is a large part of what binds it
+            return "gpu-pipeline", [], f"{text}: a lighter GPU pipeline or decoding on the CPU would free it"
+        return "gpu", [], text
     return ("gpu" if device == "cuda" else "step"), [], f"{waits}{busy_dev}"
 
 

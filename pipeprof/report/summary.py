@@ -19,10 +19,11 @@ VERDICT_WORDS = {"cpu-bound": "CPU-bound", "gpu-bound": "GPU-bound", "io-bound":
                  "input-bound": "Input-bound", "balanced": "Balanced", "unknown": "Verdict unknown"}
 ANSWER_WORDS = {("input", "cores"): "Input-bound, cores full", ("input", "workers"): "Input-bound, too few workers",
                 ("input", "handoff"): "Input-bound at the loader's hand-off", ("input", "storage"): "Input-bound, storage",
-                ("input", "unattributed"): "Input-bound", ("step", "gpu"): "GPU-bound", ("step", "step"): "Step-bound",
+                ("input", "unattributed"): "Input-bound", ("step", "gpu"): "GPU-bound", ("step", "gpu-pipeline"): "GPU-bound, its decode/augment share",
+                ("step", "step"): "Step-bound",
                 ("step", "cores"): "Step-bound, its host side short of cores"}
 RESOURCE_WORDS = {"cores": "cores", "workers": "workers", "handoff": "the hand-off", "storage": "storage",
-                  "gpu": "the GPU", "step": "the step", "unattributed": "unattributed"}
+                  "gpu": "the GPU", "gpu-pipeline": "the GPU's decode/augment", "step": "the step", "unattributed": "unattributed"}
 REVIEW_KEYS = ["model", "precision", "gpus"]  # the reviews' rows (``gpus`` when the run swept GPU counts)
 
 
