@@ -41,19 +41,23 @@ def side_of(v: dict) -> str | None:
 
 
 def slowest_rank(rows: list[dict]) -> dict | None:
-    """Of one loader's ranks, the slowest and why (its data wait against the others')."""
+    """Of one loader's ranks, the one that holds the job back, and why. In DDP the ranks keep step with each
+    other (the all-reduce), so their rates hardly differ: the rank that waits for data longest (by more
+    than 5 points over the others' median) is the slowest; else the one with the lowest rate."""
     ok = [r for r in rows if r.get("kind") == "end_to_end" and r.get("status") == "ok"]
     if len(ok) < 2:
         return None
-    slow = min(ok, key=lambda r: r["samples_per_s"])
-    others = [r["data_wait_frac"] for r in ok if r is not slow]
+    waiting = max(ok, key=lambda r: r["data_wait_frac"])
+    others = statistics.median(r["data_wait_frac"] for r in ok if r is not waiting)
+    if waiting["data_wait_frac"] > others + 0.05:
+        slow, why = waiting, (f"rank {waiting['rank']} waits for data {waiting['data_wait_frac']:.0%} of the time "
+                              f"against {others:.0%} on the other ranks: its input holds the job back")
+    else:
+        slow = min(ok, key=lambda r: r["samples_per_s"])
+        why = (f"rank {slow['rank']} runs at {slow['samples_per_s']:,.1f} samples/s and waits for data no more than "
+               "the others: its step is the slower (or the ranks wait for each other in the all-reduce)")
     return {"rank": slow["rank"], "samples_per_s": slow["samples_per_s"], "data_wait_frac": slow["data_wait_frac"],
-            "others_data_wait_frac_median": statistics.median(others),
-            "why": (f"rank {slow['rank']} waits for data {slow['data_wait_frac']:.0%} of the time against "
-                    f"{statistics.median(others):.0%} on the other ranks: its input is the slower")
-            if slow["data_wait_frac"] > statistics.median(others) + 0.05 else
-            f"rank {slow['rank']} waits for data {slow['data_wait_frac']:.0%}, as the others do: its step is "
-            "the slower (or the ranks wait for each other in the all-reduce)"}
+            "others_data_wait_frac_median": others, "why": why}
 
 
 def analyse_loaders(rows: list[dict], cores: float, device: str) -> dict:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from pipeprof._version import __version__
 from pipeprof.measure.monitors import block_interval, summarize
-from pipeprof.results import Run, frame, new_run_dir
+from pipeprof.results import Run, new_run_dir
 from pipeprof.schema import SCHEMA_VERSION
 from .records import STEP_REGION, WATCH_REGION, loader_identity, loader_row, step_row, warmup_batches, windows
 
@@ -105,6 +105,7 @@ def meta(session, status: str, analysis: dict, machine: dict) -> dict:
     o = session.o
     return {"schema_version": SCHEMA_VERSION, "pipeprof_version": __version__, "kind": "watch", "status": status,
             "ended_by": session.ended_by, "command": o.command, "exit_status": session.exit_status,
+            "job_wall_s": session.job_wall_s,
             "started": session.started, "finished": time.time(),
             "window": {"seconds": o.seconds, "steps": o.steps, "window_s": o.window_s,
                        "watched_s": session.watched_s()},
@@ -126,5 +127,3 @@ def write(session, status: str, analysis: dict, rows: list[dict], machine: dict)
     run.save_meta()
     return run
 
-
-__all__ = ["build_rows", "frame", "write"]

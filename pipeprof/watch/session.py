@@ -95,6 +95,7 @@ class Session:
         self.t_start, self.started = clock(), time.time()
         self.t_end: Optional[float] = None
         self.finished, self.ended_by, self.exit_status = False, None, None
+        self.t_popen, self.job_wall_s = clock(), None
         self.signals: list[int] = []
         self.tuned: Optional[str] = None
         self.tune_result: Optional[dict] = None
@@ -111,7 +112,10 @@ class Session:
         try:
             self.server = channel.Server(tmp)
             try:
+                self.t_popen = clock()
                 self.child = subprocess.Popen(self.o.command, env=child_env(self.server.path))
+                self._waiter = threading.Thread(target=self._wait_child, name="pipeprof-watch-wait", daemon=True)
+                self._waiter.start()
             except OSError as exc:
                 self.o.log(f"pipeprof watch: cannot run {self.o.command[0]}: {exc.strerror or exc}")
                 return 127
@@ -135,14 +139,20 @@ class Session:
             if not self.finished and (self.signals or self._window_over()):
                 self.close_window(signal.Signals(self.signals[0]).name if self.signals else "window")
             self._escalate_stop()
+        self._waiter.join()  # it has the exit time
         self.exit_status = exit_code(self.child.returncode)
         self._drain_after_exit()
         if not self.finished:
             self.close_window("command exited")
         elif self.run is not None:
-            self.run.meta["exit_status"] = self.exit_status
+            self.run.meta |= {"exit_status": self.exit_status, "job_wall_s": self.job_wall_s}
             self.run.save_meta()
         return self.exit_status
+
+    def _wait_child(self) -> None:
+        """The job's exit time to the millisecond (the loop polls every 0.1 s): its wall time, Popen to exit."""
+        self.child.wait()
+        self.job_wall_s = clock() - self.t_popen
 
     def _drain_after_exit(self) -> None:
         """The job's last messages (its end, an exception) may still be on their way: up to 2 s."""

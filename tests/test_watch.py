@@ -1,0 +1,270 @@
+"""``pipeprof watch``: real training loops, written as users write them, run as real processes.
+
+The loops use workloads of known cost (``checks.calibrate``): a dataset that burns a known CPU time per
+sample and a model whose step sleeps a known time, so the side, the wait share and the worker count
+are known in advance. One watched run is shared by several tests (module-scoped fixtures): the suite
+runs on 2 cores.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import pipeprof
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+from pipeprof.results import load_run
+from pipeprof.watch.records import Batch, windows
+
+COST_S, STEP_S, BATCH = 0.008, 0.04, 8  # 1 worker: 125 samples/s; the step alone: 200 samples/s
+KNOWN_WAIT = 1 - (1 / COST_S) / (BATCH / STEP_S)  # 37.5%: with 1 worker the step waits that share
+
+TRAIN = f"""
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+
+torch.set_num_threads(1)
+train_set = BurnDataset(n=256, cost_s={COST_S})
+val_set = BurnDataset(n=96, cost_s=0.0005)
+train_loader = DataLoader(train_set, batch_size={BATCH}, shuffle=True, num_workers=1, persistent_workers=True)
+val_loader = DataLoader(val_set, batch_size={BATCH}, num_workers=0)
+model = FixedStepModel(step_s={STEP_S}, num_classes=10)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+for epoch in range(int(sys.argv[1])):
+    model.train()
+    for images, labels in train_loader:
+        loss = nn.functional.cross_entropy(model(images.float()), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for images, labels in val_loader:
+            correct += (model(images.float()).argmax(1) == labels).sum().item()
+    print(f"epoch {{epoch}} val accuracy {{correct / len(val_set):.3f}}", flush=True)
+"""
+
+RAISES = """
+import os
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+
+torch.set_num_threads(1)
+print("site:", os.environ.get("USER_SITE_MARK"), flush=True)
+loader = DataLoader(BurnDataset(n=4096, cost_s=0.0002), batch_size=8, num_workers=1)
+model = FixedStepModel(step_s=0.1, num_classes=10)  # the hand-off of a batch (1-3 ms) is well below 5% of it
+for step, (images, labels) in enumerate(loader):
+    loss = nn.functional.cross_entropy(model(images.float()), labels)
+    loss.backward()
+    if step % 10 == 0:
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
+    if step == 30:
+        raise RuntimeError("loss diverged at step 30")
+"""
+
+DDP = """
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+dataset = BurnDataset(n=512, cost_s=0.004 if rank == 0 else 0.0002)  # rank 0 reads a slower shard
+loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset), num_workers=0)
+model = DistributedDataParallel(FixedStepModel(step_s=0.02, num_classes=10))
+for step, (images, labels) in enumerate(loader):
+    nn.functional.cross_entropy(model(images.float()), labels).backward()
+    if step == 60:
+        break
+dist.destroy_process_group()
+"""
+
+
+def _watch(tmp: Path, args: list[str], job: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeprof", "watch", "--out-dir", str(tmp / "out"), "--window-s", "0.5",
+           "--live-s", "1", "--log", str(tmp / "watch.log"), *args, "--", *job]
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=240, env=env)
+
+
+def _run_folder(tmp: Path):
+    return load_run(next((tmp / "out").glob("watch-*")))
+
+
+def _line_of(script: str, text: str) -> int:
+    return next(i for i, line in enumerate(script.splitlines(), 1) if text in line)
+
+
+# ---- an input-bound training loop with a validation loader, tuned, then stopped --------------------
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tuned")
+    (tmp / "train.py").write_text(TRAIN)
+    done = _watch(tmp, ["--seconds", "4", "--tune", "--stop"], [sys.executable, "train.py", "1000"])
+    return done, _run_folder(tmp), (tmp / "watch.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def sweep_answer(tmp_path_factory):
+    """num_workers as a pipeprof sweep of the same dataset and step finds it (end-to-end at 1 and 2)."""
+    run = pipeprof.profile(BurnDataset(256, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
+                           num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu",
+                           out_dir=str(tmp_path_factory.mktemp("sweep")), log=lambda *a: None,
+                           measure={"window_s": 0.5, "windows": 3, "max_windows": 4, "warmup_max_s": 2,
+                                    "cpu_reference_s": 0})
+    e2e = run.trials[run.trials["kind"] == "end_to_end"]
+    return run.meta["analysis"]["groups"][0]["recommended_workers"], float(e2e["foreign_cores_mean"].max())
+
+
+def _row(run, site: str, kind: str = "end_to_end") -> pd.Series:
+    rows = run.trials[(run.trials["kind"] == kind) & (run.trials["loader"] == site)]
+    assert len(rows) == 1, run.trials[["kind", "loader", "status"]]
+    return rows.iloc[0]
+
+
+def _verdict(run, trial_id: str) -> dict:
+    return next(v for v in run.meta["analysis"]["verdicts"] if v["trial_id"] == trial_id)
+
+
+def test_input_bound_loop_waits_its_known_share(tuned):
+    done, run, log = tuned
+    train = _row(run, f"train.py:{_line_of(TRAIN, 'train_loader = DataLoader')}")
+    assert train["status"] == "ok" and train["num_workers"] == 1 and train["mode"] == "train"
+    assert _verdict(run, train["trial_id"])["side"] == "input", _verdict(run, train["trial_id"])
+    # the step the hook timed is the model's known 40 ms (plus the loss and optimiser: about a millisecond)
+    assert STEP_S * 1e3 <= train["compute_ms_p50"] <= STEP_S * 1e3 + 6
+    # the wait share against the one the known step leaves at the measured rate: 1 - step x rate / batch
+    rate = train["samples_measured"] / train["measured_s"]
+    assert abs(train["data_wait_frac"] - (1 - STEP_S * rate / BATCH)) <= 0.05
+    if (train["foreign_cores_mean"] or 0) < 0.3:  # with the cores to itself the worker runs at its known rate
+        assert abs(train["data_wait_frac"] - KNOWN_WAIT) <= 0.05, (train["data_wait_frac"], KNOWN_WAIT)
+
+
+def test_tune_pauses_once_and_recommends_what_a_sweep_finds(tuned, sweep_answer):
+    done, run, log = tuned
+    tune, (swept, sweep_foreign) = run.meta["tune"], sweep_answer
+    assert log.count("paused train.py") == 1 and f"after a pause of {tune['paused_s']:.1f} s" in log
+    assert 1.0 < tune["paused_s"] < 40
+    points = run.trials[run.trials["kind"] == "cpu_pipeline"].set_index("num_workers")
+    assert list(points.index) == [1, 2]  # the user's count, then the search's guess: step / rate per worker
+    foreign = max(sweep_foreign, float(points["foreign_cores_mean"].max()))
+    if foreign >= 0.5:  # 2 workers on 2 cores beat 1 only when nothing else takes a core
+        pytest.skip(f"other processes used {foreign:.1f} of the 2 cores while the loader was measured")
+    assert points.loc[2, "samples_per_s"] > 1.3 * points.loc[1, "samples_per_s"]
+    assert tune["recommended_workers"] == swept == 2, tune
+    line = _line_of(TRAIN, "train_loader = DataLoader")
+    assert tune["change"].endswith(f"train.py:{line}: num_workers=1 -> num_workers=2")
+
+
+def test_train_and_validation_loaders_are_told_apart(tuned):
+    done, run, log = tuned
+    train_site = f"train.py:{_line_of(TRAIN, 'train_loader = DataLoader')}"
+    val_site = f"train.py:{_line_of(TRAIN, 'val_loader = DataLoader')}"
+    assert set(run.meta["loaders"]) == {train_site, val_site}
+    assert run.meta["loaders"][val_site]["settings"]["num_workers"] == 0
+    assert run.meta["loaders"][train_site]["settings"]["persistent_workers"] is True
+    val = _row(run, val_site)
+    assert val["status"] == "ok" and val["mode"] == "inference"
+    assert _verdict(run, val["trial_id"])["verdict"]  # each loader has its own verdict
+
+
+def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
+    done, run, log = tuned
+    assert done.returncode == 130  # the job's own status: SIGINT, as a shell reports it
+    assert run.meta["status"] == "complete" and run.meta["ended_by"] == "window"
+    assert 3.9 <= run.meta["window"]["watched_s"] <= 4.1
+    assert "samples/s, data wait" in log  # the live line
+    assert b"epoch 0 val accuracy" in done.stdout and b"pipeprof watch" not in done.stdout + done.stderr
+    assert "pipeprof watch --" in (run.path / "report.html").read_text()
+
+
+# ---- a step-bound loop that raises, with its own sitecustomize -----------------------------------
+
+@pytest.fixture(scope="module")
+def raised(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("raised")
+    (tmp / "train.py").write_text(RAISES)
+    site = tmp / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_MARK'] = 'chained'\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=env)
+    watched = _watch(tmp, [], [sys.executable, "train.py"], env)
+    return plain, watched, _run_folder(tmp)
+
+
+def test_step_bound_loop(raised):
+    plain, watched, run = raised
+    row = run.trials[run.trials["kind"] == "end_to_end"].iloc[0]
+    assert row["status"] == "ok" and _verdict(run, row["trial_id"])["side"] == "step"
+    assert row["data_wait_frac"] < 0.05
+    step = run.trials[run.trials["kind"] == "gpu_ceiling"].iloc[0]
+    assert abs(step["samples_per_s"] - 8 / 0.1) / (8 / 0.1) < 0.1  # the step alone, from the loop
+
+
+def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised):
+    plain, watched, run = raised
+    assert plain.returncode == watched.returncode == 1
+    assert run.meta["status"] == "ended_early" and run.meta["ended_by"] == "command exited"
+    exc = run.meta["exceptions"][0]
+    line = _line_of(RAISES, "raise RuntimeError")
+    assert exc["type"] == "RuntimeError" and "step 30" in exc["message"] and exc["where"].endswith(f"train.py:{line}")
+    assert run.trials.loc[run.trials["kind"] == "end_to_end", "watched_batches"].iloc[0] == 31
+
+
+def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised):
+    plain, watched, run = raised
+    assert plain.stdout.startswith(b"site: chained\n")
+    assert watched.stdout == plain.stdout and watched.stderr == plain.stderr
+
+
+# ---- torchrun, two ranks -----------------------------------------------------------------------
+
+def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
+    (tmp_path / "ddp.py").write_text(DDP)
+    done = _watch(tmp_path, [], [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                 "--standalone", "ddp.py"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = _run_folder(tmp_path)
+    rows = run.trials[run.trials["kind"] == "end_to_end"].set_index("rank")
+    assert sorted(rows.index) == [0, 1] and (rows["world_size"] == 2).all()
+    assert rows.loc[0, "data_wait_frac"] > rows.loc[1, "data_wait_frac"] + 0.2  # rank 0 loads 20x slower
+    slowest = run.meta["analysis"]["loaders"][rows.loc[0, "loader"]]["slowest_rank"]
+    assert slowest["rank"] == 0 and "rank 0 waits for data" in slowest["why"]
+
+
+# ---- windows of known timing ---------------------------------------------------------------------
+
+def test_windows_of_a_known_loop():
+    """Batches every 100 ms of which 40 ms waiting; 2 workers, prefetch 2: the first 6 are warm-up."""
+    batches = [Batch(1, 0.1 * i + 0.06, 0.1 * i + 0.1, 8, True, None) for i in range(40)]
+    batches += [Batch(2, 10 + 0.1 * i + 0.06, 10 + 0.1 * i + 0.1, 8, True, None) for i in range(10)]
+    wins = windows(batches, 0.5, 2, 6, 8)
+    first, later = wins[:-1], wins[-1]
+    assert [len(w.items) for w in first] == [6, 6, 6, 6, 10]  # whole rounds of 2, >= 0.5 s; the tail joins
+    assert all(w.rate == pytest.approx(80) and w.wait_s / (w.t_end - w.t_start) == pytest.approx(0.4)
+               for w in first)  # 8 samples per 100 ms, 40 ms of them waiting
+    # the later pass starts at the call for its first batch: 10 batches in 0.94 s, 0.4 s of it waiting
+    assert later.t_start == pytest.approx(10.06) and later.rate == pytest.approx(80 / 0.94)
+    assert later.wait_s == pytest.approx(0.4)
