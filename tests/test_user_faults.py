@@ -324,6 +324,10 @@ def test_batches_in_flight_are_checked_against_a_small_dev_shm():
     with pytest.raises(ConfigError, match=r"2 workers × 2 batches in flight of 64 images \(10 MB each, 224² px\) "
                                           r"need 39 MB, but /dev/shm has 38 MB free"):
         check_plan(cfg, specs, preset_probe, 512, 1e12, 38e6)
+    with pytest.raises(ConfigError, match="loader.batch_size: 64 is more than the dataset's 32 samples"):
+        check_plan(cfg, specs, preset_probe, 32, None, None)
+    ceiling = cfg.model_copy(update={"trials": ["gpu_ceiling"]})  # its batch is made on the device, not read
+    check_plan(ceiling, expand(ceiling), preset_probe, 32, None, None)
 
 
 # ---- no answer --------------------------------------------------------------------------------------------

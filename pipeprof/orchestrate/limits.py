@@ -66,7 +66,8 @@ def check_plan(cfg, specs: list, probe, samples: Optional[int], available_bytes:
     """Refuse batch sizes above the dataset's ``samples`` (None: unknown, an IterableDataset) and loader
     trials whose batches in flight exceed ``shm_bytes`` free in /dev/shm or ``available_bytes`` of memory.
     ``probe(preset, side) -> (dtype, side)`` says what the loader's images are (``sweep.expand``'s)."""
-    sizes = [s.batch_size for s in specs if s.batch_size]
+    sizes = [s.batch_size for s in specs if s.batch_size and s.kind != TrialKind.GPU_CEILING.value]  # the ceiling's
+    # batch is synthetic, made on the device: only the trials that read the dataset are bound by its size
     if samples is not None and sizes and max(sizes) > samples:
         raise ConfigError(f"loader.batch_size: {max(sizes)} is more than the dataset's {samples} samples: every "
                           f"batch would hold samples twice; at most {samples}, or a larger dataset"

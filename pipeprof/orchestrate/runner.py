@@ -268,7 +268,8 @@ def _batch_size(cfg: RunConfig, auto: bool, probe, user: bool, env: dict, models
     with Monitor(hz=cfg.monitor_hz, gpu=True) as monitor:  # the confirming trial runs as the sweep's trials do
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, {}, int(env["cores"]["usable"]),
                                        models=models or {}, loss_fn=loss_fn)
-        chosen, record = auto_batch_size(ctx, cfg, probe, user, log, min(MOST, samples or MOST))
+        reads = set(cfg.trials) - {"gpu_ceiling"}  # a loader trial's batch is made of the dataset's samples
+        chosen, record = auto_batch_size(ctx, cfg, probe, user, log, min(MOST, samples or MOST) if reads else MOST)
         chosen, record["confirmed"] = confirm(ctx, cfg, probe, user, chosen, log)
     record["chosen"] = chosen
     c = cfg.model_copy(deep=True)
