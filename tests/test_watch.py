@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 
 torch.set_num_threads(1)
-train_set = BurnDataset(n=256, cost_s={COST_S})
+train_set = BurnDataset(n=192, cost_s={COST_S})
 val_set = BurnDataset(n=96, cost_s=0.0005)
 train_loader = DataLoader(train_set, batch_size={BATCH}, shuffle=True, num_workers=1, persistent_workers=True)
 val_loader = DataLoader(val_set, batch_size={BATCH}, num_workers=0)
@@ -95,7 +95,7 @@ loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset), 
 model = DistributedDataParallel(FixedStepModel(step_s=0.02, num_classes=10))
 for step, (images, labels) in enumerate(loader):
     nn.functional.cross_entropy(model(images.float()), labels).backward()
-    if step == 60:
+    if step == 40:
         break
 dist.destroy_process_group()
 """
@@ -121,7 +121,7 @@ def _line_of(script: str, text: str) -> int:
 def tuned(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tuned")
     (tmp / "train.py").write_text(TRAIN)
-    done = _watch(tmp, ["--seconds", "4", "--tune", "--stop"], [sys.executable, "train.py", "1000"])
+    done = _watch(tmp, ["--seconds", "3", "--tune", "--stop"], [sys.executable, "train.py", "1000"])
     return done, _run_folder(tmp), (tmp / "watch.log").read_text()
 
 
@@ -131,7 +131,7 @@ def sweep_answer(tmp_path_factory):
     run = pipeprof.profile(BurnDataset(256, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
                            num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu",
                            out_dir=str(tmp_path_factory.mktemp("sweep")), log=lambda *a: None,
-                           measure={"window_s": 0.5, "windows": 3, "max_windows": 4, "warmup_max_s": 2,
+                           measure={"window_s": 0.4, "windows": 3, "max_windows": 3, "warmup_max_s": 1.5,
                                     "cpu_reference_s": 0})
     e2e = run.trials[run.trials["kind"] == "end_to_end"]
     return run.meta["analysis"]["groups"][0]["recommended_workers"], float(e2e["foreign_cores_mean"].max())
@@ -193,7 +193,7 @@ def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
     done, run, log = tuned
     assert done.returncode == 130  # the job's own status: SIGINT, as a shell reports it
     assert run.meta["status"] == "complete" and run.meta["ended_by"] == "window"
-    assert 3.9 <= run.meta["window"]["watched_s"] <= 4.1
+    assert 2.9 <= run.meta["window"]["watched_s"] <= 3.1
     assert "samples/s, data wait" in log  # the live line
     assert b"epoch 0 val accuracy" in done.stdout and b"pipeprof watch" not in done.stdout + done.stderr
     assert "pipeprof watch --" in (run.path / "report.html").read_text()

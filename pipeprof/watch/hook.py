@@ -147,6 +147,8 @@ class Watch:
 
     # -- patching -------------------------------------------------------------------------------
     def patch(self, module) -> None:
+        if self.orig:  # patched once: a second patch would wrap our own wrappers
+            return
         self.torch = sys.modules["torch"]
         base, loader = module._BaseDataLoaderIter, module.DataLoader
         self.orig = {"next": base.__next__, "iter_init": base.__init__, "loader_init": loader.__init__,

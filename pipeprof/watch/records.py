@@ -83,6 +83,7 @@ class Store:
         self.exceptions: list[dict] = []
         self.tune: list[dict] = []  # the pause's messages, in order
         self.closed: set[int] = set()
+        self.tune_pids: set[int] = set()
 
     def add(self, cid: int, msg: dict) -> None:
         kind = msg.get("k")
@@ -101,13 +102,16 @@ class Store:
             self.closed.add(cid)
         elif kind and kind.startswith("tune"):
             self.tune.append(msg | {"cid": cid})
+            if kind == "tune_workers":  # the pause's own workers are the job's too, not other processes
+                self.tune_pids.update(msg["pids"])
 
     def rank(self, cid: int) -> int:
         return int(self.procs.get(cid, {}).get("rank", 0))
 
     def pids(self) -> set[int]:
         """Every process of the job the hook has told us about: training processes and their workers."""
-        return {p["pid"] for p in self.procs.values()} | {pid for s in self.workers.values() for pid in s}
+        return ({p["pid"] for p in self.procs.values()} | {pid for s in self.workers.values() for pid in s}
+                | self.tune_pids)
 
     def first_batch_t(self) -> Optional[float]:
         calls = [b[0].t_call for b in self.batches.values() if b]
