@@ -61,10 +61,12 @@ def summary(run, tune: Optional[dict]) -> list[str]:
                  f"watched; device {meta['config']['device']}")
     for exc in meta.get("exceptions", []):
         lines.append(f"  the job raised {exc['type']}: {exc['message']} (rank {exc.get('rank')}, {exc.get('where')})")
-    verdicts = {v["trial_id"]: v for v in meta["analysis"].get("verdicts", [])}
-    for _, r in run.trials[run.trials["kind"] == "end_to_end"].iterrows():
+    if run.trials.empty:
+        lines.append("  no DataLoader returned a batch in any process of the job: nothing to say about its input")
+    verdicts = {v["trial_id"]: v for v in (meta.get("analysis") or {}).get("verdicts", [])}
+    for _, r in run.trials[run.trials["kind"] == "end_to_end"].iterrows() if len(run.trials) else ():
         lines += _row_lines(r, verdicts.get(r["trial_id"], {}))
-    for label, info in meta["analysis"].get("loaders", {}).items():
+    for label, info in (meta.get("analysis") or {}).get("loaders", {}).items():
         if info.get("slowest_rank"):
             lines.append(f"  {label}: slowest rank {info['slowest_rank']['rank']}: {info['slowest_rank']['why']}")
     lines += tune_lines(tune)

@@ -218,7 +218,10 @@ class Session:
         self.monitor.stop()
         self.timeline = self.monitor.timeline()
         self.finished = True
-        self.run = self.finish(self._status(reason))
+        try:
+            self.run = self.finish(self._status(reason))
+        except Exception as exc:  # noqa: BLE001 - the job's exit status must pass through whatever we hit
+            self.o.log(f"pipeprof watch: the run folder could not be written: {type(exc).__name__}: {exc}")
         if self.o.stop and self.child.poll() is None:
             self._stopping = (clock(), 0)
 
