@@ -95,7 +95,7 @@ loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset), 
 model = DistributedDataParallel(FixedStepModel(step_s=0.02, num_classes=10))
 for step, (images, labels) in enumerate(loader):
     nn.functional.cross_entropy(model(images.float()), labels).backward()
-    if step == 40:
+    if step == 60:
         break
 dist.destroy_process_group()
 """
@@ -242,11 +242,15 @@ def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised):
 # ---- torchrun, two ranks -----------------------------------------------------------------------
 
 def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
+    """Also: after the window the job runs on untouched (no --stop): the hooks are off, it ends as it would."""
     (tmp_path / "ddp.py").write_text(DDP)
-    done = _watch(tmp_path, [], [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                                 "--standalone", "ddp.py"])
+    done = _watch(tmp_path, ["--seconds", "1.5"], [sys.executable, "-m", "torch.distributed.run",
+                                                   "--nproc_per_node", "2", "--standalone", "ddp.py"])
     assert done.returncode == 0, done.stderr[-2000:]
     run = _run_folder(tmp_path)
+    assert run.meta["ended_by"] == "window" and run.meta["exit_status"] == 0
+    sent = pd.read_parquet(run.path / "batches.parquet").groupby("rank").size()
+    assert sorted(sent.index) == [0, 1] and sent.max() < 61  # nothing recorded after the hooks went off
     rows = run.trials[run.trials["kind"] == "end_to_end"].set_index("rank")
     assert sorted(rows.index) == [0, 1] and (rows["world_size"] == 2).all()
     assert rows.loc[0, "data_wait_frac"] > rows.loc[1, "data_wait_frac"] + 0.2  # rank 0 loads 20x slower

@@ -145,7 +145,8 @@ class Session:
         if not self.finished:
             self.close_window("command exited")
         elif self.run is not None:
-            self.run.meta |= {"exit_status": self.exit_status, "job_wall_s": self.job_wall_s}
+            self.run.meta |= {"exit_status": self.exit_status, "job_wall_s": self.job_wall_s,
+                              "exceptions": self.store.exceptions}  # one raised after the window, too
             self.run.save_meta()
         return self.exit_status
 
