@@ -19,6 +19,7 @@ run and waits for the job. A second SIGINT is passed to the job, a third kills i
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -123,7 +124,14 @@ class Session:
 
             self.monitor = Monitor(hz=5).start()
             self.monitor.set_trial("watch")
-            return self._loop()
+            try:
+                return self._loop()
+            except Exception as exc:  # a fault of ours: the job runs on, unwatched, and its status still passes
+                self.o.log(f"pipeprof watch: stopped watching ({type(exc).__name__}: {exc}); the job runs on")
+                for cid in list(self.server.conns):
+                    self.server.send(cid, {"cmd": "resume"})
+                    self.server.send(cid, {"cmd": "off"})
+                return exit_code(self.child.wait())
         finally:
             if self.monitor is not None:
                 self.monitor.stop()
@@ -166,13 +174,16 @@ class Session:
     def pump(self, wait: float) -> None:
         """Take what the job sent (waiting up to ``wait`` for the first message); tick the per-process CPU,
         the monitor's set of job processes and the live line."""
+        got = []
         try:
-            cid, msg = self.server.inbox.get(timeout=wait) if wait > 0 else self.server.inbox.get_nowait()
-            self.store.add(cid, msg)
-        except Exception:  # queue.Empty: nothing came
+            got.append(self.server.inbox.get(timeout=wait) if wait > 0 else self.server.inbox.get_nowait())
+        except queue.Empty:
             pass
-        for cid, msg in self.server.drain():
-            self.store.add(cid, msg)
+        for cid, msg in got + self.server.drain():
+            try:
+                self.store.add(cid, msg)
+            except (KeyError, TypeError, ValueError):  # a message we cannot read is dropped, never the watch
+                continue
         now = clock()
         if now - self._last_tick >= 0.5:
             self._last_tick = now
