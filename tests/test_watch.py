@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,11 +21,14 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.results import load_run
 from pipeprof.watch.records import Batch, windows
 
-COST_S, STEP_S, BATCH = 0.008, 0.04, 8  # 1 worker: 125 samples/s; the step alone: 200 samples/s
-KNOWN_WAIT = 1 - (1 / COST_S) / (BATCH / STEP_S)  # 37.5%: with 1 worker the step waits that share
+# a sample waits READ_S for its bytes, then burns COST_S of CPU: one worker makes 125 samples/s with a
+# eighth of a core, so 2 workers double it even when other processes hold one of this machine's 2 cores
+READ_S, COST_S, STEP_S, BATCH = 0.007, 0.001, 0.04, 8
+KNOWN_WAIT = 1 - (1 / (READ_S + COST_S)) / (BATCH / STEP_S)  # 37.5%: with 1 worker the step waits that share
 
 TRAIN = f"""
 import sys
+import time
 
 import torch
 from torch import nn
@@ -33,8 +36,15 @@ from torch.utils.data import DataLoader
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 
+
+class SlowStorage(BurnDataset):  # images that take {READ_S} s to read, then {COST_S} s of CPU to decode
+    def __getitem__(self, index):
+        time.sleep({READ_S})
+        return super().__getitem__(index)
+
+
 torch.set_num_threads(1)
-train_set = BurnDataset(n=192, cost_s={COST_S})
+train_set = SlowStorage(n=192, cost_s={COST_S})
 val_set = BurnDataset(n=96, cost_s=0.0005)
 train_loader = DataLoader(train_set, batch_size={BATCH}, shuffle=True, num_workers=1, persistent_workers=True)
 val_loader = DataLoader(val_set, batch_size={BATCH}, num_workers=0)
@@ -117,6 +127,14 @@ def _line_of(script: str, text: str) -> int:
 
 # ---- an input-bound training loop with a validation loader, tuned, then stopped --------------------
 
+class SlowStorage(BurnDataset):
+    """The script's dataset, for the sweep: READ_S waiting for the bytes, then COST_S of CPU."""
+
+    def __getitem__(self, index):
+        time.sleep(READ_S)
+        return super().__getitem__(index)
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tuned")
@@ -128,13 +146,12 @@ def tuned(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sweep_answer(tmp_path_factory):
     """num_workers as a pipeprof sweep of the same dataset and step finds it (end-to-end at 1 and 2)."""
-    run = pipeprof.profile(BurnDataset(256, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
+    run = pipeprof.profile(SlowStorage(192, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
                            num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu",
                            out_dir=str(tmp_path_factory.mktemp("sweep")), log=lambda *a: None,
                            measure={"window_s": 0.4, "windows": 3, "max_windows": 3, "warmup_max_s": 1.5,
                                     "cpu_reference_s": 0})
-    e2e = run.trials[run.trials["kind"] == "end_to_end"]
-    return run.meta["analysis"]["groups"][0]["recommended_workers"], float(e2e["foreign_cores_mean"].max())
+    return run.meta["analysis"]["groups"][0]["recommended_workers"]
 
 
 def _row(run, site: str, kind: str = "end_to_end") -> pd.Series:
@@ -157,22 +174,19 @@ def test_input_bound_loop_waits_its_known_share(tuned):
     # the wait share against the one the known step leaves at the measured rate: 1 - step x rate / batch
     rate = train["samples_measured"] / train["measured_s"]
     assert abs(train["data_wait_frac"] - (1 - STEP_S * rate / BATCH)) <= 0.05
-    if (train["foreign_cores_mean"] or 0) < 0.3:  # with the cores to itself the worker runs at its known rate
+    if train["foreign_cores_mean"] < 0.5:  # a worker delayed by other processes waits longer than designed
         assert abs(train["data_wait_frac"] - KNOWN_WAIT) <= 0.05, (train["data_wait_frac"], KNOWN_WAIT)
 
 
 def test_tune_pauses_once_and_recommends_what_a_sweep_finds(tuned, sweep_answer):
     done, run, log = tuned
-    tune, (swept, sweep_foreign) = run.meta["tune"], sweep_answer
+    tune = run.meta["tune"]
     assert log.count("paused train.py") == 1 and f"after a pause of {tune['paused_s']:.1f} s" in log
     assert 1.0 < tune["paused_s"] < 40
-    points = run.trials[run.trials["kind"] == "cpu_pipeline"].set_index("num_workers")
+    points = run.trials[run.trials["kind"] == "cpu_pipeline"].set_index("num_workers")["samples_per_s"]
     assert list(points.index) == [1, 2]  # the user's count, then the search's guess: step / rate per worker
-    foreign = max(sweep_foreign, float(points["foreign_cores_mean"].max()))
-    if foreign >= 0.5:  # 2 workers on 2 cores beat 1 only when nothing else takes a core
-        pytest.skip(f"other processes used {foreign:.1f} of the 2 cores while the loader was measured")
-    assert points.loc[2, "samples_per_s"] > 1.3 * points.loc[1, "samples_per_s"]
-    assert tune["recommended_workers"] == swept == 2, tune
+    assert abs(points[1] - 125) / 125 < 0.15 and points[2] > 1.6 * points[1]  # the loader alone, as designed
+    assert tune["recommended_workers"] == sweep_answer == 2, tune
     line = _line_of(TRAIN, "train_loader = DataLoader")
     assert tune["change"].endswith(f"train.py:{line}: num_workers=1 -> num_workers=2")
 
