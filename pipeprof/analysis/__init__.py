@@ -148,10 +148,14 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
     best = curve.loc[curve["samples_per_s"].idxmax()]
     mine = v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v
     advice = {"actions": actions(best, ws, rates, cores, device, decode_costs), "main_cpu_s_per_sample": main_s}
+    on_gpu = "augment_device" in curve and (curve["augment_device"] == "cuda").any()
     if device != "cuda":
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
                                          "and the what-if for GPU machines do not apply; run on the GPU machine")
-    elif len(ws) and (ws > 0).any() and len(step):
+    elif on_gpu:  # the loader's curve measured the GPU's decode and augment, not what cores deliver
+        advice["cpu_figures_skipped"] = ("the pipeline decodes and augments on the GPU (augment.device: cuda): its "
+                                         "workers only read bytes, so its curve does not say how many cores feed it")
+    if device == "cuda" and not on_gpu and len(ws) and (ws > 0).any() and len(step):
         # N ranks: num_workers is per rank and each rank's main process hands off its own batches,
         # so the workers and the hand-off limit of the whole job are N times a rank's
         ranks = int(curve.iloc[0].get("gpus") or 1) if "gpus" in curve else 1
