@@ -23,7 +23,8 @@ from pipeprof.trials.columns import combine_ranks
 SMALL = {"device": "cpu", "stage_timing": False, "data": {"images": 64, "classes": 4},
          "augment": {"preset": "light"}, "loader": {"num_workers": [1], "batch_size": 8},
          "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-         "measure": {"window_s": 0.4, "windows": 2, "max_windows": 3, "cpu_reference_s": 0, "max_trial_s": 30}}
+         "measure": {"window_s": 0.4, "windows": 2, "max_windows": 3, "warmup_max_s": 1, "cpu_reference_s": 0,
+                     "max_trial_s": 30}}
 
 
 def test_cpus_are_split_evenly_and_contiguously():
@@ -103,7 +104,9 @@ def test_two_nodes_over_loopback_merge_into_one_job(tmp_path):
     with socket.socket() as s:  # a free port for node 0's rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sets = _sets(SMALL) + ["trials=[cpu_pipeline,end_to_end]", "distributed.gpus=[2]", "distributed.nnodes=2",
+    # one job: end_to_end, whose ranks also all-reduce and share rank 0's clock across the nodes (each kind's
+    # rank totals on one node are test_two_process_gloo_run_...'s; a second job here merged the same way)
+    sets = _sets(SMALL) + ["trials=[end_to_end]", "distributed.gpus=[2]", "distributed.nnodes=2",
                            f"distributed.rdzv_endpoint=127.0.0.1:{port}"]
     nodes = [subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *sum([["--set", x] for x in sets + [
         f"distributed.node_rank={k}", f"out_dir={tmp_path}/node{k}"]], [])], stdout=subprocess.PIPE,
@@ -118,6 +121,7 @@ def test_two_nodes_over_loopback_merge_into_one_job(tmp_path):
                              str(tmp_path / "merged")], capture_output=True, text=True, timeout=300)
     assert merged.returncode == 0, merged.stderr
     m = load_run(next((tmp_path / "merged").glob("*-merged-*")))
+    assert len(m.trials) == 1
     for _, job in m.trials.iterrows():
         both = pd.concat([p.ranks for p in parts])
         both = both[both["trial_id"] == job["trial_id"]]
