@@ -54,6 +54,22 @@ def shard_dir(tiny_dataset, tmp_path_factory):
     return dst
 
 
+@pytest.fixture(scope="session")
+def cpu_run_dir(tmp_path_factory):
+    """One real (tiny) ``pipeprof run`` on synthetic JPEGs, mobilenet_v3_small on the CPU, 0 and 1 workers, the
+    overhead checks and a CPU reference: the run folder that test_run_folder and test_report_html read."""
+    from pipeprof.cli import main
+
+    out = tmp_path_factory.mktemp("out")
+    sets = ["data.images=16", "data.classes=2", f"data.cache_dir={out}/datasets", f"out_dir={out}",
+            "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
+            "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
+            "measure.cpu_reference_s=0.6", "overhead_checks=true"]
+    assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
+    (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
+    return path
+
+
 @pytest.fixture
 def quick_measure() -> dict:
     """A short steady-state policy for tests: enough windows to compute a spread."""
