@@ -8,6 +8,7 @@ recommendation, and the run folder.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Optional
 
 import pandas as pd
@@ -36,7 +37,8 @@ def line(session, since: float, now: float) -> list[str]:
     store, out = session.store, []
     gpu = gpu_util(session.monitor.timeline(), since) if session.monitor else None
     for label in store.loaders:
-        recent = [b for (cid, lab), bs in store.batches.items() if lab == label for b in bs if b.t_ret >= since]
+        recent = [b for (cid, lab), bs in store.batches.items() if lab == label  # in order: search, not scan
+                  for b in bs[bisect.bisect_left(bs, since, key=lambda x: x.t_ret):]]
         if not recent:
             continue
         span = now - since
