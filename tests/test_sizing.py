@@ -25,9 +25,14 @@ def test_masked_runs_sweep_half_all_but_one_and_all():
     assert sizing.masked_workers(8) == [4, 7, 8] and sizing.masked_workers(1) == [1]
 
 
+# the check's own trials with shorter windows and warm-up: 0.4-s windows still hold 5 batches at 100 samples/s
+QUICK = ["measure.warmup_s=0.3", "measure.warmup_max_s=2", "measure.window_s=0.4", "measure.windows=3",
+         "measure.max_windows=5"]
+
+
 def test_a_one_core_mask_measures_what_the_full_run_predicts(tmp_path):
     # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core
-    df = sizing.check(sizing.KNOWN, [1], tmp_path).set_index("cores")
+    df = sizing.check(sizing.KNOWN, [1], tmp_path, overrides=QUICK).set_index("cores")
     one = df.loc[1]
     assert one["cpus"] == "0"
     meta = json.loads((Path(one["run"]) / "run.json").read_text())

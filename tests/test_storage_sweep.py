@@ -28,8 +28,9 @@ from pipeprof.orchestrate.sweep import expand
 from pipeprof.trials import one_pass_plan
 
 from conftest import LOOPBACK, free_port, serve_folder
-QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 3, "windows": 3,
-         "ci_target": 0.25}
+# short windows, warm-up settling capped at 1 s, no CPU reference probe (no test here reads it)
+QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "window_s": 0.3, "window_batches": 3,
+         "windows": 3, "ci_target": 0.25, "cpu_reference_s": 0}
 MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 
 
@@ -315,12 +316,14 @@ def test_sequential_shards_read_with_real_workers(storage_run):
 
 @pytest.fixture(scope="module")
 def throttle_demo(jpeg_folder, tmp_path_factory):
-    """ImageNet-like JPEGs behind a 20 MB/s throttle, and the same files unthrottled, feeding a 5 ms step."""
+    """ImageNet-like JPEGs behind a 20 MB/s throttle, and the same files unthrottled, feeding a 5 ms step.
+    Its actions stay predictions (``actions: predict``): the tests read those; action trials are
+    test_action_trials.py's."""
     tmp = tmp_path_factory.mktemp("demo")
     raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 20}],
-                     model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+                     actions="predict", model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
                      loader={"num_workers": [2], "batch_size": 8},
-                     measure={"warmup_s": 0.5, "window_s": 0.75, "window_batches": 4, "windows": 3})
+                     measure={"warmup_s": 0.5, "window_s": 0.5, "window_batches": 4, "windows": 3})
     return pipeprof.run(C.build(raw), log=lambda *a: None)
 
 

@@ -17,8 +17,8 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.measure.loader import EndlessIter, shutdown, user_batch, worker_pids
 
 # short windows: these tests check the plumbing, not the rates
-MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 2, "windows": 3,
-           "max_windows": 4, "cpu_reference_s": 0}
+MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "window_s": 0.2, "window_batches": 2,
+           "windows": 3, "max_windows": 3, "cpu_reference_s": 0}
 
 
 def quiet(*args) -> None:
@@ -198,7 +198,8 @@ def test_config_loader_factory_that_cannot_serve_is_refused(tmp_path, factory):
 def test_config_names_user_loader_by_import_path(tmp_path):
     raw = {"data": {"kind": "loader", "factory": "pipeprof.checks.calibrate:burn_loader"},
            "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-           "loader": {"num_workers": [1]}, "device": "cpu", "measure": MEASURE, "out_dir": str(tmp_path)}
+           "loader": {"num_workers": [1]}, "device": "cpu", "measure": MEASURE, "out_dir": str(tmp_path),
+           "actions": "predict"}  # the plumbing of a loader named by path; action trials are test_action_trials.py's
     run = pipeprof.run(C.build(raw, origin="test"), log=quiet)
     assert_profiled(run, [1])
     rows = run.trials[run.trials["kind"] != "gpu_ceiling"]
