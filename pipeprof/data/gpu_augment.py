@@ -20,14 +20,23 @@ import math
 from typing import Callable, NamedTuple, Optional
 
 import torch
-from torchvision.transforms.v2 import InterpolationMode
-from torchvision.transforms.v2 import functional as F
 
 from pipeprof.config import ConfigError
 
 # albumentations stores OpenCV's interpolation flags; v2 takes its own enum
-_INTERP = {0: InterpolationMode.NEAREST, 1: InterpolationMode.BILINEAR, 2: InterpolationMode.BICUBIC,
-           3: InterpolationMode.BILINEAR, 4: InterpolationMode.BICUBIC}
+def _F():
+    """torchvision's v2 functional API, imported when a GPU pipeline runs: importing it pulls in
+    torch._dynamo (about a second per process), which no CPU pipeline needs."""
+    from torchvision.transforms.v2 import functional
+
+    return functional
+
+
+def _interp(code):
+    """albumentations' interpolation code as torchvision's mode (OpenCV's numbering)."""
+    from torchvision.transforms.v2 import InterpolationMode as M
+
+    return {0: M.NEAREST, 1: M.BILINEAR, 2: M.BICUBIC, 3: M.BILINEAR, 4: M.BICUBIC}.get(code, M.BILINEAR)
 
 
 class NoCounterpart(ConfigError):
@@ -76,11 +85,11 @@ def _rrc_box(h: int, w: int, scale, ratio, g: torch.Generator) -> tuple[int, int
 
 
 def random_resized_crop(p: dict) -> Op:
-    size, interp = list(p["size"]), _INTERP.get(p.get("interpolation", 1), InterpolationMode.BILINEAR)
+    size, interp = list(p["size"]), _interp(p.get("interpolation", 1))
 
     def one(img, g):
         top, left, h, w = _rrc_box(img.shape[-2], img.shape[-1], p["scale"], p["ratio"], g)
-        return F.resized_crop(img, top, left, h, w, size, interpolation=interp, antialias=True)
+        return _F().resized_crop(img, top, left, h, w, size, interpolation=interp, antialias=True)
     return Op("RandomResizedCrop", one=one)
 
 
@@ -91,10 +100,10 @@ def random_crop(p: dict) -> Op:
         ih, iw = img.shape[-2:]
         if p.get("pad_if_needed") and (ih < h or iw < w):  # centred padding with the fill, as albumentations
             dh, dw = max(h - ih, 0), max(w - iw, 0)
-            img = F.pad(img, [dw // 2, dh // 2, dw - dw // 2, dh - dh // 2], fill=p.get("fill", 0))
+            img = _F().pad(img, [dw // 2, dh // 2, dw - dw // 2, dh - dh // 2], fill=p.get("fill", 0))
             ih, iw = img.shape[-2:]
         top, left = int(_draw(g) * (ih - h + 1)), int(_draw(g) * (iw - w + 1))
-        return F.crop(img, top, left, h, w)
+        return _F().crop(img, top, left, h, w)
     return Op("RandomCrop", one=one)
 
 
@@ -102,13 +111,13 @@ def center_crop(p: dict) -> Op:
     h, w = int(p["height"]), int(p["width"])
 
     def one(img, g):  # albumentations floors an odd margin's half; v2's center_crop rounds it
-        return F.crop(img, (img.shape[-2] - h) // 2, (img.shape[-1] - w) // 2, h, w)
+        return _F().crop(img, (img.shape[-2] - h) // 2, (img.shape[-1] - w) // 2, h, w)
     return Op("CenterCrop", one=one)
 
 
 def resize(p: dict) -> Op:
-    size, interp = [int(p["height"]), int(p["width"])], _INTERP.get(p.get("interpolation", 1))
-    return Op("Resize", one=lambda img, g: F.resize(img, size, interpolation=interp, antialias=True))
+    size, interp = [int(p["height"]), int(p["width"])], _interp(p.get("interpolation", 1))
+    return Op("Resize", one=lambda img, g: _F().resize(img, size, interpolation=interp, antialias=True))
 
 
 def affine(p: dict) -> Op:
@@ -120,8 +129,8 @@ def affine(p: dict) -> Op:
         tx, ty = (_between(g, *move[k]) for k in ("x", "y"))
         scale = _between(g, *p["scale"]["x"])
         shear = [_between(g, *p["shear"]["x"]), _between(g, *p["shear"]["y"])]
-        return F.affine(img, angle=_between(g, *p["rotate"]), translate=[round(tx * w), round(ty * h)],
-                        scale=scale, shear=shear, interpolation=_INTERP.get(p.get("interpolation", 1)),
+        return _F().affine(img, angle=_between(g, *p["rotate"]), translate=[round(tx * w), round(ty * h)],
+                        scale=scale, shear=shear, interpolation=_interp(p.get("interpolation", 1)),
                         fill=p.get("fill", 0))
     return Op("Affine", one=_sometimes(one, p["p"]))
 
@@ -133,7 +142,7 @@ def gaussian_blur(p: dict) -> Op:
     def one(img, g):
         k = odd[min(int(_draw(g) * len(odd)), len(odd) - 1)]
         sigma = _between(g, *p["sigma_limit"])
-        return F.gaussian_blur(img, [k, k], [sigma, sigma])
+        return _F().gaussian_blur(img, [k, k], [sigma, sigma])
     return Op("GaussianBlur", one=_sometimes(one, p["p"]))
 
 
@@ -171,9 +180,9 @@ def color_jitter(p: dict) -> Op:
         if (b := _factors(y, p["brightness"], g)) is not None:
             y = _blend(y, torch.zeros_like(y), b)
         if (c := _factors(y, p["contrast"], g)) is not None:
-            y = _blend(y, F.rgb_to_grayscale(y).mean(dim=(-3, -2, -1), keepdim=True), c)
+            y = _blend(y, _F().rgb_to_grayscale(y).mean(dim=(-3, -2, -1), keepdim=True), c)
         if (s := _factors(y, p["saturation"], g)) is not None:
-            y = _blend(y, F.rgb_to_grayscale(y), s)
+            y = _blend(y, _F().rgb_to_grayscale(y), s)
         if (h := _factors(y, p["hue"], g, centre=0.0)) is not None:
             y = _shift_hue(y, h.view(-1, 1, 1))
         y = torch.where(_chosen(x, p["p"], g), y, x.float() / 255 if x.dtype == torch.uint8 else x)
@@ -208,7 +217,7 @@ def normalize(p: dict) -> Op:
         raise NoCounterpart(f"augment.device: cuda: Normalize with normalization={p['normalization']!r} has no "
                             "counterpart here (only 'standard': (x / max_pixel_value - mean) / std)")
     scale, mean, std = float(p.get("max_pixel_value", 255.0)), list(p["mean"]), list(p["std"])
-    return Op("Normalize", batch=lambda x, g: F.normalize(x.float() / scale, mean, std))
+    return Op("Normalize", batch=lambda x, g: _F().normalize(x.float() / scale, mean, std))
 
 
 def to_tensor(p: dict) -> Op:
