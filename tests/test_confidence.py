@@ -60,14 +60,14 @@ def test_the_analysis_stores_the_confidence_per_group():
 
 # ---- the two-level verdict where a figure sits on its threshold -------------------------------------
 
-def on_16_cores(busy_low, busy_high, handoff=None, workers_cpu=1500.0):
-    """16 workers on a 16-core box, waiting 40%: busy cores measured with an interval."""
-    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3100.0, 16),
-            e2e_row(16, 3000.0, 0.4, busy=(busy_low + busy_high) / 2, workers_cpu=workers_cpu,
+def on_16_cores(busy_low, busy_high, handoff=None, workers_cpu=1500.0, run=None, workers=16, cores=16):
+    """``workers`` workers on a ``cores``-core box, waiting 40%: busy cores measured with an interval."""
+    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3100.0, workers),
+            e2e_row(workers, 3000.0, 0.4, busy=(busy_low + busy_high) / 2, workers_cpu=workers_cpu, run=run,
                     usable_busy_cores_ci95_low=busy_low, usable_busy_cores_ci95_high=busy_high)]
     if handoff:
-        rows.append(trial("handoff", handoff, 16))
-    return verdicts(frame(*rows), 16).iloc[0]
+        rows.append(trial("handoff", handoff, workers))
+    return verdicts(frame(*rows), cores).iloc[0]
 
 
 def test_busy_cores_wholly_above_saturation_bind_the_cores():
@@ -89,9 +89,17 @@ def test_busy_cores_straddling_saturation_are_named_beside_the_resource_that_bin
 
 
 def test_workers_that_fill_the_cores_are_never_told_to_multiply():
-    # 16 workers computing 94% of their time on 16 cores, the cores measured 13.0-14.0 busy (below 90%)
-    v = on_16_cores(13.0, 14.0, workers_cpu=1500.0)
-    assert v["resource"] != "workers" and "more workers would help" not in v["verdict_basis"]
+    # 16 workers computing 94% of their time with the training process use 15.6 of 16 cores: no room
+    v = on_16_cores(15.4, 15.9, workers_cpu=1500.0, run=15.6)
+    assert v["resource"] == "cores" and "more workers would help" not in v["verdict_basis"]
+    # 15 workers computing 95% beside a training process that uses 0.35 of a core leave 1.4 cores: room
+    assert on_16_cores(14.0, 14.8, workers_cpu=1425.0, run=14.6, workers=15)["resource"] == "workers"
+
+
+def test_a_worker_beside_a_training_process_that_waits_on_its_step_has_room():
+    # validate's case on 2 cores: 1 worker computing 95%, the training process mostly waiting on its step
+    v = on_16_cores(1.0, 1.2, workers_cpu=95.0, run=1.1, workers=1, cores=2)
+    assert (v["resource"], v["verdict"]) == ("workers", "cpu-bound")
 
 
 def test_a_wait_straddling_the_input_threshold_takes_the_side_from_the_bounds():

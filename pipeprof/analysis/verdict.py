@@ -173,10 +173,15 @@ def _storage(ev: Evidence, bounds: dict, row: pd.Series) -> Reading:
                                      f"delivers {io:,.0f}")
 
 
+ROOM = 0.5  # half a core left over is room for another worker: it would add about half a worker's rate
+
+
 def _room(ev: Evidence) -> bool:
-    """A core is left for another worker: beside the workers and the training process (one core at least),
-    and beside what the run was measured to use."""
-    return min(ev.cores - ev.workers - 1, ev.cores - (ev.run_cores or 0.0)) >= 1
+    """Room for another worker: the cores the run was measured to use (workers and training process) leave
+    at least ROOM of a core. Measured, not assumed: a training process that waits on its GPU (or a step that
+    sleeps) leaves its core to the workers, one that launches kernels flat out does not."""
+    used = ev.run_cores if ev.run_cores is not None else ev.workers + 1.0
+    return ev.cores - used >= ROOM
 
 
 def _cores(ev: Evidence) -> Reading:
