@@ -377,6 +377,7 @@ class MeasureConfig(_Strict):
     max_trial_s: float = Field(120.0, gt=0)
     ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
+    redraws: int = Field(60, ge=0)  # re-draws of each trial's windows for the answer's confidence; 0: not computed
 
 
 class DistributedConfig(_Strict):

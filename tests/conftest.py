@@ -74,7 +74,7 @@ def cpu_run_dir(tmp_path_factory):
 def quick_measure() -> dict:
     """A short steady-state policy for tests: enough windows to compute a spread."""
     return MeasureConfig(warmup_batches=3, warmup_s=0.2, window_s=0.3, window_batches=3, windows=3,
-                         max_trial_s=30, ci_target=0.25, cpu_reference_s=0).model_dump()
+                         max_trial_s=30, ci_target=0.25, cpu_reference_s=0, redraws=10).model_dump()
 
 
 LOOPBACK = "127.0.0.1"  # tests talk only to this machine

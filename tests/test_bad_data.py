@@ -75,7 +75,7 @@ def dirty_dataset(tiny_dataset, tmp_path):
 
 BAD = {"img_0000002z.jpg": "cannot identify image file", "img_0000004z.jpg": "truncated",
        "img_0000005z.jpg": "cannot identify image file", "img_0000007z.jpg": "No such file"}
-QUICK = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.window_s=0.3", "measure.window_batches=2",
+QUICK = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.window_batches=2",
          "measure.windows=3", "measure.max_windows=3", "measure.cpu_reference_s=0", "loader.batch_size=4",
          "augment.preset=light", "name=t"]
 

@@ -23,7 +23,7 @@ from pipeprof.trials.columns import combine_ranks
 SMALL = {"device": "cpu", "stage_timing": False, "data": {"images": 64, "classes": 4},
          "augment": {"preset": "light"}, "loader": {"num_workers": [1], "batch_size": 8},
          "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-         "measure": {"window_s": 0.4, "windows": 2, "max_windows": 3, "warmup_max_s": 1, "cpu_reference_s": 0,
+         "measure": {"window_s": 0.4, "windows": 2, "max_windows": 3, "warmup_max_s": 1, "redraws": 10, "cpu_reference_s": 0,
                      "max_trial_s": 30}}
 
 

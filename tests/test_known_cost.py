@@ -10,7 +10,7 @@ import pytest
 import pipeprof
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, expected_rate
 
-MEASURE = {"warmup_batches": 3, "warmup_s": 0.3, "warmup_max_s": 1.5, "window_s": 0.5, "window_batches": 3,
+MEASURE = {"warmup_batches": 3, "warmup_s": 0.3, "warmup_max_s": 1.5, "redraws": 10, "window_s": 0.5, "window_batches": 3,
            "windows": 3, "cpu_reference_s": 0}  # the known costs are the reference: no CPU probe
 
 

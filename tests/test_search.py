@@ -82,7 +82,7 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
 
     run = pipeprof.profile(BurnDataset(256, 0.004), model=FixedStepModel(0.08, num_classes=10), batch_size=8,
                            threads=1, sweep="adaptive", overhead_checks=True, device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
-                           measure={"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "window_s": 0.4,
+                           measure={"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "redraws": 10, "window_s": 0.4,
                                     "window_batches": 2, "windows": 3, "max_windows": 4, "cpu_reference_s": 0})
     kinds = run.trials.groupby("kind")["num_workers"].apply(lambda s: sorted(s.dropna().astype(int)))
     # it starts at 1 worker (100/250 rounds up); 2 only when noise kept 1 below 95% of the ceiling

@@ -33,7 +33,7 @@ def test_no_environment_secret_reaches_any_output(tiny_dataset, tmp_path):
     out = tmp_path / "out"
     sets = ["data.kind=folder", f"data.path={data}", f"out_dir={out}", "trials=[cpu_pipeline]",
             "loader.num_workers=[1]", "loader.batch_size=4", "data.max_bad_frac=0.5", "stage_timing=false",
-            "measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.window_s=0.3", "measure.windows=2",
+            "measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.windows=2",
             "measure.cpu_reference_s=0"]
     outputs = [_pipeprof(env, "run", *[a for s in sets for a in ("--set", s)])]
     (folder,) = list(out.iterdir())

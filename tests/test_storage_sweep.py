@@ -29,7 +29,7 @@ from pipeprof.trials import one_pass_plan
 
 from conftest import LOOPBACK, free_port, serve_folder
 # short windows, warm-up settling capped at 1 s, no CPU reference probe (no test here reads it)
-QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "window_s": 0.3, "window_batches": 3,
+QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "redraws": 10, "window_s": 0.3, "window_batches": 3,
          "windows": 3, "ci_target": 0.25, "cpu_reference_s": 0}
 MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 

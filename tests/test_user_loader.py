@@ -17,7 +17,7 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.measure.loader import EndlessIter, shutdown, user_batch, worker_pids
 
 # short windows: these tests check the plumbing, not the rates
-MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "window_s": 0.2, "window_batches": 2,
+MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "redraws": 10, "window_s": 0.2, "window_batches": 2,
            "windows": 3, "max_windows": 3, "cpu_reference_s": 0}
 
 

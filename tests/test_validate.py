@@ -12,7 +12,7 @@ from pipeprof.checks.validate import CASES, MEASURE, Case, run_case
 BY_NAME = {c.name.split(":")[0]: c for c in CASES}
 # ``pipeprof validate``'s policy with shorter windows and warm-up: the same trials, the same tolerance
 # (0.4-s windows still hold 5-11 batches of every case; the warm-up cap bounds settling on a busy machine)
-FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "window_s": 0.4, "windows": 3, "max_windows": 6}
+FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "redraws": 10, "window_s": 0.4, "windows": 3, "max_windows": 6}
 
 
 # "step" (4 ms/sample, 1 worker, 80 ms step) is not a case of its own here: "tuple output" is that very

@@ -149,7 +149,7 @@ def sweep_answer(tmp_path_factory):
     run = pipeprof.profile(SlowStorage(192, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
                            num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu",
                            out_dir=str(tmp_path_factory.mktemp("sweep")), log=lambda *a: None,
-                           measure={"window_s": 0.4, "windows": 3, "max_windows": 3, "warmup_max_s": 1.5,
+                           measure={"window_s": 0.4, "windows": 3, "max_windows": 3, "warmup_max_s": 1.5, "redraws": 10,
                                     "cpu_reference_s": 0})
     return run.meta["analysis"]["groups"][0]["recommended_workers"]
 

@@ -20,7 +20,7 @@ from pipeprof.orchestrate import sweep
 from pipeprof.cli import main
 from pipeprof.trials.watchdog import Abandoned, Leash
 
-QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "window_s": 0.3, "window_batches": 2,
+QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "redraws": 10, "window_s": 0.3, "window_batches": 2,
          "windows": 3, "max_windows": 3, "cpu_reference_s": 0}
 
 

@@ -33,7 +33,7 @@ from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, r
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
-from .confidence import confidence, group_id
+from .confidence import DRAWS, confidence, group_id
 from .scaling import scaling
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
 from .verdict import evidence, verdicts
@@ -48,17 +48,18 @@ __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", 
 # ---- the whole run -----------------------------------------------------------------
 
 def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", storage: dict | None = None,
-            decode_costs: dict | None = None) -> dict:
+            decode_costs: dict | None = None, draws: int = DRAWS) -> dict:
     """Everything run.json's ``analysis`` holds: verdicts, accuracy, recommendations per group, the
     curve rows the report prints, and (with the run's ``storage`` facts) the epoch estimates. The one
     entry point of the analysis: renderers print what it returned and never call it again.
 
-    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ);
+    ``cores``: usable cores of the run; ``device``: 'cuda' or 'cpu' (words and sizing differ); ``draws``:
+    re-draws of the windows for the answer's confidence (``measure.redraws``; 0: none);
     ``decode_costs``: both CPU decoders timed on the run's files (``measure.decoders``), for the decoder action.
     """
     v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     joined = curves(trials)
-    sure = confidence(trials, cores, device) if len(v) else {}
+    sure = confidence(trials, cores, device, draws) if len(v) and draws else {}
     out = []
     for key, curve in groups(joined):
         entry = key | recommend_workers(curve) | {"confidence": sure.get(group_id(key))}

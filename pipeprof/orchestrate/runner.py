@@ -171,7 +171,8 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
     run.save_meta()  # the measurements are safe before any analysis runs
     try:
         run.meta["analysis"] = analyse(run.trials, cores=plan.machine["cores"]["usable"], device=plan.cfg.device,
-                                       storage=run.meta["storage"], decode_costs=run.meta.get("decode_costs"))
+                                       storage=run.meta["storage"], decode_costs=run.meta.get("decode_costs"),
+                                       draws=plan.cfg.measure.redraws)
     except KeyboardInterrupt:  # every trial is saved, but a 'complete' run without its analysis would mislead
         run.meta["status"] = "interrupted"
         run.save_meta()
