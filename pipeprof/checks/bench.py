@@ -139,11 +139,14 @@ def repeat(config: Optional[str], overrides: list[str], times: int = 3, out_dir:
     rows = []
     for i in range(times):
         log(f"run {i + 1}/{times}")
-        t0 = time.perf_counter()
-        run = execute(cfgmod.load(config, [*base, f"name=repeat-{i + 1}"]), log=lambda *a: None)
-        got = [_answer_row(run, i + 1, time.perf_counter() - t0, g) for g in run.meta["analysis"]["groups"]]
+        t0, answered = time.perf_counter(), []
+        run = execute(cfgmod.load(config, [*base, f"name=repeat-{i + 1}"]), log=lambda *a: None,
+                      on_answer=lambda _: answered.append(time.perf_counter()))  # before any action trial
+        got = [_answer_row(run, i + 1, time.perf_counter() - t0, g) | {"answer_s": (answered or [None])[0] and
+                                                                      answered[0] - t0}
+               for g in run.meta["analysis"]["groups"]]
         for r in got:  # as it goes: a run cut short by a time limit still shows the runs before it
-            log(f"run {i + 1}: {r['wall_s']:.0f} s, {r['trials']} trials, num_workers {r['recommended_workers']} "
+            log(f"run {i + 1}: {r['wall_s']:.0f} s (answer at {r['answer_s'] or 0:.0f} s), {r['trials']} trials, num_workers {r['recommended_workers']} "
                 f"({r['workers_low']}-{r['workers_high']}), {r['side']} side, {r['resource']}, "
                 f"{r['samples_per_s']:,.1f} samples/s, confidence {r['answer_share']}")
         rows += got
@@ -176,7 +179,7 @@ def agreement(df: pd.DataFrame) -> list[dict]:
 
 def render_repeat(df: pd.DataFrame) -> str:
     """Markdown: the runs, then per group whether they agree."""
-    lines = ["| run | group | wall s | trials | num_workers (range) | side | resource (also) | samples/s | "
+    lines = ["| run | group | wall s (answer at) | trials | num_workers (range) | side | resource (also) | samples/s | "
              "confidence |", "|" + "---|" * 9]
     for r in df.itertuples():
         rng = "" if r.workers_low is None or r.workers_low != r.workers_low else \
@@ -184,7 +187,8 @@ def render_repeat(df: pd.DataFrame) -> str:
         share = "–" if r.answer_share is None or r.answer_share != r.answer_share else \
             f"{r.answer_share:.0%}{'' if r.holds else ' (does not hold)'}"
         also = f" (also {r.also})" if r.also else ""
-        lines.append(f"| {r.run} | {r.group} | {r.wall_s:.0f} | {r.trials} | {r.recommended_workers}{rng} | {r.side} "
+        at = "" if r.answer_s is None or r.answer_s != r.answer_s else f" ({r.answer_s:.0f})"
+        lines.append(f"| {r.run} | {r.group} | {r.wall_s:.0f}{at} | {r.trials} | {r.recommended_workers}{rng} | {r.side} "
                      f"| {r.resource}{also} | {r.samples_per_s:,.1f} | {share} |")
     for a in agreement(df):
         verdict = "agree" if a["same_side"] and a["same_resource"] and a["ranges_overlap"] else "DISAGREE"
