@@ -147,3 +147,17 @@ def test_auto_on_a_cpu_device_is_the_cpu_default_and_says_so(tmp_path):
     search = plan.meta["batch_size_search"]
     assert search["policy"] == "auto" and search["chosen"] == 16 and "CPU device" in search["note"]
     json.dumps(plan.meta)  # run.json can hold it
+
+
+def test_memory_growing_faster_than_the_line_is_searched_in_eighths_not_creeping():
+    # vgg16 fp32-like: past 400 samples the convolutions take a workspace that grows with the batch, so the
+    # line through the last two sizes puts the edge just above the one that fits (the H200 search crept
+    # 504, 512, 576, 680, 696, 776); each step up from a size that fits is at least an eighth of it
+    def fits(batch):
+        peak = 3_000 + 60 * batch + (150 * (batch - 400) if batch > 400 else 0)
+        return (True, peak) if peak <= H200_MIB else (False, None)
+
+    found, tried = largest_batch(fits, budget_mb=HEADROOM * H200_MIB)
+    ok = [t["batch_size"] for t in tried if t["fits"]]
+    assert [t["batch_size"] for t in tried] == [32, 64, 2104, 1080, 568, 824, 920]  # was ... 824, 880, 984
+    assert all(b - a >= a // 8 // 8 * 8 for a, b in zip(ok[2:], ok[3:])) and found == 824
