@@ -15,7 +15,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeprof"
 LAYERS = {
     # the nouns every layer may use: versions, schema, registries of presets and models, the machine
-    0: ["_version", "schema", "presets", "models", "env", "measure.confounders", "checks.calibrate"],
+    0: ["_version", "stats", "schema", "presets", "models", "env", "measure.confounders", "checks.calibrate"],
     1: ["config"],
     # data/: where samples come from and how they become tensors
     2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",

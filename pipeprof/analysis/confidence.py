@@ -18,6 +18,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from pipeprof.stats import t95
+
 from .advice import recommend_workers
 from .bounds import BOUND_KEYS, GROUP_KEYS, curves, groups
 from .verdict import verdicts
@@ -32,8 +34,7 @@ def _t_interval(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """(median, ci95 low, ci95 high) of each row of ``samples`` (draws x windows), as the trials compute them."""
     n = samples.shape[1]
     mean, sd = samples.mean(axis=1), samples.std(axis=1, ddof=1)
-    t = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)[n - 2] if n <= 11 else 1.96
-    half = t * sd / np.sqrt(n)
+    half = t95(n) * sd / np.sqrt(n)
     return np.median(samples, axis=1), mean - half, mean + half
 
 

@@ -311,7 +311,7 @@ def overhead_pairs(df: pd.DataFrame) -> pd.DataFrame:
 
 def render_watch_overhead(df: pd.DataFrame) -> str:
     """Markdown: per pair the two rates and the cost, then the cost's mean with its 95% interval."""
-    from pipeprof.measure.windows import mean_ci95
+    from pipeprof.stats import mean_ci95
 
     p = overhead_pairs(df)
     wide = p.pivot(index="pair", columns="mode", values="samples_per_s")

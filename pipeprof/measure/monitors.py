@@ -47,7 +47,7 @@ import time
 import pandas as pd
 import psutil
 
-from .windows import mean_ci95
+from pipeprof.stats import mean_ci95
 
 _MIB = 2**20
 log = logging.getLogger(__name__)

@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from pipeprof.stats import t95
+
 # two-sided 95% Student t quantiles, df = 1..10 (beyond: normal approximation)
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 @dataclass
@@ -68,15 +69,6 @@ class Measurement:
             "unstable": self.unstable, "unstable_reason": self.reason}
 
 
-def mean_ci95(values: list[float]) -> tuple[Optional[float], Optional[float]]:
-    """95% interval (Student's t) of the mean of ``values``; (None, None) below two values."""
-    if len(values) < 2:
-        return None, None
-    mean, sd = statistics.fmean(values), statistics.stdev(values)
-    half = (_T95[len(values) - 2] if len(values) <= 11 else 1.96) * sd / len(values) ** 0.5
-    return mean - half, mean + half
-
-
 def summarize_rates(rates: list[float]) -> dict:
     """Median, mean, CV (sample std / mean), 95% CI of the mean, min and max of window rates."""
     if not rates:
@@ -85,7 +77,7 @@ def summarize_rates(rates: list[float]) -> dict:
                                   "samples_per_s_min", "samples_per_s_max")}
     mean = statistics.fmean(rates)
     sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
-    t = _T95[len(rates) - 2] if 1 < len(rates) <= 11 else 1.96
+    t = t95(len(rates)) if len(rates) > 1 else 1.96
     half = t * sd / len(rates) ** 0.5
     return {"samples_per_s": statistics.median(rates), "samples_per_s_mean": mean,
             "samples_per_s_cv": sd / mean if mean else None,
@@ -234,7 +226,7 @@ class Paired:
         if len(costs) < 2:
             return {"cost_frac": mean, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 1}
         sd = statistics.stdev(costs)
-        t = _T95[len(costs) - 2] if len(costs) <= 11 else 1.96
+        t = t95(len(costs))
         half = t * sd / len(costs) ** 0.5
         return {"cost_frac": mean, "cost_ci95_low": mean - half, "cost_ci95_high": mean + half, "pairs": len(costs)}
 

@@ -11,7 +11,7 @@ import torch
 
 from pipeprof.measure.loader import worker_pids
 from pipeprof.measure.monitors import total_pss_mb
-from pipeprof.measure.windows import mean_ci95
+from pipeprof.stats import mean_ci95
 
 
 class StepRecord(NamedTuple):

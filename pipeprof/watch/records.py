@@ -22,7 +22,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from pipeprof.measure.windows import instability, mean_ci95, summarize_rates
+from pipeprof.measure.windows import instability, summarize_rates
+from pipeprof.stats import mean_ci95
 
 STEP_REGION = ("the user's step in the real loop: from a next() return to the next call of the same loader "
                "(on CUDA the device's time between events recorded on the current stream at those points)")

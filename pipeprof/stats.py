@@ -1,0 +1,25 @@
+"""The interval every figure of pipeprof carries: the 95% confidence interval of a mean (Student's t).
+
+One place for it: the trials' windows (``measure.windows``), the monitor's blocks, the data-wait shares,
+the overhead pairs and the analysis's re-drawn windows all read their intervals from here.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)  # 1..10 degrees of freedom
+
+
+def t95(n: int) -> float:
+    """Two-sided 95% Student's t for the mean of ``n`` values (n >= 2); the normal 1.96 past 11."""
+    return _T95[n - 2] if n <= 11 else 1.96
+
+
+def mean_ci95(values: list[float]) -> tuple[Optional[float], Optional[float]]:
+    """95% interval of the mean of ``values``; (None, None) below two values."""
+    if len(values) < 2:
+        return None, None
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = t95(len(values)) * sd / len(values) ** 0.5
+    return mean - half, mean + half
