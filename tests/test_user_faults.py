@@ -294,8 +294,8 @@ def test_settings_the_machine_cannot_honour_are_refused_at_once_naming_field_and
     assert _cli(tmp_path, monkeypatch, "loader.num_workers=[5000]") == 2
     assert time.monotonic() - t0 < 10  # at once: no dataset made, no worker started
     err = capsys.readouterr().err
-    assert f"loader.num_workers: 5000 is more than this machine can run: at most {8 * cores} (8 workers per " \
-           f"usable core, {cores} usable cores here)" in err
+    assert f"loader.num_workers: 5000 is above pipeprof's cap of {8 * cores} (8 workers per usable core, a " \
+           f"chosen multiple; {cores} usable cores here)" in err
     assert not (tmp_path / "datasets").exists()
     assert _cli(tmp_path, monkeypatch, "data.images=8", "data.classes=2", "loader.batch_size=16",
                 "loader.num_workers=[0]") == 2

@@ -219,11 +219,12 @@ def readings(ev: Evidence, bounds: dict, row: pd.Series) -> list[Reading]:
     return [_storage(ev, bounds, row), _cores(ev), _handoff(row), _workers(ev)]
 
 
-ADVICE = {"storage": "faster storage, the data in RAM or packed in shards would help",
-          "cores": "more workers cannot help (the cores are full): more cores, a cheaper pipeline or decoding "
-                   "on the GPU would",
-          "handoff": "more workers or cores cannot raise it: send fewer bytes per batch (uint8, normalise on the "
-                     "GPU) or move decoding to the GPU",
+# what the resource rules out is measured; what might help instead is the ranked actions' to say (predicted,
+# and measured by the action trials): on the H200 decoding on the GPU was slower than the 16 cores it spared
+ADVICE = {"storage": "the storage binds: see the ranked actions (RAM, shards) for what was measured",
+          "cores": "more workers cannot help (the cores are full); more cores or a cheaper pipeline may: see the "
+                   "ranked actions",
+          "handoff": "more workers or cores cannot raise it; fewer bytes per batch may: see the ranked actions",
           "workers": "more workers would help: the cores have room for them",
           "unattributed": "no single input resource is shown to bind"}
 

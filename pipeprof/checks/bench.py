@@ -21,9 +21,11 @@ descriptors, shared-memory segments of DataLoader batches, worker processes).
 
 ``pipeprof bench watch-overhead SCRIPT``: what ``pipeprof watch`` costs a training script, which must
 take ``--steps N``. The script runs plain and watched, alternating, each at N/4 and N steps; a
-mode's samples/s is the extra samples of the long run over its extra wall time (Popen to exit, for
-both modes), so start-up and tear-down cancel and neither mode is measured by the thing under test.
-The watched run's own records give its rate too, as a cross-check.
+mode's samples/s is the extra samples of the long run over its extra wall time, so start-up and
+tear-down cancel. The plain job's wall time is Popen to exit here; the watched job's is Popen to exit of
+the job inside ``pipeprof watch`` (its run.json ``job_wall_s``: the same clock, taken by the watch, since
+the watch's own analysis after the job must not count). The whole watched command's time is kept beside
+it (``parent_wall_s``), and the watched run's own records give its rate too, as a cross-check.
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import time
 from pipeprof.data.decode import DECODERS, DecodeError, get_decoder
 
 #: What is timed, recorded in run.json beside the figures.
-TIMED_REGION = ("each CPU decoder on the same samples of the run's first source, alternating sample by sample in "
-                "the main process before the sweep (bytes read outside the clock); us per sample = summed "
+TIMED_REGION = ("each CPU decoder on the same samples of the run's first source, alternating sample by sample (the "
+                "order swapped every sample) in the main process before the sweep (bytes read outside the clock); us per sample = summed "
                 "perf_counter time / samples")
 
 
@@ -31,8 +31,9 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
     fns = {name: get_decoder(name) for name in decoders}
     total, n = dict.fromkeys(fns, 0.0), 0
     for i, data in enumerate([blobs[0], *blobs]):  # the first pass untimed: libraries load code on first use
+        order = list(fns) if i % 2 else list(fns)[::-1]  # A B, B A: neither decoder always finds the caches warm
         try:
-            spent = {name: _timed(fn, data) for name, fn in fns.items()}
+            spent = {name: _timed(fns[name], data) for name in order}
         except DecodeError:  # a bad sample is the sweep's to report, not this probe's
             continue
         if i:

@@ -202,17 +202,17 @@ def confirm(ctx: TrialContext, cfg, probe, user: bool, chosen: int,
     """Run the gpu_ceiling trial at ``chosen`` for each model, precision and mode, as the sweep runs it
     (``sweep.run_one``, under ``ctx.monitor``); on out of memory step down an eighth (to a multiple of 8),
     with a line saying so, at most :data:`FALLBACKS` times. Returns (the batch that ran, or the last one
-    tried; each attempt: batch, trial, status, rate, error)."""
+    tried; each attempt: batch, trial, status, rate, error). Only a batch that was run is returned."""
     batch, attempts = chosen, []
-    for _ in range(FALLBACKS + 1):
+    for attempt in range(FALLBACKS + 1):
         rows = [run_one(ctx, spec, lambda *a: {}) for spec in expand(_one_gpu(cfg, batch), probe, user_dataset=user)]
         attempts += [{"batch_size": batch, "trial_id": r["trial_id"], "status": r["status"],
                       "samples_per_s": r.get("samples_per_s"), "error": r.get("error")} for r in rows]
         oom = next((r for r in rows if r["status"] == "oom"), None)
         smaller = _down(batch - max(1, batch // PRECISION))
-        if oom is None or smaller < 1:
+        if oom is None or smaller < 1 or attempt == FALLBACKS:  # no untried size is ever returned as chosen
             return batch, attempts
         log(f"loader.batch_size auto: {batch} ran out of memory in the trial that uses it ({oom['trial_id']}); "
             f"falling back to {smaller}")
         batch = smaller
-    return batch, attempts  # still out of memory: the sweep's rows at this batch say so
+    return batch, attempts

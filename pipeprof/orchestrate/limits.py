@@ -25,6 +25,8 @@ import torch
 from pipeprof.config import ConfigError
 from pipeprof.schema import TrialKind
 
+# a chosen cap, not a measured limit: far past the cores workers only take turns (5,000 workers on 2 cores did not
+# finish in 200 s), and a count this far past them is taken for a typo before it starts thousands of processes
 WORKERS_PER_CORE = 8
 SHM = "/dev/shm"
 # the kinds whose loaders hold decoded batches in flight (storage_fetch holds encoded bytes)
@@ -37,9 +39,9 @@ def check_workers(cfg, usable_cores: int) -> None:
     most = WORKERS_PER_CORE * max(1, int(usable_cores))
     over = [w for w in cfg.loader.num_workers if w > most]
     if over:
-        raise ConfigError(f"loader.num_workers: {max(over)} is more than this machine can run: at most {most} "
-                          f"({WORKERS_PER_CORE} workers per usable core, {int(usable_cores)} usable cores here); "
-                          "each worker is a process of its own, and past the cores they only take turns")
+        raise ConfigError(f"loader.num_workers: {max(over)} is above pipeprof's cap of {most} "
+                          f"({WORKERS_PER_CORE} workers per usable core, a chosen multiple; {int(usable_cores)} usable "
+                          "cores here): each worker is a process of its own, and past the cores they only take turns")
 
 
 def batch_bytes(spec, dtype: str, channels: int = 3) -> int:

@@ -26,7 +26,7 @@ from .batchsize import MOST, auto_batch_size, confirm
 from .limits import check_plan, check_workers, shm_free
 from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
 from pipeprof.measure.confounders import WORKER_POLICY
-from pipeprof.measure.decoders import decode_costs
+from pipeprof.measure.decoders import TIMED_REGION as DECODE_TIMED_REGION, decode_costs
 from pipeprof.measure.loader import USER_WORKER_POLICY_NOTE, EndlessIter, shutdown, user_batch
 from pipeprof.data.prepare import build_sources, dataset_folder, storage_facts
 from pipeprof.data.user_samples import FIRST_BATCH_MOST, check_user_dataset, collate_fix
@@ -221,6 +221,7 @@ def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) 
         run.save_meta()
     if plan.sources and "decode_costs" not in run.meta:  # both decoders on the run's files: the decoder action's basis
         run.meta["decode_costs"] = decode_costs(next(iter(plan.sources.values())))
+        run.meta["timed_regions"]["decode_costs"] = DECODE_TIMED_REGION
     interrupted = _sweep(run, plan, models, loss_fn, progress, kept)
     if ref_s > 0 and not interrupted:
         ref = run.meta["cpu_reference"]

@@ -67,9 +67,12 @@ def loader_rows(session, label: str, loader: dict) -> list[dict]:
         rows.append(row | {"pid": proc.get("pid")})
         per_rank[store.rank(cid)] = wins
     ok = [r for r in rows if r["status"] == "ok" and r["num_workers"] > 0 and r.get("main_cpu_pct_mean") is not None]
-    step = step_row(rows[0], per_rank, None) if rows else None
+    step = step_row(rows[0], per_rank, None, session.ci_target) if rows else None
     if step is not None and ok:  # the training process's CPU per sample, at the step's own rate
-        step["main_cpu_pct_mean"] = ok[0]["main_cpu_pct_mean"] / ok[0]["samples_per_s"] * step["samples_per_s"]
+        same = [r for r in ok if r.get("rank") == step["rank"]] or ok  # the rank whose step this is
+        step["main_cpu_pct_mean"] = same[0]["main_cpu_pct_mean"] / same[0]["samples_per_s"] * step["samples_per_s"]
+        step["main_cpu_pct_basis"] = (f"derived, not measured alone: rank {same[0].get('rank')}'s measured CPU per "
+                                      "sample in the watched loop, times the step's own rate")
     return rows + ([step] if step else [])
 
 

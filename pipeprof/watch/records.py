@@ -235,7 +235,8 @@ def step_rates(wins: list[Win]) -> list[float]:
     return out
 
 
-def step_row(ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional[float]) -> Optional[dict]:
+def step_row(ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional[float],
+             ci_target: float = 0.05) -> Optional[dict]:
     """The step ceiling of one loader's loop as watched (kind ``gpu_ceiling``): the fastest rank's, since in
     DDP the other ranks' steps include waiting in the all-reduce for it. None without two windows' steps."""
     rates = {r: step_rates(w) for r, w in per_rank.items()}
@@ -243,10 +244,11 @@ def step_row(ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional
     if not rates:
         return None
     rank = max(rates, key=lambda r: statistics.median(rates[r]))
+    reason = instability(rates[rank], 3, ci_target)  # judged like every other row's windows
     keep = {k: ident[k] for k in ("model", "precision", "mode", "preset", "loader", "batch_size", "site",
                                   "world_size")}
     return keep | summarize_rates(rates[rank]) | {
         "kind": "gpu_ceiling", "trial_id": f"watch step after {ident['loader']}", "status": "ok", "error": None,
         "num_workers": 0, "rank": rank, "window_rates": rates[rank], "windows": len(rates[rank]),
         "timed_region": STEP_REGION, "main_cpu_pct_mean": main_cpu_pct,
-        "unstable": False, "unstable_reason": None}
+        "unstable": reason is not None, "unstable_reason": reason}

@@ -15,7 +15,6 @@ curve. Nothing is re-implemented here.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional
 
 import numpy as np
@@ -110,6 +109,3 @@ def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str
         return f"keep num_workers={current} in the DataLoader built at {loader['path']}:{loader['line']}"
     return f"{loader['path']}:{loader['line']}: num_workers={current} -> num_workers={pick}"
 
-
-def finite(x) -> bool:
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
