@@ -181,7 +181,7 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
     """The run with a progress bar, then its summary, console tables and report.html; the exit status."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pipeprof.report.console import render_console, render_markdown
+    from pipeprof.report.console import print_answer, render_console, render_markdown
     from pipeprof.orchestrate.runner import execute
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -192,7 +192,7 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
             bar.update(task, total=n, completed=i, description=spec.trial_id if spec else "done")
 
         run = execute(cfg, log=console.print, progress=progress, resume=resume,
-                      on_answer=lambda r: _print_answer(r, console))
+                      on_answer=lambda r: print_answer(r, console))
     if signals.first is not None:
         run.meta["interrupted_by"] = signal.Signals(signals.first).name
         run.save_meta()
@@ -204,14 +204,6 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
                       f"{run.path}` (with the same config) runs the rest[/yellow]", highlight=False)
         return 130
     return 1 if run.meta["status"].startswith("failed") else 0  # no answer: said first (analysis.failures)
-
-
-def _print_answer(run, console) -> None:
-    """The answer as soon as it is known: the action trials that follow take a minute or more."""
-    from pipeprof.report.summary import answer_lines
-
-    for line in answer_lines(run):
-        console.print(line, style="bold", markup=False, highlight=False)
 
 
 def cmd_doctor(args) -> int:

@@ -34,6 +34,7 @@ from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, 
                      cpu_curve, curves, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
 from .confidence import DRAWS, confidence, group_id
+from .failures import failures
 from .scaling import scaling
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
 from .verdict import evidence, verdicts
@@ -83,7 +84,8 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
             "prediction_error_abs_median": float(errors.median()) if len(errors) else None,
             "stage_timing_overhead": stage_overhead(trials), "monitor_overhead": monitor_overhead(trials),
             "scaling": scaling(trials), "cores": cores, "device": device,
-            "trials": int(len(trials)), "failed_trials": int(len(failed)), **_unstable(trials),
+            "trials": int(len(trials)), "failed_trials": int(len(failed)), "failures": failures(trials),
+            **_unstable(trials),
             **data_problems(trials)}
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from pipeprof.analysis import analyse
 from pipeprof.results import Run, load_run, new_run_dir
+from .runner import judge
 from pipeprof.trials.columns import combine_ranks
 
 #: config fields that differ between the nodes of one job by design
@@ -47,6 +48,7 @@ def merge_runs(paths: list[str], out_dir: str) -> Run:
     cfg = first.meta["config"]
     merged.meta["analysis"] = analyse(merged.trials, cores=sum(r.meta["machine"]["cores"]["usable"] for r in runs),
                                       device=cfg["device"], storage=first.meta.get("storage"))
+    judge(merged)  # the nodes' rows together may still hold no answer: said as for one run
     merged.save_meta()
     return merged
 

@@ -18,7 +18,6 @@ from torch.utils.data import IterableDataset
 from pipeprof.measure import reference
 from pipeprof._version import __version__
 from pipeprof.analysis import analyse
-from pipeprof.analysis.failures import failures
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from .actions import run_actions
@@ -177,7 +176,7 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
         run.meta["status"] = "interrupted"
         run.save_meta()
         raise
-    _judge(run)
+    judge(run)
     run.save_meta()
     if on_answer is not None:
         on_answer(run)
@@ -393,10 +392,9 @@ def _with_batch_size(cfg: RunConfig, batch: int) -> RunConfig:
     return c
 
 
-def _judge(run: Run) -> None:
-    """Whether the run has an answer (``analysis.failures``), kept in its analysis; a run that ended without
-    one is ``failed: <cause>`` (the command line exits 1 on it), its failed rows kept as they are."""
-    found = failures(run.trials)
-    run.meta["analysis"]["failures"] = found
+def judge(run: Run) -> None:
+    """A run whose analysis found no answer (``analysis.failures``) is ``failed: <cause>`` (the command line
+    exits 1 on it), its failed rows kept as they are."""
+    found = run.meta["analysis"]["failures"]
     if found["no_answer"] and run.meta["status"] == "complete":
         run.meta["status"] = f"failed: {found['cause']}"

@@ -307,6 +307,13 @@ def render_text(run) -> str:
     return buffer.getvalue()
 
 
+def print_answer(run, console) -> None:
+    """The answer's lines in bold: at the top of the console report, and as soon as the run has it (before
+    its action trials, which take a minute or more; the report after them says again with what they found)."""
+    for line in answer_lines(run):
+        console.print(line, style="bold", markup=False, highlight=False)
+
+
 def render_console(run, console=None) -> None:
     from rich import box
     from rich.console import Console
@@ -315,8 +322,7 @@ def render_console(run, console=None) -> None:
     console = console or Console(width=None if Console().is_terminal else 140)
     if run.unfinished():
         console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
-    for line in answer_lines(run):  # the answer first, the evidence below it
-        console.print(line, style="bold", markup=False, highlight=False)
+    print_answer(run, console)  # the answer first, the evidence below it
     tables, notes = sections(run)
     for title, headers, rows in tables:
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
