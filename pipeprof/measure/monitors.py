@@ -38,11 +38,14 @@ storage trials' ``read_mb_s``), ``*_w`` watts, ``*_mhz`` MHz,
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import os
 import threading
 import time
+
+from typing import Optional
 
 import pandas as pd
 import psutil
@@ -279,9 +282,12 @@ class Monitor:
                     new[int(pid)] = proc
             self._workers = new
 
-    def timeline(self) -> pd.DataFrame:
+    def timeline(self, since: Optional[float] = None) -> pd.DataFrame:
+        """The rows so far (``since``: only those at or after that ``t_s``, found by bisection, so a live view
+        every few seconds does not copy the whole history each time)."""
         with self._lock:
-            rows = list(self._rows)
+            start = 0 if since is None else bisect.bisect_left(self._rows, since, key=lambda r: r["t_s"])
+            rows = self._rows[start:]
         if not rows:
             return pd.DataFrame(columns=BASE_COLUMNS)
         return pd.DataFrame(rows)
@@ -412,6 +418,11 @@ class Monitor:
 # --------------------------------------------------------------------------- #
 # summary
 # --------------------------------------------------------------------------- #
+def gpu_mean(df: pd.DataFrame, field: str) -> float | None:
+    """Mean of one GPU field (e.g. ``util_pct``) over every GPU and row of ``df``; None without NVML figures."""
+    return _stat(_values(df, _gpu_cols(df, field)), "mean")
+
+
 def _gpu_cols(df: pd.DataFrame, field: str) -> list[str]:
     return [c for c in df.columns if c.startswith("gpu") and c.endswith("_" + field)
             and c[3:-len(field) - 1].isdigit()]

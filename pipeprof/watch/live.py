@@ -13,6 +13,8 @@ from typing import Optional
 
 import pandas as pd
 
+from pipeprof.measure.monitors import gpu_mean
+
 
 def _pct(x: Optional[float]) -> str:
     return "–" if x is None or x != x else f"{x:.0%}"
@@ -22,20 +24,10 @@ def _rate(x: Optional[float]) -> str:
     return "–" if x is None or x != x else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def gpu_util(timeline: pd.DataFrame, since: float) -> Optional[float]:
-    """Mean GPU utilisation (%) over every GPU since ``since``; None without NVML figures."""
-    if timeline.empty:
-        return None
-    recent = timeline[timeline["t_s"] >= since]
-    cols = [c for c in recent.columns if c.startswith("gpu") and c.endswith("_util_pct")]
-    values = pd.concat([pd.to_numeric(recent[c], errors="coerce") for c in cols]).dropna() if cols else []
-    return float(values.mean()) if len(values) else None
-
-
 def line(session, since: float, now: float) -> list[str]:
     """One line per loader that returned batches since ``since``."""
     store, out = session.store, []
-    gpu = gpu_util(session.monitor.timeline(), since) if session.monitor else None
+    gpu = gpu_mean(session.monitor.timeline(since), "util_pct") if session.monitor else None
     for label in store.loaders:
         recent = [b for (cid, lab), bs in store.batches.items() if lab == label  # in order: search, not scan
                   for b in bs[bisect.bisect_left(bs, since, key=lambda x: x.t_ret):]]
