@@ -90,10 +90,19 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
     out = [f"  tune ({tune['loader']}, paused {tune['paused_s']:.1f} s): the loader alone at {points}; the step "
            f"alone {_rate(tune.get('step_samples_per_s'))} samples/s"]
     if tune.get("recommended_workers") is not None:
-        need = (tune.get("cores_needed") or {}).get("cores_needed")
         out.append(f"  → num_workers={tune['recommended_workers']} (predicted "
-                   f"{_rate(tune['recommended_samples_per_s'])} samples/s"
-                   f"{f'; about {need} cores keep the step fed' if need else ''})")
+                   f"{_rate(tune['recommended_samples_per_s'])} samples/s{_cores_text(tune)})")
         if tune.get("change"):
             out.append(f"    {tune['change']}")
     return out
+
+
+def _cores_text(tune: dict) -> str:
+    """The cores the step needs, said with what it rests on: past the counts the pause measured it is an
+    extrapolation, and the pause does not measure the loader's hand-off limit, which may stop it sooner."""
+    need = tune.get("cores_needed") or {}
+    if not need.get("cores_needed"):
+        return ""
+    past = ", extrapolated past the counts the pause measured" if need.get("extrapolated") else ""
+    return f"; about {need['cores_needed']} cores keep the step fed{past}, if the hand-off (not measured here) allows"
+
