@@ -134,3 +134,149 @@ def test_nvjpeg_decode_and_augment_on_cuda_match_the_cpu_path(encoded):
 
 def test_the_table_names_each_builder_once():
     assert len(set(TORCHVISION.values())) == len(TORCHVISION)
+
+
+# ---- batch forms of the geometric transforms against their per-sample forms ----------------------------------
+
+def smooth(h: int, w: int, seed: int = 0) -> torch.Tensor:
+    """A CHW uint8 image of low-frequency colour waves: where antialiasing filters of different shapes agree."""
+    import math
+
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, h), torch.linspace(0, 1, w), indexing="ij")
+    phase = torch.rand(3, generator=torch.Generator().manual_seed(seed)) * 6
+    return torch.stack([127.5 + 110 * torch.sin(2 * math.pi * (1.3 * xx + 0.8 * yy) + 2.5 * yy * xx + phase[c])
+                        for c in range(3)]).round().to(torch.uint8)
+
+
+MIXED = [(120, 90), (90, 130), (100, 100), (64, 200), (150, 40), (120, 90)]
+
+
+def levels(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.float() - b.float()).abs()
+
+
+def rrc_box_reference(h, w, scale, ratio, u):
+    """torchvision's RandomResizedCrop.get_params written out, fed the sample's 22 uniforms in order."""
+    import math
+
+    area = h * w
+    for i in range(10):
+        target = area * (scale[0] + (scale[1] - scale[0]) * u[2 * i])
+        lo, hi = math.log(ratio[0]), math.log(ratio[1])
+        aspect = math.exp(lo + (hi - lo) * u[2 * i + 1])
+        cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            return [int(u[20] * (h - ch + 1)), int(u[21] * (w - cw + 1)), ch, cw]
+    in_ratio = w / h
+    cw, ch = (w, int(round(w / min(ratio)))) if in_ratio < min(ratio) else \
+        ((int(round(h * max(ratio))), h) if in_ratio > max(ratio) else (w, h))
+    return [(h - ch) // 2, (w - cw) // 2, ch, cw]
+
+
+def test_a_batch_draws_what_its_samples_draw_one_by_one_and_boxes_follow_torchvision():
+    from pipeprof.data.gpu_augment import _uniforms, rrc_boxes
+
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    assert torch.equal(_uniforms(g1, 300, 22), torch.cat([_uniforms(g2, 1, 22) for _ in range(300)]))
+    sizes = torch.tensor([[375, 500], [500, 375], [7, 300], [300, 7], [1, 1], [40, 41]] * 50)
+    for scale, ratio in [((0.08, 1.0), (3 / 4, 4 / 3)), ((0.9, 1.0), (2.0, 3.0)), ((0.5, 0.6), (0.2, 0.3))]:
+        u = _uniforms(g1, len(sizes), 22)
+        got = rrc_boxes(sizes, scale, ratio, u).tolist()
+        assert got == [rrc_box_reference(h, w, scale, ratio, row) for (h, w), row in zip(sizes.tolist(), u.tolist())]
+
+
+def test_resized_crops_in_one_roi_align_match_torchvision_per_sample_on_mixed_sizes():
+    """Boxes inside images of six sizes padded into one batch: within half a level of torchvision's resized_crop
+    on average on smooth images (a box filter against its triangle filter; the outer row and column also read
+    the image half a pixel past the box, where torchvision's crop stops at it: up to a tenth of a steep image's
+    step per pixel there), and each image exactly as it comes out alone (the padding repeats the edge, which is
+    what roi_align reads half a pixel past a box at the image's edge)."""
+    from torchvision.transforms.v2 import functional as F
+
+    from pipeprof.data.gpu_augment import _uniforms, resized_crops, rrc_boxes
+
+    images = [smooth(h, w, i) for i, (h, w) in enumerate(MIXED)]
+    sizes = torch.tensor(MIXED)
+    boxes = rrc_boxes(sizes, (0.08, 1.0), (3 / 4, 4 / 3), _uniforms(torch.Generator().manual_seed(1), 6, 22))
+    boxes[0] = torch.tensor([30, 20, 90, 70])  # ends at the bottom-right edge
+    for size in ([48, 40], [160, 150]):  # downscale and upscale
+        got = resized_crops(images, boxes, size)
+        ref = torch.stack([F.resized_crop(img, *b.tolist(), size, antialias=True) for img, b in zip(images, boxes)])
+        assert got.shape == ref.shape == (6, 3, *size) and got.dtype == torch.uint8
+        assert float(levels(got, ref).mean()) < 0.5 and float(levels(got, ref)[..., 1:-1, 1:-1].max()) <= 4
+        alone = torch.cat([resized_crops([img], b.view(1, 4), size) for img, b in zip(images, boxes)])
+        assert torch.equal(got, alone)
+        assert torch.equal(resized_crops(images, boxes, size, budget=3 * 130 * 130), got)  # several padded groups
+
+
+def test_crops_and_resize_in_one_call_equal_the_per_sample_forms(encoded):
+    """Decoded JPEGs of mixed sizes (and images smaller than the crop: pad_if_needed's fill, crop's zeros)."""
+    images = GpuPipeline([], "cpu").decode(encoded) + [smooth(100, 700), smooth(40, 30)]
+    for chain in ([A.RandomCrop(256, 320, pad_if_needed=True, fill=7)], [A.RandomCrop(120, 130)],
+                  [A.CenterCrop(301, 256)], [A.CenterCrop(200, 200), A.CenterCrop(101, 99)],
+                  [A.CenterCrop(64, 64), A.Resize(40, 30)]):
+        batch, one = (GpuPipeline(spec(*chain), "cpu", seed=2, batched=b).augment(images) for b in (True, False))
+        assert batch.shape == one.shape and batch.dtype == one.dtype == torch.uint8 and torch.equal(batch, one)
+    resized = GpuPipeline(spec(A.Resize(64, 48)), "cpu").augment([smooth(h, w) for h, w in MIXED])
+    ref = torch.stack([F_().resize(smooth(h, w), [64, 48], antialias=True) for h, w in MIXED])
+    assert resized.shape == (6, 3, 64, 48) and float(levels(resized, ref).mean()) < 1.0
+
+
+def F_():
+    from torchvision.transforms.v2 import functional
+
+    return functional
+
+
+@pytest.mark.parametrize("angle, translate, scale, shear", [(0.0, (0, 0), 1.0, (0.0, 0.0)), (12.5, (3, -5), 1.08, (0.0, 0.0)),
+                                                            (-15.0, (-6, 2), 0.9, (4.0, -3.0)), (90.0, (0, 0), 1.0, (0.0, 0.0)),
+                                                            (7.0, (1, 1), 1.03, (-5.0, 5.0))])
+def test_affine_in_one_grid_sample_matches_torchvision_per_sample(angle, translate, scale, shear):
+    from pipeprof.data.gpu_augment import _inverse_matrices, affine_images
+
+    x = torch.stack([smooth(96, 128, i) for i in range(3)])
+    args = torch.tensor([[angle, *translate, scale, *shear]] * 3, dtype=torch.float64)
+    got = affine_images(x, _inverse_matrices(args))
+    ref = torch.stack([F_().affine(img, angle=angle, translate=list(translate), scale=scale, shear=list(shear),
+                                   interpolation=F_().InterpolationMode.BILINEAR, fill=0) for img in x])
+    assert got.shape == ref.shape and got.dtype == torch.uint8
+    assert float(levels(got, ref)[..., 8:-8, 8:-8].mean()) < 0.05  # levels of 255, away from the borders
+    assert float(levels(got, ref).mean()) < 0.05 and float(levels(got, ref).max()) <= 1  # and at them
+
+
+def test_affine_and_blur_batch_forms_draw_per_sample_and_match_the_per_sample_forms():
+    images = [smooth(80, 96, i) for i in range(40)]
+    for chain in ([A.Affine(rotate=(-15, 15), scale=(0.9, 1.1), shear=(-5, 5), translate_percent=(-0.05, 0.05),
+                            p=0.7)], [A.GaussianBlur(blur_limit=(3, 7), sigma_limit=(0.5, 3.0), p=0.5)]):
+        batch, one = (GpuPipeline(spec(*chain), "cpu", seed=4, batched=b).augment(images) for b in (True, False))
+        assert batch.shape == (40, 3, 80, 96) and batch.dtype == torch.uint8
+        assert float(levels(batch, one).mean()) < 0.01 and float(levels(batch, one).max()) <= 1
+        changed = sum(not torch.equal(a, b) for a, b in zip(batch, torch.stack(images)))
+        assert 8 < changed < 36  # a coin per sample
+    ragged = GpuPipeline(spec(A.Affine(rotate=(-15, 15), p=1.0)), "cpu").augment([smooth(40, 50), smooth(40, 50)])
+    assert ragged.shape == (2, 3, 40, 50)
+
+
+def test_blur_kernels_of_several_sizes_in_one_convolution_match_torchvision():
+    from pipeprof.data.gpu_augment import blur_images
+
+    x = torch.stack([smooth(50, 60, i) for i in range(4)])
+    x[:, :, 20:30, 25:35] = 255  # an edge for the kernel to show its size on
+    ks, sigmas = torch.tensor([3, 7, 5, 3]), torch.tensor([0.5, 3.0, 1.2, 2.9], dtype=torch.float64)
+    got = blur_images(x, ks, sigmas)
+    ref = torch.stack([F_().gaussian_blur(img, [int(k)] * 2, [float(s)] * 2) for img, k, s in zip(x, ks, sigmas)])
+    assert float(levels(got, ref).max()) <= 1 and float(levels(got, ref).mean()) < 0.01
+
+
+@pytest.mark.parametrize("name", ["standard", "heavy"])
+def test_presets_batched_and_per_sample_agree_on_decoded_images_of_mixed_sizes(name, encoded):
+    images = GpuPipeline([], "cpu").decode(encoded)
+    assert len({tuple(i.shape) for i in images}) > 1
+    pipes = [for_preset(name, 96, "cpu", seed=9) for _ in range(2)]
+    pipes[1].batched = False
+    torch.manual_seed(0)  # GaussNoise draws its noise from torch's own generator
+    batch = pipes[0].augment(images)
+    torch.manual_seed(0)
+    one = pipes[1].augment(images)
+    assert batch.shape == one.shape == (6, 3, 96, 96) and batch.dtype == one.dtype == torch.float32
+    assert float((batch - one).abs().mean()) < 3 / 255 / 0.224  # RandomResizedCrop's filter, on noisy photos

@@ -2,10 +2,16 @@
 and the preset's albumentations transforms as their torchvision.transforms.v2 counterparts.
 
 Workers then only read bytes; the training process decodes a whole batch in one call and augments it
-on the step's device. Transforms whose randomness is per sample but whose arithmetic is the same for
-every image (flips, colour, noise, normalisation) run on the stacked batch with per-sample parameters;
-geometric ones that draw a different region or matrix per image (crops, affine, blur) run per sample
-in a Python loop, as the hand-written probe in ANCHORS.md did.
+on the step's device, every transform on the whole batch in a few kernel launches, its random parameters
+drawn per sample on the host. Flips, colour, noise and normalisation run on the stacked batch. The
+geometric ones draw a region, matrix or kernel per image and apply them all at once: RandomResizedCrop
+(and Resize of images of several sizes) as one ``roi_align`` over the batch padded to its largest image
+(an antialiased bilinear resize of each box), RandomCrop and CenterCrop as one gather, Affine as one
+``affine_grid`` + ``grid_sample``, GaussianBlur as one grouped convolution per direction. Each also keeps
+its per-sample form (``Op.one``, torchvision's own functional call), the reference the CPU tests compare
+the batch forms against and what runs where a batch form cannot: Affine and GaussianBlur on images of
+several sizes, a RandomResizedCrop or Resize that is not bilinear. ``GpuPipeline(batched=False)`` runs
+the per-sample forms throughout (the benchmark's baseline: ``pipeprof bench gpu-augment``).
 
 The device is a parameter: the same pipeline runs on CPU tensors (``decode_jpeg`` decodes on the CPU
 too), which is how the CPU tests check shapes, dtypes and normalisation.
@@ -44,12 +50,15 @@ class NoCounterpart(ConfigError):
 
 
 class Op(NamedTuple):
-    """One transform of the GPU pipeline. ``one(img, g)`` changes one CHW image; ``batch(x, g)``, when
-    given, the stacked batch NCHW at once (per-sample randomness drawn inside)."""
+    """One transform of the GPU pipeline. ``one(img, g)`` changes one CHW image (the reference form);
+    ``batch(x, g)``, when given, the stacked batch NCHW at once, per-sample randomness drawn inside: the same
+    draws as ``one`` on each image in turn. ``ragged``: ``batch`` also takes a list of images of several
+    sizes (crops and resizes, which leave one size)."""
 
     name: str
     one: Optional[Callable] = None
     batch: Optional[Callable] = None
+    ragged: bool = False
 
 
 def _draw(g: torch.Generator, n: int = 1) -> torch.Tensor:
@@ -57,54 +66,198 @@ def _draw(g: torch.Generator, n: int = 1) -> torch.Tensor:
     return torch.rand(n, generator=g)
 
 
-def _between(g: torch.Generator, lo: float, hi: float) -> float:
-    return lo + (hi - lo) * float(_draw(g))
+def _to(t: torch.Tensor, device) -> torch.Tensor:
+    """Host parameters to the images' device without waiting for its queue (a blocking copy syncs the stream)."""
+    return t.to(device, non_blocking=True)
 
 
 def _chosen(x: torch.Tensor, p: float, g: torch.Generator) -> torch.Tensor:
     """A per-sample mask on ``x``'s device: True where a transform of probability ``p`` applies."""
-    return (_draw(g, x.shape[0]) < p).to(x.device).view(-1, 1, 1, 1)
+    return _to(_draw(g, x.shape[0]) < p, x.device).view(-1, 1, 1, 1)
 
 
-# ---- geometry: per sample -------------------------------------------------------------------
+# ---- geometry: parameters drawn per sample, applied per sample (one) or to the batch (batch) ----
 
-def _rrc_box(h: int, w: int, scale, ratio, g: torch.Generator) -> tuple[int, int, int, int]:
-    """(top, left, height, width) as torchvision's RandomResizedCrop draws it: 10 tries at a random area
-    and log-uniform aspect ratio, else the centre crop at the ratio's nearest bound."""
-    area = h * w
-    for _ in range(10):
-        target = area * _between(g, *scale)
-        aspect = math.exp(_between(g, math.log(ratio[0]), math.log(ratio[1])))
-        cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            return int(_draw(g) * (h - ch + 1)), int(_draw(g) * (w - cw + 1)), ch, cw
-    in_ratio = w / h
-    cw, ch = (w, int(round(w / min(ratio)))) if in_ratio < min(ratio) else \
-        ((int(round(h * max(ratio))), h) if in_ratio > max(ratio) else (w, h))
-    return (h - ch) // 2, (w - cw) // 2, ch, cw
+def _uniforms(g: torch.Generator, n: int, k: int) -> torch.Tensor:
+    """n rows of k uniforms in [0, 1) (float32 draws, as float64). A batch's draw is its samples' draws one
+    after another (the CPU generator fills a tensor in order), so ``one`` on each image in turn and ``batch``
+    on the whole batch draw the same parameters from the same seed."""
+    return torch.rand(n * k, generator=g).view(n, k).double()
+
+
+def _sizes(x) -> torch.Tensor:
+    """(n, 2) heights and widths (int64, host) of a stacked batch or a list of CHW images."""
+    if isinstance(x, torch.Tensor):
+        return torch.tensor([list(x.shape[-2:])], dtype=torch.long).expand(x.shape[0], 2)
+    return torch.tensor([list(img.shape[-2:]) for img in x], dtype=torch.long).view(-1, 2)
+
+
+def _same_shape(x) -> bool:
+    return isinstance(x, torch.Tensor) or len({tuple(img.shape) for img in x}) <= 1
+
+
+class _Flat(NamedTuple):
+    """Images of any sizes and memory orders as one flat tensor: image i's pixel (c, y, x) is
+    ``flat[base[i] + c * stride[i, 0] + y * stride[i, 1] + x * stride[i, 2]]`` (all on the images' device)."""
+
+    flat: torch.Tensor
+    base: torch.Tensor
+    stride: torch.Tensor
+
+
+def _flat(images) -> _Flat:
+    """One copy of the images' bytes (a stacked batch: none), each image in its own memory order (decode_jpeg
+    may hand HWC memory as a CHW view)."""
+    if isinstance(images, torch.Tensor):
+        x = images.contiguous()
+        stride = torch.tensor([list(x.stride()[1:])], device=x.device).expand(x.shape[0], 3)
+        return _Flat(x.view(-1), torch.arange(x.shape[0], device=x.device) * x.stride(0), stride)
+    pieces, strides = [], []
+    for img in images:
+        dense = img.permute(sorted(range(3), key=lambda d: -img.stride(d)))
+        if not dense.is_contiguous():
+            img = dense = img.contiguous()
+        pieces.append(dense.reshape(-1))
+        strides.append(list(img.stride()))
+    lengths = torch.tensor([p.numel() for p in pieces])
+    device = images[0].device
+    return _Flat(torch.cat(pieces), _to(lengths.cumsum(0) - lengths, device), _to(torch.tensor(strides), device))
+
+
+def _take(f: _Flat, sizes: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, channels: int,
+          fill: Optional[float] = None) -> torch.Tensor:
+    """(n, C, rows, cols): each image's pixels at its ``rows`` x ``cols`` (host int64, one row each) in one
+    gather; coordinates outside an image clamp to its edge (``fill`` None: the edge repeated) or read ``fill``."""
+    dev, n = f.flat.device, rows.shape[0]
+    hw, rows, cols = _to(sizes, dev), _to(rows, dev), _to(cols, dev)
+    ys = torch.minimum(rows.clamp(min=0), hw[:, :1] - 1) * f.stride[:, 1:2]
+    xs = torch.minimum(cols.clamp(min=0), hw[:, 1:] - 1) * f.stride[:, 2:]
+    cs = torch.arange(channels, device=dev).view(1, -1) * f.stride[:, :1]
+    idx = (f.base.view(n, 1) + cs).view(n, -1, 1, 1) + ys.view(n, 1, -1, 1) + xs.view(n, 1, 1, -1)
+    out = torch.take(f.flat, idx)
+    if fill is None:
+        return out
+    inside = ((rows >= 0) & (rows < hw[:, :1])).view(n, 1, -1, 1) & ((cols >= 0) & (cols < hw[:, 1:])).view(n, 1, 1, -1)
+    return torch.where(inside, out, torch.tensor(fill, device=dev).to(out.dtype))
+
+
+def crops(images, tops: torch.Tensor, lefts: torch.Tensor, h: int, w: int, fill: float = 0) -> torch.Tensor:
+    """Each image's ``h`` x ``w`` window at (tops[i], lefts[i]) (host int64; negative or past the edge reads
+    ``fill``, as torchvision's crop pads with zeros), in one gather for the whole batch."""
+    rows, cols = tops.view(-1, 1) + torch.arange(h), lefts.view(-1, 1) + torch.arange(w)
+    return _take(_flat(images), _sizes(images), rows, cols, images[0].shape[-3], fill)
+
+
+#: elements of the float copy that one roi_align call pads to (about 256 MiB): a batch of ImageNet-sized photos
+#: goes in 2-3 calls, and one outsize image does not pad the whole batch to its size
+PAD_BUDGET = 1 << 26
+
+
+def _groups(sizes: torch.Tensor, channels: int, budget: int) -> list[torch.Tensor]:
+    """Indices of the images, largest first, in groups whose padded copy (count x tallest x widest x channels)
+    stays within ``budget`` elements (an image alone over it makes a group of its own)."""
+    groups, group, top = [], [], (0, 0)
+    for i in (sizes[:, 0] * sizes[:, 1]).argsort(descending=True, stable=True).tolist():
+        h, w = sizes[i].tolist()
+        grown = (max(top[0], h), max(top[1], w))
+        if group and (len(group) + 1) * grown[0] * grown[1] * channels > budget:
+            groups.append(group)
+            group, grown = [], (h, w)
+        group, top = group + [i], grown
+    return [torch.tensor(g) for g in groups + [group]]
+
+
+def _padded(images, idx: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """The images ``idx`` in one NCHW tensor of their largest height and width, each image's last row and column
+    repeated into the padding: roi_align's bilinear samples reach half a pixel past a box that ends at the image's
+    edge, and must see the edge there, as they do at a tensor's own edge."""
+    if isinstance(images, torch.Tensor):
+        return images if len(idx) == len(images) else images[_to(idx, images.device)]
+    picked = [images[i] for i in idx.tolist()]
+    if _same_shape(picked):
+        return torch.stack(picked)
+    tall, wide = sizes[idx].max(0).values.tolist()
+    rows, cols = torch.arange(tall).expand(len(idx), -1), torch.arange(wide).expand(len(idx), -1)
+    return _take(_flat(picked), sizes[idx], rows, cols, picked[0].shape[-3])
+
+
+def resized_crops(images, boxes: torch.Tensor, size, budget: int = PAD_BUDGET) -> torch.Tensor:
+    """Each image's box (top, left, height, width; host int64) resized to ``size``, bilinear, by
+    ``torchvision.ops.roi_align`` over a padded batch (one call per :func:`_groups` group). Its adaptive sampling
+    (``sampling_ratio=-1``) averages ceil(box / out) bilinear samples per output pixel along each axis: an
+    antialiased (box-filtered) downscale, where torchvision's resize uses a triangle filter; upscaling is plain
+    bilinear with half-pixel centres in both. The outer row and column differ a little more: roi_align reads the
+    image half a pixel past a box inside it, where the per-sample form crops first and stops at the box's edge.
+    uint8 in, uint8 out (rounded), as the per-sample resized_crop."""
+    from torchvision.ops import roi_align
+
+    sizes, first = _sizes(images), images[0]
+    out = torch.empty((len(sizes), first.shape[-3], *size), dtype=first.dtype, device=first.device)
+    for group in _groups(sizes, first.shape[-3], budget):
+        x = _padded(images, group, sizes).float()
+        b = boxes[group].float()
+        rois = torch.stack([torch.arange(len(group)).float(), b[:, 1], b[:, 0], b[:, 1] + b[:, 3], b[:, 0] + b[:, 2]], 1)
+        y = roi_align(x, _to(rois, x.device), list(size), spatial_scale=1.0, sampling_ratio=-1, aligned=True)
+        y = y if out.dtype.is_floating_point else y.round_().to(out.dtype)
+        if len(group) == len(sizes) and bool((group == torch.arange(len(sizes))).all()):
+            return y
+        out[_to(group, out.device)] = y
+    return out
+
+
+def rrc_boxes(sizes: torch.Tensor, scale, ratio, u: torch.Tensor) -> torch.Tensor:
+    """(n, 4) boxes (top, left, height, width) as torchvision's RandomResizedCrop draws them, from each sample's
+    22 uniforms: 10 tries at a random area and log-uniform aspect ratio (the first that fits wins), else the
+    centre crop at the ratio's nearest bound; the last two place the box."""
+    h, w = sizes[:, :1].double(), sizes[:, 1:].double()
+    target = h * w * (scale[0] + (scale[1] - scale[0]) * u[:, 0:20:2])
+    lo, hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(lo + (hi - lo) * u[:, 1:20:2])
+    cw, ch = torch.sqrt(target * aspect).round(), torch.sqrt(target / aspect).round()
+    fits = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
+    first, found = fits.int().argmax(1, keepdim=True), fits.any(1, keepdim=True)
+    in_ratio, narrow, wide = w / h, min(ratio), max(ratio)
+    cw = torch.where(found, cw.gather(1, first), torch.where(in_ratio > wide, (h * wide).round(), w))
+    ch = torch.where(found, ch.gather(1, first), torch.where(in_ratio < narrow, (w / narrow).round(), h))
+    top = torch.where(found, (u[:, 20:21] * (h - ch + 1)).floor(), ((h - ch) / 2).floor())
+    left = torch.where(found, (u[:, 21:22] * (w - cw + 1)).floor(), ((w - cw) / 2).floor())
+    return torch.cat([top, left, ch, cw], 1).long()
 
 
 def random_resized_crop(p: dict) -> Op:
+    """Boxes drawn per sample (:func:`rrc_boxes`); the batch form resizes them all by roi_align, which
+    interpolates bilinearly only: with another interpolation the crop runs per sample."""
     size, interp = list(p["size"]), _interp(p.get("interpolation", 1))
+    scale, ratio = p["scale"], p["ratio"]
 
     def one(img, g):
-        top, left, h, w = _rrc_box(img.shape[-2], img.shape[-1], p["scale"], p["ratio"], g)
+        top, left, h, w = rrc_boxes(_sizes([img]), scale, ratio, _uniforms(g, 1, 22))[0].tolist()
         return _F().resized_crop(img, top, left, h, w, size, interpolation=interp, antialias=True)
-    return Op("RandomResizedCrop", one=one)
+
+    def batch(x, g):
+        sizes = _sizes(x)
+        return resized_crops(x, rrc_boxes(sizes, scale, ratio, _uniforms(g, len(sizes), 2 * 10 + 2)), size)
+    return Op("RandomResizedCrop", one=one, batch=batch if interp.value == "bilinear" else None, ragged=True)
 
 
 def random_crop(p: dict) -> Op:
-    h, w = int(p["height"]), int(p["width"])
+    h, w, fill = int(p["height"]), int(p["width"]), p.get("fill", 0)
 
     def one(img, g):
         ih, iw = img.shape[-2:]
         if p.get("pad_if_needed") and (ih < h or iw < w):  # centred padding with the fill, as albumentations
             dh, dw = max(h - ih, 0), max(w - iw, 0)
-            img = _F().pad(img, [dw // 2, dh // 2, dw - dw // 2, dh - dh // 2], fill=p.get("fill", 0))
+            img = _F().pad(img, [dw // 2, dh // 2, dw - dw // 2, dh - dh // 2], fill=fill)
             ih, iw = img.shape[-2:]
-        top, left = int(_draw(g) * (ih - h + 1)), int(_draw(g) * (iw - w + 1))
-        return _F().crop(img, top, left, h, w)
-    return Op("RandomCrop", one=one)
+        u = _uniforms(g, 1, 2)[0].tolist()
+        return _F().crop(img, int(u[0] * (ih - h + 1)), int(u[1] * (iw - w + 1)), h, w)
+
+    def batch(x, g):  # the same offsets in each image's own coordinates: the padding reads as the fill
+        sizes = _sizes(x)
+        grown = torch.maximum(sizes, torch.tensor([h, w])) if p.get("pad_if_needed") else sizes
+        at = (_uniforms(g, len(sizes), 2) * (grown - torch.tensor([h, w]) + 1)).trunc().long() - (grown - sizes) // 2
+        return crops(x, at[:, 0], at[:, 1], h, w, fill if p.get("pad_if_needed") else 0)
+    return Op("RandomCrop", one=one, batch=batch, ragged=True)
 
 
 def center_crop(p: dict) -> Op:
@@ -112,43 +265,142 @@ def center_crop(p: dict) -> Op:
 
     def one(img, g):  # albumentations floors an odd margin's half; v2's center_crop rounds it
         return _F().crop(img, (img.shape[-2] - h) // 2, (img.shape[-1] - w) // 2, h, w)
-    return Op("CenterCrop", one=one)
+
+    def batch(x, g):
+        at = (_sizes(x) - torch.tensor([h, w])).div(2, rounding_mode="floor")
+        if isinstance(x, torch.Tensor) and bool((at[0] >= 0).all()):  # a view of the stacked batch
+            return x[..., int(at[0, 0]):int(at[0, 0]) + h, int(at[0, 1]):int(at[0, 1]) + w]
+        return crops(x, at[:, 0], at[:, 1], h, w)
+    return Op("CenterCrop", one=one, batch=batch, ragged=True)
 
 
 def resize(p: dict) -> Op:
+    """A stacked batch in one resize call; images of several sizes through roi_align (bilinear) with the whole
+    image as the box, else per sample."""
     size, interp = [int(p["height"]), int(p["width"])], _interp(p.get("interpolation", 1))
-    return Op("Resize", one=lambda img, g: _F().resize(img, size, interpolation=interp, antialias=True))
+
+    def one(img, g):
+        return _F().resize(img, size, interpolation=interp, antialias=True)
+
+    def batch(x, g):
+        if _same_shape(x):
+            return one(x if isinstance(x, torch.Tensor) else torch.stack(x), g)
+        if interp.value != "bilinear":
+            return torch.stack([one(img, g) for img in x])
+        sizes = _sizes(x)
+        return resized_crops(x, torch.cat([torch.zeros_like(sizes), sizes], 1), size)
+    return Op("Resize", one=one, batch=batch, ragged=True)
+
+
+def _affine_args(sizes: torch.Tensor, p: dict, u: torch.Tensor) -> torch.Tensor:
+    """(n, 6) angle, translate x and y (pixels, rounded), scale, shear x and y from each sample's uniforms
+    (column 0 is the coin of ``p``)."""
+    move = p.get("translate_percent") or {"x": (0, 0), "y": (0, 0)}
+
+    def between(col, bounds):
+        return bounds[0] + (bounds[1] - bounds[0]) * u[:, col]
+    return torch.stack([between(6, p["rotate"]), (between(1, move["x"]) * sizes[:, 1]).round(),
+                        (between(2, move["y"]) * sizes[:, 0]).round(), between(3, p["scale"]["x"]),
+                        between(4, p["shear"]["x"]), between(5, p["shear"]["y"])], 1)
+
+
+def _inverse_matrices(args: torch.Tensor) -> torch.Tensor:
+    """(n, 2, 3) output-to-input matrices about the image centre: torchvision's _get_inverse_affine_matrix
+    (centre 0 in centred pixel coordinates, as its affine on tensors), for every sample at once."""
+    rot, sx, sy = (torch.deg2rad(args[:, i]) for i in (0, 4, 5))
+    tx, ty, scale = args[:, 1], args[:, 2], args[:, 3]
+    a = torch.cos(rot - sy) / torch.cos(sy)
+    b = -(a * torch.tan(sx) + torch.sin(rot))
+    c = torch.sin(rot - sy) / torch.cos(sy)
+    d = torch.cos(rot) - c * torch.tan(sx)
+    m0, m1, m3, m4 = d / scale, -b / scale, -c / scale, a / scale
+    return torch.stack([m0, m1, -m0 * tx - m1 * ty, m3, m4, -m3 * tx - m4 * ty], 1).view(-1, 2, 3)
+
+
+def affine_images(x: torch.Tensor, matrices: torch.Tensor, mode: str = "bilinear", fill: float = 0) -> torch.Tensor:
+    """Each image of the stacked batch through its matrix (centred pixel coordinates, host) in one
+    affine_grid + grid_sample: torchvision's affine with the normalisation folded into theta, and its fill (a
+    ones channel sampled alongside: bilinear output blends toward the fill by how much of it fell outside)."""
+    n, c, h, w = x.shape
+    m = matrices.double()
+    theta = torch.stack([m[:, 0, 0], m[:, 0, 1] * h / w, m[:, 0, 2] * 2 / w,
+                         m[:, 1, 0] * w / h, m[:, 1, 1], m[:, 1, 2] * 2 / h], 1).view(n, 2, 3).float()
+    grid = torch.nn.functional.affine_grid(_to(theta, x.device), [n, c + 1, h, w], align_corners=False)
+    img = torch.cat([x.float(), torch.ones((n, 1, h, w), device=x.device)], 1)
+    y = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
+    out, inside = y[:, :-1], y[:, -1:]
+    fill_t = torch.tensor(fill, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    out = torch.where(inside < 0.5, fill_t, out) if mode == "nearest" else (out - fill_t) * inside + fill_t
+    return out if x.dtype.is_floating_point else out.round_().to(x.dtype)
+
+
+def _some(x: torch.Tensor, u: torch.Tensor, prob: float, fn: Callable) -> torch.Tensor:
+    """``fn(images, their uniforms)`` on the samples whose coin (column 0 of ``u``) falls under ``prob``, the
+    others unchanged (albumentations' ``p``)."""
+    chosen = (u[:, 0] < prob).nonzero().flatten()
+    if len(chosen) == 0:
+        return x
+    if len(chosen) == len(x):
+        return fn(x, u)
+    at = _to(chosen, x.device)
+    return x.index_copy(0, at, fn(x[at], u[chosen]))
 
 
 def affine(p: dict) -> Op:
     """Albumentations' Affine (rotate, x/y scale, shear, translate as a share of the side, zero fill) as
-    v2's affine with one drawn scale: torchvision scales both axes alike (keep_ratio-like)."""
+    v2's affine with one drawn scale: torchvision scales both axes alike (keep_ratio-like). The batch form
+    needs one image size (after a crop); images of several sizes go per sample."""
+    interp, fill = _interp(p.get("interpolation", 1)), p.get("fill", 0)
+
     def one(img, g):
-        h, w = img.shape[-2:]
-        move = p.get("translate_percent") or {"x": (0, 0), "y": (0, 0)}
-        tx, ty = (_between(g, *move[k]) for k in ("x", "y"))
-        scale = _between(g, *p["scale"]["x"])
-        shear = [_between(g, *p["shear"]["x"]), _between(g, *p["shear"]["y"])]
-        return _F().affine(img, angle=_between(g, *p["rotate"]), translate=[round(tx * w), round(ty * h)],
-                        scale=scale, shear=shear, interpolation=_interp(p.get("interpolation", 1)),
-                        fill=p.get("fill", 0))
-    return Op("Affine", one=_sometimes(one, p["p"]))
+        u = _uniforms(g, 1, 7)
+        if float(u[0, 0]) >= p["p"]:
+            return img
+        angle, tx, ty, scale, shx, shy = _affine_args(_sizes([img]), p, u)[0].tolist()
+        return _F().affine(img, angle=angle, translate=[tx, ty], scale=scale, shear=[shx, shy],
+                           interpolation=interp, fill=fill)
+
+    def batch(x, g):
+        return _some(x, _uniforms(g, len(x), 7), p["p"], lambda imgs, u: affine_images(
+            imgs, _inverse_matrices(_affine_args(_sizes(imgs), p, u)), interp.value, fill))
+    return Op("Affine", one=one, batch=batch)
+
+
+def blur_images(x: torch.Tensor, ks: torch.Tensor, sigmas: torch.Tensor) -> torch.Tensor:
+    """Each image of the stacked batch blurred with its own Gaussian (odd size ``ks[i]``, ``sigmas[i]``; host):
+    torchvision's kernel, separable, zero beyond each sample's own size in a kernel of the largest, and one
+    grouped convolution per direction over reflect padding (the zero taps never read the extra padding)."""
+    n, c, h, w = x.shape
+    half = int(ks.max()) // 2
+    d = torch.arange(-half, half + 1, dtype=torch.float64)
+    k = torch.exp(-0.5 * (d / sigmas.view(-1, 1)) ** 2) * (d.abs() <= (ks.view(-1, 1) // 2))
+    k = _to((k / k.sum(1, keepdim=True)).float().repeat_interleave(c, 0), x.device)
+    y = x.float().reshape(1, n * c, h, w)
+    y = torch.nn.functional.conv2d(torch.nn.functional.pad(y, [half, half, 0, 0], mode="reflect"),
+                                   k.view(n * c, 1, 1, -1), groups=n * c)
+    y = torch.nn.functional.conv2d(torch.nn.functional.pad(y, [0, 0, half, half], mode="reflect"),
+                                   k.view(n * c, 1, -1, 1), groups=n * c).view(n, c, h, w)
+    return y if x.dtype.is_floating_point else y.round_().to(x.dtype)
 
 
 def gaussian_blur(p: dict) -> Op:
     lo, hi = (int(k) for k in p["blur_limit"])
-    odd = [k for k in range(max(lo, 3), hi + 1) if k % 2] or [3]
+    odd = torch.tensor([k for k in range(max(lo, 3), hi + 1) if k % 2] or [3])
+
+    def args(u):  # kernel size (one of the odd sizes in the limit) and sigma per sample; column 0 is the coin
+        at = (u[:, 1] * len(odd)).long().clamp(max=len(odd) - 1)
+        return odd[at], p["sigma_limit"][0] + (p["sigma_limit"][1] - p["sigma_limit"][0]) * u[:, 2]
 
     def one(img, g):
-        k = odd[min(int(_draw(g) * len(odd)), len(odd) - 1)]
-        sigma = _between(g, *p["sigma_limit"])
-        return _F().gaussian_blur(img, [k, k], [sigma, sigma])
-    return Op("GaussianBlur", one=_sometimes(one, p["p"]))
+        u = _uniforms(g, 1, 3)
+        if float(u[0, 0]) >= p["p"]:
+            return img
+        k, sigma = (float(v[0]) for v in args(u))
+        return _F().gaussian_blur(img, [int(k), int(k)], [sigma, sigma])
 
-
-def _sometimes(fn: Callable, prob: float) -> Callable:
-    """``fn`` with probability ``prob`` per sample, else the image unchanged (albumentations' ``p``)."""
-    return lambda img, g: fn(img, g) if float(_draw(g)) < prob else img
+    def batch(x, g):
+        return _some(x, _uniforms(g, len(x), 3), p["p"], lambda imgs, u: blur_images(imgs, *args(u)))
+    return Op("GaussianBlur", one=one, batch=batch)
 
 
 # ---- pixels: on the stacked batch, per-sample parameters ------------------------------------
@@ -163,7 +415,7 @@ def vertical_flip(p: dict) -> Op:
 
 def _factors(x: torch.Tensor, bounds, g: torch.Generator, centre: float = 1.0) -> torch.Tensor:
     lo, hi = bounds
-    return (lo + (hi - lo) * _draw(g, x.shape[0])).to(x.device).view(-1, 1, 1, 1) if (lo, hi) != (centre, centre) \
+    return _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1) if (lo, hi) != (centre, centre) \
         else None
 
 
@@ -204,7 +456,7 @@ def gauss_noise(p: dict) -> Op:
     """Zero-mean noise whose standard deviation (a share of the pixel range) is drawn per sample."""
     def batch(x, g):
         lo, hi = p["std_range"]
-        std = (lo + (hi - lo) * _draw(g, x.shape[0])).to(x.device).view(-1, 1, 1, 1)
+        std = _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1)
         std = std * (255 if x.dtype == torch.uint8 else 1)
         noisy = x.float() + torch.randn(x.shape, device=x.device) * std
         noisy = noisy.clamp_(0, 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else noisy
@@ -249,13 +501,16 @@ def ops_of(transforms: list[dict], preset: str = "the preset") -> list[Op]:
 
 class GpuPipeline:
     """Decode a batch of JPEG bytes and augment it on ``device``: ``pipe(list of uint8 byte tensors)`` ->
-    NCHW tensor (float32 when the preset normalises, else uint8, as the CPU pipeline hands the step)."""
+    NCHW tensor (float32 when the preset normalises, else uint8, as the CPU pipeline hands the step).
+    ``batched=False`` runs every transform that has a per-sample form per sample (the reference, and the
+    benchmark's baseline); the same seed draws the same parameters either way."""
 
     def __init__(self, transforms: list[dict], device: str | torch.device = "cuda", seed: int = 0,
-                 preset: str = "the preset"):
+                 preset: str = "the preset", batched: bool = True):
         self.ops = ops_of(transforms, preset)
         self.device = torch.device(device)
         self.g = torch.Generator().manual_seed(seed)
+        self.batched = batched
 
     def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor]:
         """One call for the whole batch (nvJPEG on CUDA); RGB whatever the JPEG holds (grey, CMYK)."""
@@ -264,15 +519,20 @@ class GpuPipeline:
         return decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=self.device)
 
     def augment(self, images: list[torch.Tensor]) -> torch.Tensor:
-        """The ops in the preset's order: per sample while the images are a list, on the stacked batch
-        once every image has the same shape (stacked at the first op that takes a batch)."""
+        """The ops in the preset's order, each on the whole batch where it has a batch form that takes the
+        batch as it is (a crop or resize takes images of several sizes; the others need one size), else per
+        sample. Stacked at the first op that needs a stacked batch."""
         x: list | torch.Tensor = images
         for op in self.ops:
-            if op.batch is not None:
-                x = op.batch(self._stacked(x), self.g)
-            elif op.one is not None:
-                x = [op.one(img, self.g) for img in x]
+            x = self._apply(op, x)
         return self._stacked(x)
+
+    def _apply(self, op: Op, x):
+        if op.batch is not None and (op.one is None or self.batched and (op.ragged or _same_shape(x))):
+            return op.batch(x if op.ragged else self._stacked(x), self.g)
+        if op.one is not None:
+            return [op.one(img, self.g) for img in x]
+        return x
 
     @staticmethod
     def _stacked(x) -> torch.Tensor:
