@@ -79,14 +79,19 @@ def _multi_run_parsers(sub) -> None:
     merge.add_argument("run_dirs", nargs="+", help="each node's run folder, node 0's first")
     merge.add_argument("--out-dir", default="out")
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
-    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat", "watch-overhead"],
+    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment"],
                        help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
-                            "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks)")
+                            "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
+                            "the GPU pipeline's per-sample against its batched transforms, ms per batch")
     bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
     bench.add_argument("config", nargs="?", help="sweep-speed: experiment YAML (loader.num_workers unset; default: "
                                                  "the defaults); soak: folder for the runs (default: a temporary one)")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair)")
+    bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair); "
+                                                              "gpu-augment: timed batches of each form (at least 10)")
+    bench.add_argument("--preset", default="standard", help="gpu-augment: the augmentation preset (name or YAML)")
+    bench.add_argument("--batch", type=int, default=256, help="gpu-augment: images per batch")
+    bench.add_argument("--device", help="gpu-augment: where the pipeline runs (default: cuda where there is one)")
     bench.add_argument("--times", type=int, default=3, help="repeat: runs of the same config, back to back")
     bench.add_argument("--out-dir", default="out/bench")
     bench.add_argument("--steps", type=int, default=200, help="watch-overhead: steps of the long runs (the short "
@@ -365,6 +370,12 @@ def cmd_bench(args) -> int:
 
     if args.which == "soak":
         soak(args.minutes, args.config, log=lambda text: print(text, flush=True))
+        return 0
+    if args.which == "gpu-augment":
+        from pipeprof.checks.bench import gpu_augment, render_gpu_augment
+
+        print(render_gpu_augment(gpu_augment(args.preset, args.batch, max(10, args.repeats), device=args.device,
+                                             log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "watch-overhead":
         from pipeprof.checks.bench import render_watch_overhead, watch_overhead

@@ -19,6 +19,13 @@ is a wrong answer: this is the check.
 the processes alive under it. Over a long soak these must stay flat: growth is a leak (memory,
 descriptors, shared-memory segments of DataLoader batches, worker processes).
 
+``pipeprof bench gpu-augment --preset P --batch N``: the GPU pipeline (``augment.device: cuda``) on one batch of
+the synthetic dataset's JPEGs (ImageNet-like sizes), its per-sample forms against its batch forms, alternating
+(per-sample then batched, batched then per-sample, ...) with one seed, so both draw the same parameters. Per
+batch: decode and augment milliseconds between CUDA synchronisations (the first batches of each, warm-up, left
+out), the augment call's own host time before its synchronisation (what launching costs the training
+process), and images/s over decode + augment; per form, the median and range over the repeats.
+
 ``pipeprof bench watch-overhead SCRIPT``: what ``pipeprof watch`` costs a training script, which must
 take ``--steps N``. The script runs plain and watched, alternating, each at N/4 and N steps; a
 mode's samples/s is the extra samples of the long run over its extra wall time, so start-up and
@@ -330,4 +337,76 @@ def render_watch_overhead(df: pd.DataFrame) -> str:
     extra = (startup["watched"] - startup["plain"]).mean()
     lines += ["", f"cost of watching: {mean:+.2%} of samples/s{span}; the short runs took {extra:+.2f} s more "
                   "watched (the hook's start-up and connection)"]
+    return "\n".join(lines) + "\n"
+
+
+# ---- gpu-augment ----------------------------------------------------------------------------------
+
+def _jpegs(count: int, distinct: int = 64) -> list:
+    """``count`` JPEGs (uint8 byte tensors) of the synthetic dataset, ``distinct`` of them rendered and repeated."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from pipeprof.data.synthetic import encode_image
+
+    with ThreadPoolExecutor(max(1, min(16, int(usable_cores()["usable"])))) as pool:
+        made = list(pool.map(lambda i: encode_image(0, i), range(min(count, distinct))))
+    return [torch.frombuffer(bytearray(made[i % len(made)]), dtype=torch.uint8) for i in range(count)]
+
+
+def _pipeline_batch(pipe, encoded: list, device) -> dict:
+    """One batch through ``pipe``: decode and augment ms between synchronisations, and the augment call's host ms."""
+    import torch
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    images = pipe.decode(encoded)
+    sync()
+    t1 = time.perf_counter()
+    pipe.augment(images)
+    t2 = time.perf_counter()
+    sync()
+    t3 = time.perf_counter()
+    return {"decode_ms": (t1 - t0) * 1e3, "augment_ms": (t3 - t1) * 1e3, "augment_host_ms": (t2 - t1) * 1e3,
+            "images_per_s": len(encoded) / (t3 - t0)}
+
+
+def gpu_augment(preset: str = "standard", batch: int = 256, repeats: int = 10, warmup: int = 2,
+                device: Optional[str] = None, size: int = 224, log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row per timed batch (form, repeat, the :func:`_pipeline_batch` figures): the preset's GPU pipeline with
+    its per-sample forms and with its batch forms, alternating, ``warmup`` batches of each first and not kept."""
+    import torch
+
+    from pipeprof.data.gpu_augment import for_preset
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    encoded = _jpegs(batch)
+    pipes = {form: for_preset(preset, size, dev, seed=0, batched=form == "batched") for form in ("per-sample", "batched")}
+    log(f"gpu-augment: preset {preset} at {size}, batches of {batch} JPEGs ({min(batch, 64)} distinct, ImageNet-like "
+        f"sizes) on {torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'the CPU'}; {warmup} warm-up batches "
+        f"of each form, then {repeats} of each, alternating")
+    for form, pipe in pipes.items():
+        for _ in range(warmup):
+            _pipeline_batch(pipe, encoded, dev)
+    rows = []
+    for i in range(repeats):
+        for form in ("per-sample", "batched") if i % 2 == 0 else ("batched", "per-sample"):
+            rows.append({"form": form, "repeat": i + 1} | _pipeline_batch(pipes[form], encoded, dev))
+    return pd.DataFrame(rows)
+
+
+def render_gpu_augment(df: pd.DataFrame) -> str:
+    """Markdown: per form the median (range) of each figure over the repeats, then the batch forms' speed-up."""
+    cols = ["decode_ms", "augment_ms", "augment_host_ms", "images_per_s"]
+    lines = ["| form | batches | decode ms | augment ms | augment host ms | images/s |", "|" + "---|" * 6]
+    for form, g in df.groupby("form", sort=False):
+        cells = [f"{g[c].median():,.1f} ({g[c].min():,.1f}–{g[c].max():,.1f})" for c in cols]
+        lines.append(f"| {form} | {len(g)} | " + " | ".join(cells) + " |")
+    med = df.groupby("form")[["augment_ms", "images_per_s"]].median()
+    if {"per-sample", "batched"} <= set(med.index):
+        lines += ["", "batched against per-sample (medians): augment ms "
+                      f"{med.loc['batched', 'augment_ms'] / med.loc['per-sample', 'augment_ms']:.2f}x, images/s over "
+                      f"decode + augment {med.loc['batched', 'images_per_s'] / med.loc['per-sample', 'images_per_s']:.2f}x"]
     return "\n".join(lines) + "\n"

@@ -548,9 +548,10 @@ class GpuPipeline:
         return self.augment(self.decode(encoded))
 
 
-def for_preset(preset: str, size: Optional[int], device: str | torch.device, seed: int = 0) -> GpuPipeline:
+def for_preset(preset: str, size: Optional[int], device: str | torch.device, seed: int = 0,
+               batched: bool = True) -> GpuPipeline:
     """The GPU pipeline of a preset (name or YAML path), cropping to ``size`` like ``augment.load_preset``."""
     from .augment import A, load_preset
 
     transforms = A.to_dict(load_preset(preset, size))["transform"]["transforms"]
-    return GpuPipeline(transforms, device, seed, preset=f"preset {preset!r}")
+    return GpuPipeline(transforms, device, seed, preset=f"preset {preset!r}", batched=batched)

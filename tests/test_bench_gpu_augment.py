@@ -1,0 +1,22 @@
+"""`pipeprof bench gpu-augment`: the GPU pipeline's per-sample and batch forms timed on one batch, alternating;
+run here on CPU tensors with a tiny batch (the figures mean something on a GPU only)."""
+import pandas as pd
+
+from pipeprof.checks.bench import gpu_augment, render_gpu_augment
+
+
+def test_both_forms_alternate_and_warm_up_is_left_out():
+    seen = []
+    df = gpu_augment("standard", batch=3, repeats=3, warmup=1, device="cpu", size=64, log=seen.append)
+    assert list(df["form"]) == ["per-sample", "batched", "batched", "per-sample", "per-sample", "batched"]
+    assert (df[["decode_ms", "augment_ms", "augment_host_ms", "images_per_s"]] > 0).all().all()
+    assert "1 warm-up batches of each form, then 3 of each" in seen[0]
+
+
+def test_the_table_gives_median_and_range_per_form_and_the_ratio():
+    rows = [{"form": f, "repeat": i, "decode_ms": 10.0, "augment_ms": a * i, "augment_host_ms": 1.0,
+             "images_per_s": 256 / (10 + a * i) * 1e3} for i in (1, 2, 3) for f, a in (("per-sample", 80.0), ("batched", 4.0))]
+    text = render_gpu_augment(pd.DataFrame(rows))
+    assert "| per-sample | 3 | 10.0 (10.0–10.0) | 160.0 (80.0–240.0) |" in text
+    assert "| batched | 3 | 10.0 (10.0–10.0) | 8.0 (4.0–12.0) |" in text
+    assert "augment ms 0.05x" in text
