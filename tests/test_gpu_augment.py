@@ -280,3 +280,18 @@ def test_presets_batched_and_per_sample_agree_on_decoded_images_of_mixed_sizes(n
     one = pipes[1].augment(images)
     assert batch.shape == one.shape == (6, 3, 96, 96) and batch.dtype == one.dtype == torch.float32
     assert float((batch - one).abs().mean()) < 3 / 255 / 0.224  # RandomResizedCrop's filter, on noisy photos
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_batch_forms_on_cuda_match_the_same_forms_on_cpu(encoded):
+    """The same decoded images (decoded on the CPU) and seed: CUDA's roi_align, gather, grid_sample and grouped
+    convolution give what the CPU's do, to rounding."""
+    images = GpuPipeline([], "cpu").decode(encoded)
+    for chain in ([A.RandomResizedCrop((224, 224))], [A.RandomCrop(300, 400, pad_if_needed=True)],
+                  [A.CenterCrop(256, 256), A.Affine(rotate=(-15, 15), shear=(-5, 5), p=0.7),
+                   A.GaussianBlur(blur_limit=(3, 7), p=0.5)], [A.Resize(200, 180)]):
+        cpu = GpuPipeline(spec(*chain), "cpu", seed=6).augment(images)
+        gpu = GpuPipeline(spec(*chain), "cuda", seed=6).augment([img.cuda() for img in images])
+        assert gpu.device.type == "cuda" and gpu.shape == cpu.shape and gpu.dtype == cpu.dtype
+        assert float(levels(gpu.cpu(), cpu).mean()) < 0.1 and float(levels(gpu.cpu(), cpu).max()) <= 2

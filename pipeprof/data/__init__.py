@@ -4,7 +4,8 @@
 - ``decode``:    bytes → 8-bit RGB arrays (Pillow or OpenCV)
 - ``augment``:   the albumentations presets, loaded from ``augmentations/*.yaml``
 - ``gpu_augment``: a preset on the GPU (``augment.device: cuda``): nvJPEG decode and the transforms'
-  torchvision.transforms.v2 counterparts, one table; the device is a parameter (CPU in tests)
+  torchvision counterparts, one table, each on the whole batch (per-sample forms kept as the reference);
+  the device is a parameter (CPU in tests)
 - ``dataset``:   the map-style Dataset running read → decode → augment with per-stage timing
 - ``encoded``:   the Dataset whose workers only read bytes, for the GPU pipeline
 - ``synthetic``: the cached ImageNet-like JPEG dataset the default run makes
