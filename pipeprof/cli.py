@@ -94,8 +94,10 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument("--device", help="gpu-augment: where the pipeline runs (default: cuda where there is one)")
     bench.add_argument("--times", type=int, default=3, help="repeat: runs of the same config, back to back")
     bench.add_argument("--out-dir", default="out/bench")
-    bench.add_argument("--steps", type=int, default=200, help="watch-overhead: steps of the long runs (the short "
-                                                             "ones run a quarter); passed as --steps N")
+    bench.add_argument("--steps", type=int, default=200, help="watch-overhead: the script's steps per run, passed "
+                                                             "as --steps N")
+    bench.add_argument("--progress", default=r"\bstep\s+(\d+)", help="watch-overhead: regex of the script's "
+                       "progress lines, its first group the step count (default: 'step <n>')")
     bench.add_argument("--script-args", default="", help="watch-overhead: the script's other arguments, one string")
 
 
@@ -378,11 +380,11 @@ def cmd_bench(args) -> int:
                                              log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "watch-overhead":
-        from pipeprof.checks.bench import render_watch_overhead, watch_overhead
+        from pipeprof.checks.watch_overhead import render_watch_overhead, watch_overhead
 
-        print(render_watch_overhead(watch_overhead(args.config, args.script_args, args.steps, args.repeats,
-                                                   args.out_dir, log=lambda text: print(text, file=sys.stderr))),
-              end="")
+        print(render_watch_overhead(watch_overhead(args.config, args.script_args, args.steps, max(args.repeats, 2),
+                                                   args.out_dir, args.progress,
+                                                   log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "repeat":
         print(render_repeat(repeat(args.config, args.overrides, args.times, args.out_dir,
@@ -447,14 +449,22 @@ COMMANDS = {"check-data": cmd_check_data, "run": cmd_run, "pack": cmd_pack, "val
             "bench": cmd_bench, "merge": cmd_merge, "watch": cmd_watch}
 
 
-def main(argv=None) -> int:
+def _input_errors() -> tuple:
+    """The exceptions that mean bad input (exit 2). Imported when one is raised: ``results`` imports pandas,
+    which ``--help`` and the commands that never read a run folder do without."""
     from .config import ConfigError
     from .results import DiskFull
 
+    return ConfigError, ValueError, FileNotFoundError, DiskFull
+
+
+def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, ValueError, FileNotFoundError, DiskFull) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _input_errors()):
+            raise
         print(f"pipeprof {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -26,21 +26,12 @@ batch: decode and augment milliseconds between CUDA synchronisations (the first 
 out), the augment call's own host time before its synchronisation (what launching costs the training
 process), and images/s over decode + augment; per form, the median and range over the repeats.
 
-``pipeprof bench watch-overhead SCRIPT``: what ``pipeprof watch`` costs a training script, which must
-take ``--steps N``. The script runs plain and watched, alternating, each at N/4 and N steps; a
-mode's samples/s is the extra samples of the long run over its extra wall time, so start-up and
-tear-down cancel. The plain job's wall time is Popen to exit here; the watched job's is Popen to exit of
-the job inside ``pipeprof watch`` (its run.json ``job_wall_s``: the same clock, taken by the watch, since
-the watch's own analysis after the job must not count). The whole watched command's time is kept beside
-it (``parent_wall_s``), and the watched run's own records give its rate too, as a cross-check.
+``pipeprof bench watch-overhead SCRIPT``: in ``checks.watch_overhead``.
 """
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,7 +44,6 @@ from pipeprof import config as cfgmod
 from pipeprof.env import usable_cores
 from pipeprof.report.summary import group_label
 from pipeprof.orchestrate.runner import execute, prepare
-from pipeprof.results import load_run
 
 
 def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, out_dir: str = "out/bench",
@@ -250,94 +240,6 @@ def soak(minutes: float, out: Optional[str], log: Callable[[str], None] = print)
     if not out:
         shutil.rmtree(folder, ignore_errors=True)
     return seen
-
-
-# ---- watch overhead ------------------------------------------------------------------------------
-
-def _job_run(cmd: list[str], log_file: Path) -> float:
-    """Wall seconds of ``cmd``, its output to ``log_file``; a failing command is an error, not a figure."""
-    with open(log_file, "ab") as sink:
-        t0 = time.perf_counter()
-        code = subprocess.run(cmd, stdout=sink, stderr=sink).returncode
-        wall = time.perf_counter() - t0
-    if code != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {code}; its output is in {log_file}")
-    return wall
-
-
-def _overhead_run(script: str, script_args: str, steps: int, mode: str, out: Path) -> dict:
-    """One run of the script at ``steps``: plain (its wall time, Popen to exit, measured here) or under
-    ``pipeprof watch`` (the job's wall time as the watch measured it, Popen to exit, from run.json)."""
-    job = [sys.executable, script, *shlex.split(script_args), "--steps", str(steps)]
-    log_file = out / f"{mode}.log"
-    if mode == "plain":
-        return {"mode": mode, "steps": steps, "job_wall_s": _job_run(job, log_file)}
-    folders = out / "runs"
-    before = set(folders.glob("watch-*")) if folders.exists() else set()
-    wall = _job_run([sys.executable, "-m", "pipeprof", "watch", "--out-dir", str(folders), "--log",
-                     str(log_file), "--", *job], log_file)
-    run = load_run(max(set(folders.glob("watch-*")) - before, key=lambda p: p.stat().st_mtime))
-    main = run.trials[(run.trials["kind"] == "end_to_end") & (run.trials["status"] == "ok")]
-    main = main.sort_values("watched_batches").iloc[-1] if len(main) else {}
-    return {"mode": mode, "steps": steps, "job_wall_s": run.meta["job_wall_s"], "parent_wall_s": wall,
-            "batch_size": main.get("batch_size"), "records_samples_per_s": main.get("samples_per_s"),
-            "run": str(run.path)}
-
-
-def watch_overhead(script: str, script_args: str = "", steps: int = 200, repeats: int = 2,
-                   out_dir: str = "out/bench", log: Callable[[str], None] = print) -> pd.DataFrame:
-    """``pipeprof bench watch-overhead SCRIPT``: the script plain and under ``pipeprof watch``, alternating
-    (plain then watched, watched then plain, ...), each at ``steps // 4`` and ``steps`` steps (passed as
-    ``--steps N``). A mode's rate is the extra samples over the extra wall time of the long run, so the
-    start-up and tear-down both modes share (imports, workers, cuDNN autotuning) cancel: the same
-    measurement for both, with no help from the script. One row per run."""
-    if not script:
-        raise ValueError("watch-overhead needs the training script: pipeprof bench watch-overhead SCRIPT")
-    out = Path(out_dir) / f"watch-overhead-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    rows = []
-    for pair in range(repeats):
-        for mode in ("plain", "watched") if pair % 2 == 0 else ("watched", "plain"):
-            for n in (max(1, steps // 4), steps):
-                rows.append(_overhead_run(script, script_args, n, mode, out) | {"pair": pair + 1})
-                log(f"pair {pair + 1}/{repeats} {mode} {n} steps: job {rows[-1]['job_wall_s']:.2f} s")
-    return pd.DataFrame(rows)
-
-
-def overhead_pairs(df: pd.DataFrame) -> pd.DataFrame:
-    """Per pair and mode: samples/s = (long - short steps) x batch / (long - short job wall seconds)."""
-    batch = float(df["batch_size"].dropna().iloc[0]) if df["batch_size"].notna().any() else 1.0
-    out = []
-    for (pair, mode), g in df.groupby(["pair", "mode"], sort=False):
-        g = g.sort_values("steps")
-        extra_s = g["job_wall_s"].iloc[-1] - g["job_wall_s"].iloc[0]
-        rate = (g["steps"].iloc[-1] - g["steps"].iloc[0]) * batch / extra_s if extra_s > 0 else float("nan")
-        out.append({"pair": pair, "mode": mode, "samples_per_s": rate,
-                    "records_samples_per_s": g.get("records_samples_per_s", pd.Series(dtype=float)).iloc[-1],
-                    "startup_s": g["job_wall_s"].iloc[0]})
-    return pd.DataFrame(out)
-
-
-def render_watch_overhead(df: pd.DataFrame) -> str:
-    """Markdown: per pair the two rates and the cost, then the cost's mean with its 95% interval."""
-    from pipeprof.stats import mean_ci95
-
-    p = overhead_pairs(df)
-    wide = p.pivot(index="pair", columns="mode", values="samples_per_s")
-    costs = list(1 - wide["watched"] / wide["plain"])
-    lines = ["| pair | plain samples/s | watched samples/s | cost | watched, from its records |", "|---|---|---|---|---|"]
-    rec = p[p["mode"] == "watched"].set_index("pair")["records_samples_per_s"]
-    for pair, c in zip(wide.index, costs):
-        lines.append(f"| {pair} | {wide.loc[pair, 'plain']:,.1f} | {wide.loc[pair, 'watched']:,.1f} | {c:+.2%} | "
-                     f"{rec.get(pair, float('nan')):,.1f} |")
-    lo, hi = mean_ci95(costs)
-    mean = sum(costs) / len(costs)
-    span = f" (95% interval {lo:+.2%} to {hi:+.2%})" if lo is not None else " (one pair: no interval)"
-    startup = p.pivot(index="pair", columns="mode", values="startup_s")
-    extra = (startup["watched"] - startup["plain"]).mean()
-    lines += ["", f"cost of watching: {mean:+.2%} of samples/s{span}; the short runs took {extra:+.2f} s more "
-                  "watched (the hook's start-up and connection)"]
-    return "\n".join(lines) + "\n"
 
 
 # ---- gpu-augment ----------------------------------------------------------------------------------
