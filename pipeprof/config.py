@@ -378,6 +378,13 @@ class MeasureConfig(_Strict):
     ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
     redraws: int = Field(60, ge=0)  # re-draws of each trial's windows for the answer's confidence; 0: not computed
+    # action trials (trials/actions.py): a gain is a ratio of two windows, so each pair's noise is two
+    # windows' worth and the switch between two running loaders is drained untimed; windows of several
+    # worker rounds average the rounds' phase, and pairs are added until the gain's 95% interval is within
+    # ± ci_target of the rate (t95 of 2 pairs is 12.7: 2 pairs of 1 s windows gave ±40% on the 16-core box)
+    action_window_s: Optional[float] = Field(None, gt=0)  # None: 4 × window_s (3 s at the default)
+    action_pairs: int = Field(4, ge=2)  # planned pairs
+    action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
 
 
 class DistributedConfig(_Strict):

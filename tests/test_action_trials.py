@@ -20,7 +20,8 @@ from pipeprof.trials.actions import Variant, action_trial, with_knobs
 from pipeprof.trials.skeleton import collate_user
 
 QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 2, "windows": 4, "max_windows": 6,
-         "max_trial_s": 20, "ci_target": 0.1, "cpu_reference_s": 0}
+         "max_trial_s": 20, "ci_target": 0.1, "cpu_reference_s": 0, "action_window_s": 0.3, "action_pairs": 2,
+         "action_max_pairs": 3}
 
 
 class WaitDataset(Dataset):

@@ -234,7 +234,7 @@ class Paired:
 def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, *, drain_batches: int,
                 batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
                 on_phase: Callable[[str], None] = lambda phase: None,
-                sync: Callable[[], None] = lambda: None) -> Paired:
+                sync: Callable[[], None] = lambda: None, half_width: Optional[float] = None) -> Paired:
     """Warm up, then time windows with ``set_mode(True)`` (A) and ``set_mode(False)`` (B) in ABBA order.
 
     After each switch ``drain_batches`` batches are run untimed: a loader's workers have that
@@ -242,7 +242,8 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     setting cancels the machine's slow drift, which two separate trials would mix into the
     difference. ``sync`` closes each window (a device step's queued work counts in its window).
     ``max(2, windows // 2)`` pairs are planned; more are added, up to
-    ``max_windows // 2``, while the cost's 95% half-width is wider than ``ci_target / 2``.
+    ``max_windows // 2``, while the cost's 95% half-width is wider than ``half_width`` (default
+    ``ci_target / 2``: an overhead is read against a rate that itself has ± ``ci_target``).
 
     ``max_trial_s`` bounds it all: warm-up stops at half of it; a new pair starts only while the
     time left is at least what the previous pair took, and a pair's second window only before the
@@ -255,7 +256,8 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     _paired_warmup(step, policy, p, clock, t0)
     on_phase("measure")
     last_pair_s = 0.0
-    while _more_pairs(p, policy):
+    half = policy.ci_target / 2 if half_width is None else half_width
+    while _more_pairs(p, policy, half):
         t_pair = clock()
         left = policy.max_trial_s - (t_pair - t0)
         if left <= 0 or left < last_pair_s:
@@ -296,8 +298,8 @@ def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches
     return done
 
 
-def _more_pairs(p: Paired, policy) -> bool:
-    """The planned pairs first; then more, up to the most, while the cost's half-width > ``ci_target / 2``."""
+def _more_pairs(p: Paired, policy, half_width: float) -> bool:
+    """The planned pairs first; then more, up to the most, while the cost's half-width > ``half_width``."""
     planned, most = Paired.plan(policy)
     n = len(p.a)
     if n < planned:
@@ -305,4 +307,4 @@ def _more_pairs(p: Paired, policy) -> bool:
     if n >= most:
         return False
     c = p.cost()
-    return c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > policy.ci_target / 2
+    return c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > half_width

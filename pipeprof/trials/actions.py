@@ -35,7 +35,8 @@ ACTION_KIND = "action"
 TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
                 "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
                 "closed by device sync); after each switch the batches in flight (prefetch depth + prefetch_factor+1 "
-                "rounds) run untimed; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
+                "rounds) run untimed; windows of at least measure.action_window_s, pairs added until the gain's "
+                "95% CI is within ± measure.ci_target; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's")
 
 
@@ -136,14 +137,25 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
             return len(batch["label"])
 
         drain = _drain(one, state, spec, max(base.prefetch_factor, alt.prefetch_factor), step.clock.sync)
-        paired = alternating(one, lambda on: state.update(alt=on), ctx.measure, clock=ctx.clock,
+        paired = alternating(one, lambda on: state.update(alt=on), action_policy(ctx.measure), clock=ctx.clock,
                              drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
-                             sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p))
+                             sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
+                             half_width=ctx.measure.ci_target)
     finally:
         ctx.monitor.track_workers([])
         for it in its.values():
             shutdown(it)
     return paired_columns(paired, ctx.measure.max_trial_s) | _side_columns(alt.side)
+
+
+def action_policy(measure):
+    """The sweep's policy with the action trial's windows and pairs (``measure.action_*``): windows of at
+    least ``action_window_s`` (4 sweep windows when unset), ``action_pairs`` pairs planned and up to
+    ``action_max_pairs`` (and ``max_trial_s``) while the gain's 95% interval is wider than ± ``ci_target``."""
+    window_s = measure.action_window_s if measure.action_window_s is not None else 4 * measure.window_s
+    return measure.model_copy(update={"window_s": max(measure.window_s, window_s),
+                                      "windows": 2 * measure.action_pairs,
+                                      "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs)})
 
 
 def _drain(one, state: dict, spec: TrialSpec, pf: int, sync) -> int:
