@@ -71,6 +71,13 @@ def _to(t: torch.Tensor, device) -> torch.Tensor:
     return t.to(device, non_blocking=True)
 
 
+def _fill(fill, like: torch.Tensor):
+    """A fill value for ``like``'s pixels: a number as it is, one per channel as a (1, C, 1, 1) tensor on its device."""
+    if isinstance(fill, (int, float)):  # an integer for integer pixels, or torch.where would promote them to float
+        return fill if like.dtype.is_floating_point else int(fill)
+    return _to(torch.tensor(list(fill), dtype=like.dtype).view(1, -1, 1, 1), like.device)
+
+
 def _chosen(x: torch.Tensor, p: float, g: torch.Generator) -> torch.Tensor:
     """A per-sample mask on ``x``'s device: True where a transform of probability ``p`` applies."""
     return _to(_draw(g, x.shape[0]) < p, x.device).view(-1, 1, 1, 1)
@@ -110,7 +117,7 @@ def _flat(images) -> _Flat:
     may hand HWC memory as a CHW view)."""
     if isinstance(images, torch.Tensor):
         x = images.contiguous()
-        stride = torch.tensor([list(x.stride()[1:])], device=x.device).expand(x.shape[0], 3)
+        stride = _to(torch.tensor([list(x.stride()[1:])]), x.device).expand(x.shape[0], 3)
         return _Flat(x.view(-1), torch.arange(x.shape[0], device=x.device) * x.stride(0), stride)
     pieces, strides = [], []
     for img in images:
@@ -138,7 +145,7 @@ def _take(f: _Flat, sizes: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
     if fill is None:
         return out
     inside = ((rows >= 0) & (rows < hw[:, :1])).view(n, 1, -1, 1) & ((cols >= 0) & (cols < hw[:, 1:])).view(n, 1, 1, -1)
-    return torch.where(inside, out, torch.tensor(fill, device=dev).to(out.dtype))
+    return torch.where(inside, out, _fill(fill, out))
 
 
 def crops(images, tops: torch.Tensor, lefts: torch.Tensor, h: int, w: int, fill: float = 0) -> torch.Tensor:
@@ -329,7 +336,7 @@ def affine_images(x: torch.Tensor, matrices: torch.Tensor, mode: str = "bilinear
     img = torch.cat([x.float(), torch.ones((n, 1, h, w), device=x.device)], 1)
     y = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
     out, inside = y[:, :-1], y[:, -1:]
-    fill_t = torch.tensor(fill, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    fill_t = _fill(fill, out)
     out = torch.where(inside < 0.5, fill_t, out) if mode == "nearest" else (out - fill_t) * inside + fill_t
     return out if x.dtype.is_floating_point else out.round_().to(x.dtype)
 
@@ -468,8 +475,10 @@ def normalize(p: dict) -> Op:
     if p.get("normalization", "standard") != "standard":
         raise NoCounterpart(f"augment.device: cuda: Normalize with normalization={p['normalization']!r} has no "
                             "counterpart here (only 'standard': (x / max_pixel_value - mean) / std)")
-    scale, mean, std = float(p.get("max_pixel_value", 255.0)), list(p["mean"]), list(p["std"])
-    return Op("Normalize", batch=lambda x, g: _F().normalize(x.float() / scale, mean, std))
+    scale = float(p.get("max_pixel_value", 255.0))
+    mean, std = (torch.tensor(list(p[k]), dtype=torch.float32).view(1, -1, 1, 1) for k in ("mean", "std"))
+    # v2's normalize, with its mean and std sent without a blocking copy (which would wait for the queue)
+    return Op("Normalize", batch=lambda x, g: (x.float() / scale - _to(mean, x.device)) / _to(std, x.device))
 
 
 def to_tensor(p: dict) -> Op:
