@@ -120,8 +120,8 @@ def _flat(images) -> _Flat:
         stride = _to(torch.tensor([list(x.stride()[1:])]), x.device).expand(x.shape[0], 3)
         return _Flat(x.view(-1), torch.arange(x.shape[0], device=x.device) * x.stride(0), stride)
     pieces, strides = [], []
-    for img in images:
-        dense = img.permute(sorted(range(3), key=lambda d: -img.stride(d)))
+    for img in images:  # nvJPEG's CHW images are contiguous; the CPU decoder's are HWC memory
+        dense = img if img.is_contiguous() else img.permute(sorted(range(3), key=lambda d: -img.stride(d)))
         if not dense.is_contiguous():
             img = dense = img.contiguous()
         pieces.append(dense.reshape(-1))
