@@ -12,6 +12,7 @@ Units: memory in GiB (``*_gb``) or MiB (``*_mb``), i.e. powers of two.
 """
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import importlib
 import importlib.metadata
@@ -20,6 +21,7 @@ import math
 import os
 import platform
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -299,11 +301,30 @@ def torch_info() -> dict:
 
 
 def _module_version(name: str) -> str | None:
+    """``name.__version__``; a package not imported yet whose ``version.py`` holds it as a literal (torch's,
+    torchvision's, numpy's) is read there, as the package itself reads it: importing torchvision takes
+    1-2 s that a run on another model never needs."""
+    mod = sys.modules.get(name)
+    if mod is None and (static := _safe(_version_file, name)):
+        return static
     try:
-        mod = importlib.import_module(name)
+        mod = mod or importlib.import_module(name)
     except Exception:  # noqa: BLE001
         return None
     return str(getattr(mod, "__version__", None) or getattr(mod, "VERSION", None) or "") or None
+
+
+def _version_file(name: str) -> str | None:
+    """The string literal assigned to ``__version__`` in package ``name``'s ``version.py``, or None."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations or not spec.origin:
+        return None
+    tree = ast.parse((Path(spec.origin).parent / "version.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets) \
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return node.value.value
+    return None
 
 
 def _dist_version(dist: str, module: str) -> str | None:

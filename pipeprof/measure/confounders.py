@@ -13,8 +13,8 @@ import random
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-import numpy as np
-import torch
+# numpy and torch are imported where they are used: ``import pipeprof`` (every ``pipeprof`` command,
+# ``pipeprof --help`` included) imports this module and should not pay a second for torch
 
 #: Recorded in run.json so a reader knows what the workers were allowed to do.
 WORKER_POLICY = {
@@ -33,6 +33,7 @@ def quiet_albumentations() -> None:
 def cap_worker_threads() -> None:
     """One thread per worker: parallelism comes from the number of workers."""
     import cv2
+    import torch
 
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
@@ -40,6 +41,9 @@ def cap_worker_threads() -> None:
 
 def seed_worker(seed: int) -> None:
     """Seed every random source a worker's pipeline may draw from."""
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -66,6 +70,8 @@ def step_threads(kind: str, device_type: str, usable_cores: int, workers: Option
 @contextmanager
 def torch_threads(n: Optional[int]) -> Iterator[Optional[int]]:
     """Run the block with ``n`` intra-op threads in this process (None: unchanged), then restore."""
+    import torch
+
     if n is None:
         yield None
         return
