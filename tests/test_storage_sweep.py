@@ -28,9 +28,10 @@ from pipeprof.orchestrate.sweep import expand
 from pipeprof.trials import one_pass_plan
 
 from conftest import LOOPBACK, free_port, serve_folder
-# short windows, warm-up settling capped at 1 s, no CPU reference probe (no test here reads it)
-QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "redraws": 10, "window_s": 0.3, "window_batches": 3,
-         "windows": 3, "ci_target": 0.25, "cpu_reference_s": 0}
+# short windows (0.2 s holds 15 or more batches of 2 here, the 20 MB/s throttle's included), at most 4 of them,
+# warm-up settling capped at 1 s, no CPU reference probe (no test here reads it)
+QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "redraws": 10, "window_s": 0.2, "window_batches": 3,
+         "windows": 3, "max_windows": 4, "ci_target": 0.25, "cpu_reference_s": 0}
 MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 
 
@@ -323,7 +324,7 @@ def throttle_demo(jpeg_folder, tmp_path_factory):
     raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 20}],
                      actions="predict", model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
                      loader={"num_workers": [2], "batch_size": 8},
-                     measure={"warmup_s": 0.5, "window_s": 0.5, "window_batches": 4, "windows": 3})
+                     measure={"warmup_s": 0.3, "window_s": 0.3, "window_batches": 4, "windows": 3})
     return pipeprof.run(C.build(raw), log=lambda *a: None)
 
 
@@ -542,13 +543,13 @@ def test_files_source_reads_a_file_list(jpeg_folder, tmp_path):
 
 
 def test_storage_fetch_without_a_window_is_a_failed_row_without_a_rate(jpeg_folder, tmp_path):
-    # each read waits 0.8 s, so one warm-up batch outlives the whole 1-s trial budget: no window is timed
+    # each read waits 0.4 s, so one warm-up batch (0.8 s) outlives the whole 0.5-s trial budget: no window is timed
     # (0 workers: the main process reads, so no DataLoader timeout ends the trial first)
-    raw = raw_config(tmp_path, jpeg_folder, [{"kind": "throttled", "inner": "files", "mb_s": 1000, "latency_ms": 800}],
+    raw = raw_config(tmp_path, jpeg_folder, [{"kind": "throttled", "inner": "files", "mb_s": 1000, "latency_ms": 400}],
                      loader={"num_workers": [0], "batch_size": 2}, trials=["storage_fetch"],
-                     measure=QUICK | {"max_trial_s": 1.0, "cpu_reference_s": 0})
+                     measure=QUICK | {"max_trial_s": 0.5, "cpu_reference_s": 0})
     run = pipeprof.run(C.build(raw), log=lambda *a: None)
     (row,) = run.trials.to_dict("records")
-    assert row["status"] == "failed" and "no timed window fitted in measure.max_trial_s (1 s)" in row["error"]
+    assert row["status"] == "failed" and "no timed window fitted in measure.max_trial_s (0.5 s)" in row["error"]
     assert row["windows"] == 0 and row["unstable"] and "warm-up cut short" in row["unstable_reason"]
     assert pd.isna(row.get("read_mb_s")) and pd.isna(row["samples_per_s"])

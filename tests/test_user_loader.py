@@ -16,8 +16,9 @@ from pipeprof import config as C
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.measure.loader import EndlessIter, shutdown, user_batch, worker_pids
 
-# short windows: these tests check the plumbing, not the rates
-MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "redraws": 10, "window_s": 0.2, "window_batches": 2,
+# short windows and warm-up: these tests check the plumbing, not the rates (a 0.1-s window still holds 7 or
+# more batches of every loader here, and each trial outlives several of its loader's passes)
+MEASURE = {"warmup_batches": 2, "warmup_s": 0.1, "warmup_max_s": 0.5, "redraws": 10, "window_s": 0.1, "window_batches": 2,
            "windows": 3, "max_windows": 3, "cpu_reference_s": 0}
 
 
