@@ -92,7 +92,7 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     skipped = {s["trial"].split(" (")[0]: s["reason"] for s in meta["search"]["skipped"]}
     assert "0 workers" in skipped["end_to_end at 0 workers"]
     assert ("end_to_end at 2 workers" in skipped) == (kinds["end_to_end"] == [1])
-    (v,) = meta["analysis"]["verdicts"]
+    (v,) = [v for v in meta["analysis"]["verdicts"] if v["num_workers"] == 1]  # one per end-to-end count measured
     assert v["verdict"] == "step-bound" and v["samples_per_s"] == pytest.approx(100, rel=0.15)
     assert meta["analysis"]["groups"][0]["recommended_workers"] == 1
     # 0 workers is inferred, not measured: loading (250/s) and the 100/s step take turns, 1/(1/250 + 1/100)
@@ -150,3 +150,13 @@ def test_sweep_speed_pairs_compare_the_two_sweeps_of_each_pair():
     assert p["time_ratio"] == 4.0 and p["rate_diff"] == pytest.approx(2108 / 2254 - 1)
     assert (p["adaptive_workers"], p["exhaustive_workers"]) == (14, 16)
     assert "240 s / 60 s = 4.0x" in render_sweep_speed(df) and "+1.0% (-2.0%…+4.0%)" in render_sweep_speed(df)
+
+
+def test_the_first_guess_below_a_doubled_top_is_probed_just_below_not_bisected_from_zero():
+    # the H200 default run: S / r1 = 4,715 / 323 gave 15 workers, doubling reached the 16 cores, 16 tied 15;
+    # 14 just below 15 says whether 15 are needed (it measured 3,277: no), instead of 7, 11 and 13
+    points = {15: Point(15, 3680.0, 3250.0, 4110.0), 16: Point(16, 3579.0, 3300.0, 3850.0)}
+    assert next_workers(points, 4715, 323, 16) == 14
+    assert next_workers(points | {14: Point(14, 3277.0, 3050.0, 3500.0)}, 4715, 323, 16) is None
+    # a probe below that ties leads to bisection below it, not a walk down an eighth at a time
+    assert next_workers(points | {14: Point(14, 3650.0, 3400.0, 3900.0)}, 4715, 323, 16) == 7

@@ -78,9 +78,11 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
     good = [w for w, p in points.items() if p.rate >= NEAR_BEST * best.rate]
     upper = min(good)
     below = below_of(upper)
-    if not reached and upper == top and below > 0 and below not in points and len(points) < MAX_POINTS:
-        # the loader binds at the most workers measured: one probe just below says whether all are
-        # needed; a rising curve's answer is then found without bisecting the whole range
+    if not reached and below > 0 and below not in points and len(points) < MAX_POINTS and _probe_below(points, upper):
+        # the loader binds at the most workers measured, or at the first guess below a top that only doubling
+        # reached: one probe just below says whether all are needed. The knee is usually there (S / r1 is where
+        # a linear curve meets the step), so a curve that bends there is answered without bisecting the whole
+        # range below it (the H200 box: 15 and 16 good, then 7, 11 and 13 measured where 14 alone settled it)
         return below
     if upper == below_of(top) and _still_rising(points[upper], points[top]):
         return None  # the probe just below the top ties with it, yet cannot be told from a curve still rising
@@ -91,6 +93,15 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
     if lower in points and points[lower].high >= points[upper].low:
         return None  # the bracket's ends cannot be told apart: bisecting between them would chase noise
     return (lower + upper) // 2
+
+
+def _probe_below(points: dict[int, Point], upper: int) -> bool:
+    """Probe just below ``upper``: it is the top, or the count just below a top it doubled to (not itself a
+    probe below the top) with nothing measured under it. Once: a probe that ties leads to bisection."""
+    ws, top = sorted(points), max(points)
+    if upper == top:
+        return True
+    return upper == ws[-2] and below_of(top) != upper and ws[0] == upper
 
 
 def _still_rising(probe: Point, top: Point) -> bool:
