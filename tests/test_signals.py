@@ -15,9 +15,10 @@ import pytest
 
 from pipeprof.results import load_run
 
-MEASURE = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.5", "measure.windows=3",
+MEASURE = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.windows=3",
            "measure.max_windows=3", "measure.window_batches=2", "measure.cpu_reference_s=0"]
-# 10 ms of CPU a sample, batch 4: each trial runs its workers for 1.5 s and more (the signal lands in one)
+# 10 ms of CPU a sample, batch 4: each trial runs its workers for 1.1 s and more (the signal lands in one, or
+# between two: the checks hold either way; _mid_sweep polls every 50 ms)
 BURN = ["data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset", "loader.batch_size=4", "device=cpu",
         "stage_timing=false", "model.threads=1"]
 
