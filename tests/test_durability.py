@@ -92,8 +92,8 @@ def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfi
     out = tmp_path / "out"
     sets = [f"out_dir={out}", f"data.cache_dir={tmp_path}/ds", "data.images=16", "data.classes=2", "name=k",
             "trials=[cpu_pipeline]", "loader.num_workers=[0,1,2]", "augment.preset=[light,standard,heavy]",
-            "loader.batch_size=4", "stage_timing=false", "measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10",
-            "measure.window_s=0.3", "measure.windows=3", "measure.max_windows=3", "measure.cpu_reference_s=0"]
+            "loader.batch_size=4", "stage_timing=false", "measure.warmup_s=0.1", "measure.warmup_max_s=0.5", "measure.redraws=10",
+            "measure.window_s=0.1", "measure.windows=3", "measure.max_windows=3", "measure.cpu_reference_s=0"]
     proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -121,7 +121,7 @@ def test_a_disk_that_fills_mid_run_keeps_the_trials_says_how_much_and_exits_2(sm
     sets = ["data.images=16", "data.classes=2", f"data.cache_dir={tmp_path}/datasets", f"out_dir={small_disk}",
             "loader.num_workers=[0,1,2]", "loader.batch_size=4", "augment.preset=light", "name=full",
             "trials=[cpu_pipeline,end_to_end]", "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms",
-            "model.threads=1", "measure.window_s=0.3", "measure.max_windows=3", "measure.warmup_max_s=1", "measure.redraws=10",
+            "model.threads=1", "measure.window_s=0.1", "measure.max_windows=3", "measure.warmup_max_s=0.5", "measure.redraws=10",
             "measure.cpu_reference_s=0"]
     proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *sum([["--set", x] for x in sets], [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -35,7 +35,7 @@ from pipeprof.results import new_run_dir
 from pipeprof.trials.skeleton import collate_user
 
 HERE = Path(__file__).resolve().parents[1]
-QUICK = ["measure.warmup_s=0.1", "measure.window_s=0.2", "measure.window_batches=2", "measure.windows=2",
+QUICK = ["measure.warmup_s=0.1", "measure.warmup_max_s=0.5", "measure.window_s=0.1", "measure.window_batches=2", "measure.windows=2",
          "measure.max_windows=2", "measure.cpu_reference_s=0", "measure.max_trial_s=20", "loader.batch_size=4",
          "device=cpu", "model.threads=1", "stage_timing=false", "name=t"]
 # what each odd path is, as the reason names it
