@@ -385,6 +385,9 @@ class MeasureConfig(_Strict):
     action_window_s: Optional[float] = Field(None, gt=0)  # None: 4 × window_s (3 s at the default)
     action_pairs: int = Field(4, ge=2)  # planned pairs
     action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
+    # all action trials together, after the answer: the predicted best first; what the budget leaves out is
+    # listed as not tried with this reason (the H200 default run: 5 actions at ~125 s each would take 10 min)
+    actions_max_s: float = Field(240.0, gt=0)
 
 
 class DistributedConfig(_Strict):

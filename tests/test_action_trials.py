@@ -90,6 +90,24 @@ def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_
     assert [p.why_not for p in refused if p.id == "gpu_pipeline"] == ["preset 'x' uses CoarseDropout"]
 
 
+def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_why_not():
+    """The H200 default run: uint8 predicted +22%, the decoder +15%, the GPU pipeline not predicted; a budget
+    that ends after the first trial leaves the others planned, with the budget as their reason."""
+    from pipeprof.orchestrate.actions import _by_predicted_gain, _out_of_budget
+
+    g = group(actions=[{"id": "uint8", "gain_frac": 0.22}, {"id": "decoder", "gain_frac": 0.15},
+                       {"id": "gpu_pipeline", "gain_frac": None}])
+    planned = plan(g, ROW, GPU)
+    todo = _by_predicted_gain([(0, None, p) for p in planned if p.why_not is None], [g])
+    assert [p.id for _, _, p in todo] == ["uint8", "decoder", "gpu_pipeline"]
+    ((_, after),) = _out_of_budget([(None, planned)], todo, {(0, "uint8"): {}}, False, 240)
+    why = {p.id: p.why_not for p in after}
+    assert why["uint8"] is None and "measure.actions_max_s = 240 s" in why["decoder"] == why["gpu_pipeline"]
+    assert why["memory"] == "it relieves storage, and workers binds here"  # not planned: its own reason kept
+    # an interrupted run keeps the plans as they were (combine says it was interrupted)
+    assert _out_of_budget([(None, planned)], todo, {}, True, 240) == [(None, planned)]
+
+
 def test_a_users_loader_gets_only_the_loader_knobs_tried():
     row = ROW.drop(["decoder", "source"]).copy()
     row["loader_restarts"] = 3  # its passes end inside a trial: workers start again each pass

@@ -32,6 +32,8 @@ from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_action
 from pipeprof.trials.watchdog import Leash, run_bounded
 from .sweep import SETUP_MARGIN_S, failure_columns, release
 
+MIN_ACTION_S = 30.0  # less left of the budget than this: no trial starts (start-up and drains alone take ~15 s)
+
 
 def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
     """Plan, run and store the action trials of ``run`` (a Run with its analysis) made from ``plan_``
@@ -39,15 +41,38 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -
     groups = run.meta.get("analysis", {}).get("groups", [])
     facts = _facts(plan_)
     plans = [_plan_group(run.trials, g, facts) for g in groups]
-    todo = [(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned if p.why_not is None]
+    todo = _by_predicted_gain([(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned
+                               if p.why_not is None], groups)
     record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
     run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
     rows, interrupted = _run(run, plan_, todo, models, loss_fn, log) if todo else ({}, False)
+    plans = _out_of_budget(plans, todo, rows, interrupted, plan_.cfg.measure.actions_max_s)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
         g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
         g["best_measured_action"] = best_measured(g["actions"])
     record |= {"tried": len(rows), "interrupted": interrupted}
     run.save_meta()
+
+
+def _by_predicted_gain(todo: list, groups: list) -> list:
+    """The planned trials, the largest predicted gain first (the group's ranked actions), then the ones
+    with no prediction: the budget spends itself on what is most likely to matter."""
+    def rank(item) -> tuple:
+        i, _, p = item
+        ranked = [a.get("id") for a in groups[i].get("actions", []) if a.get("gain_frac") is not None]
+        return (ranked.index(p.id) if p.id in ranked else len(ranked), i)
+    return sorted(todo, key=rank)
+
+
+def _out_of_budget(plans: list, todo: list, rows: dict, interrupted: bool, budget_s: float) -> list:
+    """The plans with why each planned trial that did not run was left out: the budget, when it ran out."""
+    if interrupted:
+        return plans  # combine says "the run was interrupted first"
+    left = {(i, p.id) for i, _, p in todo if (i, p.id) not in rows}
+    why = (f"the action trials' time budget (measure.actions_max_s = {budget_s:g} s) was spent on the actions "
+           "predicted to gain more; raise it to try this one")
+    return [(spec, [p._replace(why_not=why) if (i, p.id) in left else p for p in planned])
+            for i, (spec, planned) in enumerate(plans)]
 
 
 def _facts(plan_) -> Facts:
@@ -101,10 +126,18 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
                                        int(plan_.machine["cores"]["usable"]), user_dataset=plan_.user_dataset,
                                        user_loader=plan_.user_loader, loss_fn=loss_fn, models=models)
+        t0 = time.perf_counter()
         try:
             for n, (i, spec, p) in enumerate(todo, 1):
+                left_s = cfg.measure.actions_max_s - (time.perf_counter() - t0)
+                if left_s < MIN_ACTION_S:
+                    log(f"action trials: the budget (measure.actions_max_s = {cfg.measure.actions_max_s:g} s) is spent; "
+                        f"{len(todo) - n + 1} not tried")
+                    break
                 log(f"action trial {n}/{len(todo)}: {p.action}, against the baseline at {spec.num_workers} workers")
-                row = _one(ctx, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
+                capped = replace(ctx, measure=ctx.measure.model_copy(
+                    update={"max_trial_s": min(ctx.measure.max_trial_s, left_s)}))
+                row = _one(capped, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
                            lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
                 out[(i, p.id)] = row
                 run.meta["action_trials"]["rows"].append(row)
