@@ -295,3 +295,25 @@ def test_batch_forms_on_cuda_match_the_same_forms_on_cpu(encoded):
         gpu = GpuPipeline(spec(*chain), "cuda", seed=6).augment([img.cuda() for img in images])
         assert gpu.device.type == "cuda" and gpu.shape == cpu.shape and gpu.dtype == cpu.dtype
         assert float(levels(gpu.cpu(), cpu).mean()) < 0.1 and float(levels(gpu.cpu(), cpu).max()) <= 2
+
+
+def test_a_batch_of_bytes_crosses_from_the_workers_as_one_tensor_and_decodes_as_the_files(tiny_dataset):
+    """The workers read bytes; a batch reaches the training process as one flat tensor and each sample's
+    length (one shared-memory segment, not one per sample), split there into views that decode as the
+    files themselves do."""
+    from torch.utils.data import DataLoader
+    from torchvision.io import decode_jpeg
+
+    from pipeprof.data.encoded import EncodedDataset, collate_encoded, unpacked
+
+    src = source_class("files")(tiny_dataset)
+    loader = DataLoader(EncodedDataset(src), batch_size=4, num_workers=1, collate_fn=collate_encoded)
+    batch = next(iter(loader))
+    assert batch["encoded"].dim() == 1 and batch["encoded"].dtype == torch.uint8
+    files = [src.read(i) for i in range(4)]
+    assert batch["lengths"].tolist() == [len(f) for f in files] and len(batch["encoded"]) == sum(map(len, files))
+    views = unpacked(batch)
+    assert [bytes(v.numpy()) for v in views] == files
+    for got, want in zip(decode_jpeg(views), decode_jpeg([torch.frombuffer(bytearray(f), dtype=torch.uint8)
+                                                          for f in files])):
+        assert torch.equal(got, want)

@@ -1,8 +1,12 @@
 """Workers that only read bytes (``augment.device: cuda``): the training process decodes and augments.
 
 Sample ``i`` is the file's encoded bytes as a 1-D uint8 tensor (what ``torchvision.io.decode_jpeg``
-takes), its label and its read's CPU seconds; :func:`collate_encoded` keeps the bytes as a list (JPEGs
-differ in length) so the batch is decoded in one call on the step's device (``gpu_augment``).
+takes), its label and its read's CPU seconds; :func:`collate_encoded` packs a batch's bytes into one
+flat tensor with each sample's length (JPEGs differ in length), and :func:`unpacked` splits it into the
+list of views that ``decode_jpeg`` decodes in one call on the step's device (``gpu_augment``). One
+tensor, not a list of 256: a DataLoader worker hands every tensor of a batch over through a
+shared-memory segment and a file descriptor of its own, and the pin-memory thread pins each; on the
+H200 box the loader with a list delivered 82 ms per batch of 256 where decode and augment took 35.
 """
 from __future__ import annotations
 
@@ -54,11 +58,18 @@ class EncodedDataset(Dataset):
 
 
 def collate_encoded(samples: list[EncodedSample]) -> dict:
-    """``{"encoded": [uint8 tensors], "label", "stage_s": [read, collate], "bad_samples", "large_images"}``."""
+    """``{"encoded": flat uint8 tensor, "lengths", "label", "stage_s": [read, collate], "bad_samples",
+    "large_images"}``: the samples' bytes end to end, ``lengths`` each one's byte count."""
     t0 = time.perf_counter()
     labels = torch.as_tensor([s.label for s in samples], dtype=torch.long)
     stage = np.sum([s.stage_s for s in samples], axis=0)
     notes = [s.notes for s in samples if s.notes]
-    return {"encoded": [s.data for s in samples], "label": labels,
+    lengths = torch.as_tensor([len(s.data) for s in samples], dtype=torch.long)
+    return {"encoded": torch.cat([s.data for s in samples]), "lengths": lengths, "label": labels,
             "stage_s": torch.as_tensor(np.append(stage, time.perf_counter() - t0), dtype=torch.float64),
             "bad_samples": [b for n in notes for b in n["bad"]], "large_images": []}
+
+
+def unpacked(batch: dict) -> list[torch.Tensor]:
+    """The batch's samples' bytes as a list of 1-D views into its flat tensor (no copy)."""
+    return list(torch.split(batch["encoded"], batch["lengths"].tolist()))

@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from pipeprof.data.encoded import unpacked
 from pipeprof.data.gpu_augment import for_preset
 from pipeprof.measure.step import DeviceClock
 
@@ -30,7 +31,7 @@ class DeviceSide:
     def __call__(self, batch: dict, measuring: bool) -> dict:
         t0 = time.perf_counter()
         m0 = self.clock.mark()
-        images = self.pipe.decode(batch["encoded"])
+        images = self.pipe.decode(unpacked(batch))
         m1 = self.clock.mark()
         out = self.pipe.augment(images)
         m2 = self.clock.mark()
