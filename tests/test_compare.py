@@ -101,3 +101,38 @@ def test_cli_writes_html_and_prints_markdown(tmp_path, capsys):
 def test_compare_needs_two_runs(capsys):
     assert main(["compare", str(A)]) == 2
     assert "two runs" in capsys.readouterr().err
+
+
+def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
+    """The rerun changed the decoder in every trial (pil → cv2) and ran 10% faster: its trials are matched
+    across the decoder, and the baseline's decoder action trial (+8%, -3% to +19% at 1 worker) is set beside
+    the rerun's end-to-end gain at 1 worker (+10%: inside its interval)."""
+    import copy
+    import shutil
+
+    from pipeprof.report.comparison import render_compare_markdown
+
+    base = load_run(B)
+    base.meta = copy.deepcopy(base.meta) | {"action_trials": {"rows": [
+        {"action": "decoder", "status": "ok", "num_workers": 1, "action_gain_frac": 0.08,
+         "action_gain_ci95_low": -0.03, "action_gain_ci95_high": 0.19}]}}
+    shutil.copytree(B, tmp_path / "rerun")
+    rerun = load_run(tmp_path / "rerun")
+    has = rerun.trials["decoder"].notna()
+    rerun.trials.loc[has, "decoder"] = "cv2"
+    for col in ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"):
+        rerun.trials.loc[has, col] *= 1.1
+    c = compare([base, rerun], ["pil", "cv2"])
+    assert c.changed == {"cv2": {"decoder": ("pil", "cv2")}}
+    assert len(c.ratios) == len(_ok(base))  # every ok trial matched, across the decoder
+    decoded = c.ratios[c.ratios["kind"].isin(["cpu_pipeline", "end_to_end"])]
+    assert decoded["ratio"].tolist() == pytest.approx([1.1] * len(decoded))
+    (a,) = c.actions
+    assert (a["action"], a["setting"], a["agrees"]) == ("decoder", "decoder", True)
+    assert a["rerun_gain"] == pytest.approx(0.10)
+    text = render_compare_markdown(c, [base, rerun])
+    assert "`cv2` changed decoder pil → cv2 in every trial" in text
+    assert "measured +8.0% (95% interval -3.0% to +19.0%) at 1 workers; the rerun's end-to-end trial there: " \
+           "+10.0%, inside the trial's interval" in text
+    # two runs that differ in no setting wholesale match as before: nothing is said to have changed
+    assert compare([base, load_run(B)], ["a", "b"]).changed == {"b": {}}

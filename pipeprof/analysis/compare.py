@@ -14,8 +14,10 @@ from typing import NamedTuple, Optional
 import pandas as pd
 
 #: the settings that make two trials the same measurement (those a run lacks are left out)
-SETTINGS = ["kind", "model", "precision", "mode", "preset", "decoder", "source", "cache_state", "batch_size",
-            "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus", "p2p"]
+SETTINGS = ["kind", "model", "precision", "mode", "preset", "decoder", "augment_device", "source", "cache_state",
+            "batch_size", "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus", "p2p"]
+#: a setting changed wholesale between two runs -> the action trial (``trials.actions``) that tries that change
+ACTION_OF = {"decoder": "decoder", "augment_device": "gpu_pipeline", "pin_memory": "pin_memory"}
 #: config fields that name a run rather than change what it measures
 NOT_SETTINGS = {"name", "out_dir", "data.cache_dir"}
 MACHINE = ["cpu_model", "cores.usable", "memory.total_gb", "torch.version", "torch.device_names",
@@ -92,10 +94,33 @@ def _interval(df: pd.DataFrame, side: str) -> pd.Series:
     return df[col] if col in df else pd.Series(float("nan"), index=df.index)
 
 
+def _one_value(trials: pd.DataFrame, col: str):
+    """The single value ``col`` holds over a run's ok trials (missing ignored), else None."""
+    ok = trials[trials["status"] == "ok"] if len(trials) and "status" in trials else trials
+    values = ok[col].dropna().map(_key).unique() if col in ok else []
+    return values[0] if len(values) == 1 else None
+
+
+def changed(base, other) -> dict:
+    """The settings one run changed wholesale against the other (``decoder``: pil in every trial of the
+    first, cv2 in every trial of the second): setting -> (base's value, other's). Trials are matched across
+    them, so a run with an action applied sits beside the run without it."""
+    out = {}
+    for col in SETTINGS:
+        if col in ("kind", "num_workers", "batch_size"):
+            continue
+        a, b = _one_value(base.trials, col), _one_value(other.trials, col)
+        if a is not None and b is not None and a != b:
+            out[col] = (a, b)
+    return out
+
+
 def ratios(base, other, label: str) -> pd.DataFrame:
-    """One row per trial of ``other`` whose settings match one of ``base``: both rates, the ratio,
-    whether their 95% intervals overlap, and the ratio over the CPU references' ratio."""
-    cols = [c for c in SETTINGS if c in base.trials and c in other.trials]
+    """One row per trial of ``other`` whose settings match one of ``base`` (across the settings changed
+    wholesale, :func:`changed`): both rates, the ratio, whether their 95% intervals overlap, and the
+    ratio over the CPU references' ratio."""
+    across = changed(base, other)
+    cols = [c for c in SETTINGS if c in base.trials and c in other.trials and c not in across]
     a, b = _keyed(base.trials, cols), _keyed(other.trials, cols)
     m = a.assign(lo=_interval(a, "low"), hi=_interval(a, "high")).merge(
         b.assign(lo=_interval(b, "low"), hi=_interval(b, "high"))[["_match", "samples_per_s", "lo", "hi"]],
@@ -111,19 +136,45 @@ def ratios(base, other, label: str) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def action_checks(base, other, label: str, table: pd.DataFrame) -> list[dict]:
+    """For each setting ``other`` changed wholesale that an action trial tries: the baseline run's action
+    trial (measured gain and interval, at its worker count) beside the rerun's end-to-end ratio at the
+    same worker count, and whether the ratio falls in the trial's interval."""
+    out = []
+    rows = {r.get("action"): r for r in (base.meta.get("action_trials") or {}).get("rows", [])
+            if r.get("status") == "ok"}
+    for col, (was, now) in changed(base, other).items():
+        trial = rows.get(ACTION_OF.get(col))
+        if trial is None:
+            continue
+        e2e = table[(table["run"] == label) & (table["kind"] == "end_to_end")]
+        e2e = e2e[e2e["num_workers"].map(_key) == _key(trial.get("num_workers"))]
+        ratio = float(e2e["ratio"].iloc[0]) if len(e2e) else None
+        lo, hi = trial.get("action_gain_ci95_low"), trial.get("action_gain_ci95_high")
+        out.append({"run": label, "setting": col, "from": was, "to": now, "action": trial.get("action"),
+                    "num_workers": trial.get("num_workers"), "trial_gain": trial.get("action_gain_frac"),
+                    "trial_low": lo, "trial_high": hi, "rerun_gain": ratio - 1 if ratio is not None else None,
+                    "agrees": None if ratio is None or lo is None or hi is None else bool(lo <= ratio - 1 <= hi)})
+    return out
+
+
 class Comparison(NamedTuple):
-    """What ``compare`` found: the runs' labels, matching trials' ratios, differing settings, references."""
+    """What ``compare`` found: the runs' labels, matching trials' ratios, differing settings, references,
+    the settings each later run changed wholesale, and the baseline's action trials beside those changes."""
 
     labels: list[str]
     ratios: pd.DataFrame
     differences: list[Difference]
     references: list[Optional[float]]
+    changed: dict = {}
+    actions: list = []
 
 
 def compare(runs: list, labels: list[str]) -> Comparison:
     """Every later run against the first (the baseline): ratios of matching trials, what differs."""
     if len(runs) < 2:
         raise ValueError("compare needs two runs or more")
-    rows = [ratios(runs[0], r, lab) for r, lab in zip(runs[1:], labels[1:])]
-    return Comparison(labels, pd.concat(rows, ignore_index=True), differences(runs),
-                      [reference_rate(r.meta) for r in runs])
+    rows = pd.concat([ratios(runs[0], r, lab) for r, lab in zip(runs[1:], labels[1:])], ignore_index=True)
+    return Comparison(labels, rows, differences(runs), [reference_rate(r.meta) for r in runs],
+                      {lab: changed(runs[0], r) for r, lab in zip(runs[1:], labels[1:])},
+                      [a for r, lab in zip(runs[1:], labels[1:]) for a in action_checks(runs[0], r, lab, rows)])

@@ -61,6 +61,25 @@ def _differences(c: Comparison) -> list[str]:
             for d in c.differences]
 
 
+def _pct(v) -> str:
+    return f"{v:+.1%}" if v is not None and v == v else "–"
+
+
+def _changes(c: Comparison) -> list[str]:
+    """Per later run, the settings it changed wholesale (trials matched across them), then each such change
+    that the baseline's action trials tried: the trial's gain beside the rerun's."""
+    out = [f"`{lab}` changed {', '.join(f'{k} {a} → {b}' for k, (a, b) in ch.items())} in every trial: its trials "
+           "are matched to the baseline's across it" for lab, ch in c.changed.items() if ch]
+    for a in c.actions:
+        agree = {True: "inside the trial's interval", False: "outside the trial's interval",
+                 None: "no end-to-end trial at that count to set beside it"}[a["agrees"]]
+        out.append(f"`{a['run']}` ({a['setting']} {a['to']}): the baseline's action trial measured "
+                   f"{_pct(a['trial_gain'])} (95% interval {_pct(a['trial_low'])} to {_pct(a['trial_high'])}) at "
+                   f"{_cell(a['num_workers'])} workers; the rerun's end-to-end trial there: {_pct(a['rerun_gain'])}, "
+                   f"{agree}")
+    return out
+
+
 def _references(c: Comparison, runs: list) -> list[str]:
     out = []
     for lab, run, ref in zip(c.labels, runs, c.references):
@@ -84,6 +103,7 @@ def render_compare_markdown(c: Comparison, runs: list) -> str:
              f"Baseline `{c.labels[0]}`; ratio = run ÷ baseline. {_counts(c)}.", ""]
     diffs = _differences(c)
     parts += ["## What differs", ""] + ([f"- {d}" for d in diffs] or ["- nothing in the configs or machines"])
+    parts += ["", "## Changed in every trial", ""] + [f"- {x}" for x in _changes(c)] if _changes(c) else []
     parts += ["", "## Matching trials", "", f"Every row: {common}." if common else "",
               "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     parts += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
@@ -103,7 +123,8 @@ def render_compare_html(c: Comparison, runs: list) -> str:
                    f"</figcaption></figure>" for f in F.compare_figures(runs, c.labels))
     body = [f"<h1>pipeprof compare</h1><p class=\"sub\">{' · '.join(esc(lab) for lab in c.labels)} — baseline "
             f"<b>{esc(c.labels[0])}</b>; ratio = run ÷ baseline. {esc(_counts(c))}.</p>",
-            '<h2>What differs</h2><ul id="differences">' + "".join(f"<li>{esc(d)}</li>" for d in diffs) + "</ul>",
+            '<h2>What differs</h2><ul id="differences">' + "".join(f"<li>{esc(d)}</li>" for d in diffs)
+            + "".join(f'<li class="changed">{esc(x)}</li>' for x in _changes(c)) + "</ul>",
             f'<h2>Answers</h2><ul class="notes">{answers}</ul>', "<h2>Curves</h2>" + figs,
             "<h2>Matching trials</h2>" + (f'<p class="small">Every row: {esc(common)}.</p>' if common else "")
             + table_html(headers, rows, "table-ratios", TEXT)
