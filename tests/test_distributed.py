@@ -21,8 +21,8 @@ from pipeprof.trials import TrialSpec
 from pipeprof.trials.columns import combine_ranks
 
 # these tests check what the ranks record and how it is combined (sums, the slowest rank, efficiency), not a
-# rate: two short windows a trial, and the 1-GPU group's action trial (it binds on the input side) as one
-# pair of short windows (at the default 4 pairs of 1.6 s windows it took 28 s, most of the test)
+# rate: two short windows a trial, and the 1-GPU group's action trial (it binds on the input side) as two
+# pairs of 0.4 s windows, the fewest allowed (at the default 4+ pairs of 1.6 s windows it took 28 s)
 SMALL = {"device": "cpu", "stage_timing": False, "data": {"images": 64, "classes": 4},
          "augment": {"preset": "light"}, "loader": {"num_workers": [1], "batch_size": 8},
          "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
