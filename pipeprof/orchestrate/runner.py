@@ -35,7 +35,7 @@ from pipeprof.results import DiskFull, Run, check_out_dir, load_run, new_run_dir
 from .resume import differences, kept_rows
 from pipeprof.schema import SCHEMA_VERSION
 from .search import run_adaptive
-from .sweep import expand, preset_probe, run_sweep
+from .sweep import expand, preset_probe, run_sweep, trial_heap
 from pipeprof.trials import TrialContext, timed_regions
 from pipeprof.trials.skeleton import collate_user
 
@@ -145,7 +145,8 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
     run, kept = _reopen(earlier, plan, log) if earlier is not None else (_new_run(plan, started, log), {})
     try:
         run.reserve()
-        _finish(run, plan, models, loss_fn, progress, kept, started, log, on_answer)
+        with trial_heap(collect_first=plan.cfg.device == "cuda"):  # each trial's release walks its own objects
+            _finish(run, plan, models, loss_fn, progress, kept, started, log, on_answer)
     except DiskFull:  # what was saved stays whole; the reserve gives run.json room for its last status
         run.release_reserve()
         run.meta["status"] = "failed: disk full"

@@ -13,12 +13,13 @@ keeps what was measured.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import time
 from dataclasses import replace
 from itertools import product
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -136,6 +137,26 @@ def release(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def trial_heap(collect_first: bool = False) -> Iterator[None]:
+    """Within the block, :func:`release`'s collection walks only the objects made in it: what the process
+    held before is set aside from the garbage collector (``gc.freeze``), and set back at the end
+    (``gc.unfreeze``). A full collection walks the whole heap: 0.2-0.4 s with torch and pandas loaded, once
+    per trial, for cycles that only the trials make. ``collect_first``: free the garbage already there
+    before setting it aside (on a GPU, cycles holding device memory). A process that froze objects of its
+    own keeps its policy: nothing is frozen or set back."""
+    if gc.get_freeze_count():
+        yield
+        return
+    if collect_first:
+        gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def error_text(exc: BaseException, limit: int = 2000) -> str:
