@@ -49,8 +49,9 @@ def hand_loop(windows: int = 5, seconds: float = 0.5) -> float:
 
 def handoff_trial(tmp_path) -> dict:
     run = pipeprof.profile(BigFloats(), model=FixedStepModel(0.001), batch_size=BATCH, num_workers=[WORKERS],
-                           trials=["handoff"], measure={"warmup_batches": 6, "warmup_s": 0.3, "window_s": 0.5,
-                                                        "window_batches": 3, "windows": 3, "cpu_reference_s": 0},
+                           trials=["handoff"], measure={"warmup_batches": 6, "warmup_s": 0.3, "warmup_max_s": 2,
+                                                        "window_s": 0.5, "window_batches": 3, "windows": 3,
+                                                        "cpu_reference_s": 0},
                            out_dir=str(tmp_path), threads=1, device="cpu", log=lambda *a: None,
                            config={"loader": {"pin_memory": False}})
     (row,) = run.trials.to_dict("records")

@@ -234,8 +234,8 @@ def profile_ten_outputs(dataset, tmp_path):
     run = pipeprof.profile(
         dataset, model=nn.Sequential(nn.Flatten(), nn.LazyLinear(10)), batch_size=4, num_workers=[0],
         trials=["gpu_ceiling", "end_to_end"], out_dir=str(tmp_path), device="cpu", log=lambda *a: None,
-        measure={"warmup_batches": 1, "warmup_s": 0.1, "window_s": 0.2, "window_batches": 2, "windows": 2,
-                 "cpu_reference_s": 0})
+        measure={"warmup_batches": 1, "warmup_s": 0.1, "warmup_max_s": 0.5, "window_s": 0.2, "window_batches": 2,
+                 "windows": 2, "max_windows": 2, "redraws": 10, "cpu_reference_s": 0})  # a status, not a rate
     return run.trials.set_index("kind")
 
 
