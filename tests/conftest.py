@@ -64,7 +64,7 @@ def cpu_run_dir(tmp_path_factory):
     sets = ["data.images=16", "data.classes=2", f"data.cache_dir={out}/datasets", f"out_dir={out}",
             "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
             "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
-            "measure.redraws=10", "measure.cpu_reference_s=0.3", "overhead_checks=true"]
+            "measure.max_windows=5", "measure.redraws=10", "measure.cpu_reference_s=0.3", "overhead_checks=true"]
     assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
     (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
     return path
