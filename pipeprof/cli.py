@@ -70,6 +70,8 @@ def _watch_parser(sub) -> None:
     watch.add_argument("--out-dir", default="out")
     watch.add_argument("--window-s", type=float, default=0.75, help="steady-state window length (measure.window_s)")
     watch.add_argument("--live-s", type=float, default=5.0, help="seconds between live lines")
+    watch.add_argument("--redraws", type=int, default=60, help="re-draws of the windows for the answer's confidence "
+                                                             "(measure.redraws; 0: none)")
     watch.add_argument("--log", metavar="FILE", help="pipeprof's own lines go to FILE instead of stderr")
     watch.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...: the job, unchanged")
 
@@ -409,7 +411,7 @@ def cmd_watch(args) -> int:
     seconds = 30.0 if args.tune and args.seconds is None and args.steps is None else args.seconds
     try:
         return Session(Options(command, seconds, args.steps, args.tune, args.stop, args.out_dir, args.window_s,
-                               args.live_s, log)).execute()
+                               args.live_s, log, args.redraws)).execute()
     finally:
         if sink:
             sink.close()

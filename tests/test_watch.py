@@ -113,7 +113,7 @@ dist.destroy_process_group()
 
 def _watch(tmp: Path, args: list[str], job: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pipeprof", "watch", "--out-dir", str(tmp / "out"), "--window-s", "0.5",
-           "--live-s", "1", "--log", str(tmp / "watch.log"), *args, "--", *job]
+           "--live-s", "1", "--redraws", "10", "--log", str(tmp / "watch.log"), *args, "--", *job]
     return subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=240, env=env)
 
 

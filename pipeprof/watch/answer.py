@@ -60,12 +60,13 @@ def slowest_rank(rows: list[dict]) -> dict | None:
             "others_data_wait_frac_median": others, "why": why}
 
 
-def analyse_loaders(rows: list[dict], cores: float, device: str) -> dict:
-    """run.json's ``analysis`` for a watch (see the module docstring)."""
+def analyse_loaders(rows: list[dict], cores: float, device: str, draws: int = 60) -> dict:
+    """run.json's ``analysis`` for a watch (see the module docstring); ``draws``: re-draws of the windows
+    for the answer's confidence (``--redraws``)."""
     parts, loaders = [], {}
     for label in dict.fromkeys(r["loader"] for r in rows):
         mine = [r for r in rows if r["loader"] == label]
-        part = analyse(frame(mine), cores=cores, device=device)
+        part = analyse(frame(mine), cores=cores, device=device, draws=draws)
         for g in part["groups"]:
             g["loader"] = label
         parts.append(part)

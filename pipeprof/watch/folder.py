@@ -112,7 +112,7 @@ def meta(session, status: str, analysis: dict, machine: dict) -> dict:
             "started": session.started, "finished": time.time(),
             "window": {"seconds": o.seconds, "steps": o.steps, "window_s": o.window_s,
                        "watched_s": session.watched_s()},
-            "config": {"device": session.device(), "measure": {"window_s": o.window_s}},
+            "config": {"device": session.device(), "measure": {"window_s": o.window_s, "redraws": o.redraws}},
             "machine": machine, "loaders": session.store.loaders, "processes": list(session.store.procs.values()),
             "exceptions": session.store.exceptions, "tune": session.tune_result,
             "timed_regions": {"end_to_end": WATCH_REGION, "gpu_ceiling": STEP_REGION, "cpu_pipeline": TUNE_REGION},

@@ -55,6 +55,7 @@ class Options:
     window_s: float = 0.75  # steady-state windows (measure.window_s): the watch's and the pause's
     live_s: float = 5.0
     log: Callable[[str], None] = field(default=_stderr)
+    redraws: int = 60  # re-draws of the windows for the answer's confidence (measure.redraws)
 
 
 def child_env(socket_path: str) -> dict:
@@ -257,7 +258,7 @@ class Session:
         cores = usable_cores()["usable"]
         if self.tuned:
             self.tune_result |= self._recommend(rows, cores)
-        analysis = analyse_loaders(rows, cores, self.device()) if rows else {}
+        analysis = analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {}
         run = write(self, status, analysis, rows, machine())
         self._report(run)
         for text in live.summary(run, self.tune_result):
