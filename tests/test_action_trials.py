@@ -218,3 +218,19 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
         "mode": "measure", "tried": 1, "planned": 1, "interrupted": False}
     again = pipeprof.load_run(run.path)  # what run.json stored reads back the same
     assert again.meta["analysis"]["groups"][0]["best_measured_action"]["id"] == "decoder"
+
+
+def test_a_gain_whose_interval_stays_wider_than_the_target_is_marked_unstable():
+    """Pairs of known rates: the variant 110 or 130 against 100 (+10%, +30%, +10%, +30%: ±18.4% at 95%, t = 3.18), and a
+    steady +20%; only the first is wider than ± 5% when the pairs run out."""
+    from pipeprof.measure.windows import Paired, Window
+    from pipeprof.trials.actions import paired_columns
+
+    def paired(gains):
+        return Paired(a=[Window(0.0, 1.0, 100 * (1 + g), 1) for g in gains], b=[Window(0.0, 1.0, 100, 1)] * len(gains))
+
+    wide = paired_columns(paired([0.1, 0.3, 0.1, 0.3]), 60.0, 0.05)
+    assert wide["action_gain_frac"] == pytest.approx(0.2) and wide["unstable"]
+    assert "±18.4%, wider than ±5%, after 4 pairs" in wide["unstable_reason"]
+    steady = paired_columns(paired([0.2, 0.2, 0.2]), 60.0, 0.05)
+    assert steady["action_gain_frac"] == pytest.approx(0.2) and not steady["unstable"]

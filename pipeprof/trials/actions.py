@@ -145,7 +145,7 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
         ctx.monitor.track_workers([])
         for it in its.values():
             shutdown(it)
-    return paired_columns(paired, ctx.measure.max_trial_s) | _side_columns(alt.side)
+    return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side)
 
 
 def action_policy(measure):
@@ -189,13 +189,18 @@ def _side_columns(side) -> dict:
     return {k: v for k, v in cols.items() if v is not None}  # no share: the windows alternate two pipelines
 
 
-def paired_columns(paired, max_trial_s: float) -> dict:
+def paired_columns(paired, max_trial_s: float, ci_target: Optional[float] = None) -> dict:
     """The variant's and the baseline's rates, the gain per pair (variant / baseline - 1: the negative of
-    ``Paired.cost``) with its 95% interval, and why the row is unstable when it is."""
+    ``Paired.cost``) with its 95% interval, and why the row is unstable when it is: fewer than 2 pairs, or
+    the gain's interval wider than ± ``ci_target`` when the pairs ran out."""
     cost, windows = paired.cost(), paired.a + paired.b
     a, b = summarize_rates([w.rate for w in paired.a]), summarize_rates([w.rate for w in paired.b])
     reasons = [f"only {cost['pairs']} pair(s) of windows fitted in max_trial_s ({max_trial_s:g} s)"] \
         if cost["pairs"] < 2 else []
+    half = (cost["cost_ci95_high"] - cost["cost_ci95_low"]) / 2 if cost["cost_ci95_low"] is not None else None
+    if ci_target is not None and half is not None and half > ci_target:
+        reasons.append(f"the gain's 95% interval is ±{half:.1%}, wider than ±{ci_target:.0%}, after {cost['pairs']} "
+                       f"pairs (max_trial_s {max_trial_s:g} s or measure.action_max_pairs reached)")
     flip = {"action_gain_frac": "cost_frac", "action_gain_ci95_low": "cost_ci95_high",
             "action_gain_ci95_high": "cost_ci95_low"}
     return a | {k: (-cost[c] if cost[c] is not None else None) for k, c in flip.items()} | {
