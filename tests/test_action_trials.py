@@ -116,6 +116,11 @@ def test_a_users_loader_gets_only_the_loader_knobs_tried():
     refused = {p.id: p.why_not for p in planned if p.why_not}
     assert set(refused) == {"decoder", "uint8", "gpu_pipeline", "memory", "shards"}
     assert all("user's own DataLoader" in w for w in refused.values())
+    # prefetch depth doubled from the loader's own: the config's for pipeprof's loader, the user's for theirs
+    pf = {p.id: p.params for p in planned}["prefetch_factor"]
+    assert pf == {"prefetch_factor": "2x"} and "prefetch_factor=2x" in {p.id: p.action for p in planned}["prefetch_factor"]
+    own = plan(group(resource="handoff"), ROW, GPU._replace(prefetch_factor=8))
+    assert {p.id: p.params for p in own}["prefetch_factor"] == {"prefetch_factor": 16}
     cpu = plan(group(), ROW, Facts("cpu", "pipeline", source_kinds={"files": "files"}))
     assert tried(cpu) == ["decoder"]  # uint8 and the GPU pipeline need a GPU
 
@@ -173,6 +178,7 @@ def test_a_users_dataloader_is_rebuilt_with_other_knobs():
     dl = knobs(2)
     assert (dl.pin_memory, dl.prefetch_factor, dl.persistent_workers, dl.num_workers) == (True, 4, True, 2)
     assert dl.batch_sampler.batch_size == 8 and dl.batch_sampler.drop_last
+    assert with_knobs(burn_loader, prefetch_factor="2x")(2).prefetch_factor == 2 * burn_loader(2).prefetch_factor
     zero = knobs(0)  # no workers: only pinning applies
     assert zero.pin_memory and zero.prefetch_factor is None
     with pytest.raises(ValueError, match="not a torch DataLoader"):

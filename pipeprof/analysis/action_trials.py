@@ -14,6 +14,8 @@ from typing import NamedTuple, Optional
 
 import pandas as pd
 
+from .verdict import FROM_BOUNDS, INPUT_SIDE
+
 #: action id -> what the variant is, in the report's words
 LABELS = {"decoder": "decode with {decoder} instead of {was} (data.decoder: {decoder})",
           "uint8": "send uint8 batches, normalise on the GPU (preset without Normalize)",
@@ -33,7 +35,6 @@ CANNOT = {"stage": "pipeprof cannot drop a transform from the preset: edit it an
           "workers": "a worker count past the ones measured: set it and run again",
           "faster_storage": "needs other storage than this machine has",
           "workers_latency": "a worker count past the ones measured: set it and run again"}
-OLD_INPUT_VERDICTS = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
 
 
 class Facts(NamedTuple):
@@ -44,6 +45,7 @@ class Facts(NamedTuple):
     mode: str = "measure"  # config ``actions``
     gpu_refusal: Optional[str] = None  # why the preset cannot run on the GPU (None: it can)
     source_kinds: dict = {}  # source label -> its storage layout (files, memory, shards, url)
+    prefetch_factor: Optional[int] = None  # the loader's (config loader.prefetch_factor); None: a user's DataLoader's own
 
 
 class Planned(NamedTuple):
@@ -56,7 +58,7 @@ class Planned(NamedTuple):
 def input_side(group: dict) -> bool:
     """The answer binds on the input side (the two-level verdict's side; a run stored before it: its word)."""
     side = group.get("side_at_recommended")
-    return side == "input" if side is not None else group.get("verdict_at_recommended") in OLD_INPUT_VERDICTS
+    return side == "input" if side is not None else group.get("verdict_at_recommended") in INPUT_SIDE
 
 
 def binding(group: dict, row: pd.Series) -> set[str]:
@@ -64,8 +66,7 @@ def binding(group: dict, row: pd.Series) -> set[str]:
     ``startup`` when the loader restarted its workers inside the trial (passes that end)."""
     found = {group.get("resource_at_recommended"), *(group.get("also_at_recommended") or [])}
     if not group.get("resource_at_recommended"):  # a run stored before the two-level verdict
-        found |= {{"io-bound": "storage", "loader-bound": "handoff", "cores-bound": "cores"}.get(
-            group.get("verdict_at_recommended"), "workers")}
+        found |= {(FROM_BOUNDS | {"cores-bound": "cores"}).get(group.get("verdict_at_recommended"), "workers")}
     if (row.get("loader_restarts") or 0) > 0:
         found.add("startup")
     return {f for f in found if f}
@@ -96,7 +97,8 @@ def _params(key: str, row: pd.Series, facts: Facts) -> Optional[dict]:
     if key == "pin_memory":
         return None if facts.device != "cuda" else {"pin_memory": not bool(row.get("pin_memory"))}
     if key == "prefetch_factor":
-        return {"prefetch_factor": 2 * int(row.get("prefetch_factor") or 2)}
+        # twice the loader's own: the config's, or (a user's DataLoader) whatever it was built with
+        return {"prefetch_factor": 2 * facts.prefetch_factor if facts.prefetch_factor else "2x"}
     if key == "persistent_workers":
         return {"persistent_workers": True}
     return {}

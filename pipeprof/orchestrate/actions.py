@@ -80,8 +80,9 @@ def _facts(plan_) -> Facts:
     own = "loader" if plan_.user_loader is not None else ("dataset" if plan_.user_dataset is not None else "pipeline")
     kinds = {label: s.kind for label, s in plan_.sources.items()}
     # the GPU pipeline's refusal only where it could be tried: mapping a preset imports torchvision (1.4 s)
-    refusal = _gpu_refusal(cfg) if own == "pipeline" and cfg.device == "cuda" else None
-    return Facts(cfg.device, own, cfg.actions, refusal, kinds)
+    refusal = _gpu_refusal(cfg) if own == "pipeline" and cfg.device == "cuda" and cfg.actions == "measure" else None
+    pf = cfg.loader.prefetch_factor if own != "loader" else None
+    return Facts(cfg.device, own, cfg.actions, refusal, kinds, pf)
 
 
 def _gpu_refusal(cfg) -> Optional[str]:

@@ -111,7 +111,9 @@ def with_knobs(factory: Callable[[int], Any], **knobs) -> Callable[[int], DataLo
                    "timeout": dl.timeout} if dl.num_workers else {}
         kw = {"num_workers": dl.num_workers, "collate_fn": dl.collate_fn, "pin_memory": dl.pin_memory,
               "worker_init_fn": dl.worker_init_fn, "generator": dl.generator, **workers}
-        return DataLoader(dl.dataset, **batching, **{**kw, **{k: v for k, v in knobs.items() if k in kw}})
+        doubled = {"prefetch_factor": 2 * (dl.prefetch_factor or 2)} if knobs.get("prefetch_factor") == "2x" else {}
+        changed = {k: v for k, v in (knobs | doubled).items() if k in kw}  # "2x": twice the user's own
+        return DataLoader(dl.dataset, **batching, **{**kw, **changed})
     return make
 
 
