@@ -55,6 +55,7 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
     assert row["action_gain_frac"] == pytest.approx(1.0, abs=0.25) and row["pairs"] >= 2
     assert 0.5 < row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
     assert len(row["window_rates"]) == len(row["baseline_window_rates"]) == row["pairs"]
+    assert row["drain_batches"] >= 2 + 3  # the prefetch depth (1 worker x 2), then at least prefetch_factor + 1 rounds
 
 
 def group(side="input", resource="workers", also=(), **extra) -> dict:
@@ -171,6 +172,15 @@ def test_measured_beside_predicted_ranked_by_what_was_measured():
     assert [(a["id"], a["measured"], a["error"]) for a in failed if a["id"] == "gpu_pipeline"] == [
         ("gpu_pipeline", False, "nvJPEG: no")]
     assert best_measured(failed) is None
+    # a gain whose interval stayed wider than the target says so where the user reads it; no pair: not measured
+    wide = trial_row(0.2, -0.1, 0.5) | {"unstable": True, "unstable_reason": "the gain's 95% interval is ±30%"}
+    (w,) = [a for a in combine([], planned, {"uint8": wide}) if a["id"] == "uint8"]
+    assert w["measured"] and w["unstable"] and w["unstable_reason"].endswith("±30%")
+    from pipeprof.report.console import _measured_line
+    assert "not shown to help; unstable: the gain's 95% interval is ±30%" in _measured_line("→", w)
+    nopair = trial_row(0.2, 0.1, 0.3) | {"action_gain_frac": None}
+    (n,) = [a for a in combine([], planned, {"uint8": nopair}) if a["id"] == "uint8"]
+    assert (n["measured"], n["status"]) == (False, "no pair")
 
 
 def test_a_users_dataloader_is_rebuilt_with_other_knobs():
@@ -191,7 +201,7 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     answered = []
 
     def seen(run):
-        answered.append(run.trials["kind"].tolist())
+        answered.append(run.meta.get("action_trials"))  # None until the first action trial is planned
 
     cfg = C.build({"name": "act", "out_dir": str(tmp_path), "device": "cpu",
                    "data": {"kind": "folder", "path": str(tiny_dataset)},
@@ -204,7 +214,7 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     from pipeprof.report.summary import answer_lines
 
     run = execute(cfg, log=lambda *a: None, on_answer=seen)
-    assert answered and "action" not in answered[0]  # the answer came before any action trial
+    assert answered == [None]  # the answer came before any action trial was planned or run
     costs = run.meta["decode_costs"]["us_per_sample"]
     assert set(costs) == {"pil", "cv2"} and min(costs.values()) > 0
     g = run.meta["analysis"]["groups"][0]

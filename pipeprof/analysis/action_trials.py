@@ -145,6 +145,8 @@ def measured(row: dict) -> dict:
     interval above zero), and the trial's status and error when it failed."""
     if row.get("status") != "ok":
         return {"measured": False, "status": row.get("status"), "error": row.get("error")}
+    if row.get("action_gain_frac") is None:  # ok, but no whole pair of windows fitted its time
+        return {"measured": False, "status": "no pair", "error": row.get("unstable_reason")}
     lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
     known = lo is not None and hi is not None and lo == lo and hi == hi
     return {"measured": True, "measured_samples_per_s": row.get("samples_per_s"),
@@ -152,6 +154,7 @@ def measured(row: dict) -> dict:
             "measured_gain_frac": row.get("action_gain_frac"), "measured_gain_ci95_low": lo if known else None,
             "measured_gain_ci95_high": hi if known else None, "verified": bool(known and lo > 0),
             "pairs": row.get("pairs"), "action_trial_id": row.get("trial_id"),
+            "unstable": bool(row.get("unstable")), "unstable_reason": row.get("unstable_reason"),
             "num_workers": row.get("num_workers")}
 
 

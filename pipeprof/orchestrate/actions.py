@@ -44,7 +44,8 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -
     todo = _by_predicted_gain([(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned
                                if p.why_not is None], groups)
     record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
-    run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
+    if todo:
+        run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
     rows, interrupted = _run(run, plan_, todo, models, loss_fn, log) if todo else ({}, False)
     plans = _out_of_budget(plans, todo, rows, interrupted, plan_.cfg.measure.actions_max_s)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
@@ -201,7 +202,10 @@ def _with_source(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, log) -> 
 def _said(p: Planned, row: dict) -> str:
     if row.get("status") != "ok":
         return f"  {p.action}: {row.get('status')}: {str(row.get('error'))[:200]}"
+    if row.get("action_gain_frac") is None:
+        return f"  {p.action}: no whole pair of windows fitted ({row.get('unstable_reason')})"
     lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
     ci = f" (95% interval {lo:+.1%} to {hi:+.1%})" if lo is not None and hi is not None else ""
+    unstable = f"; unstable: {row['unstable_reason']}" if row.get("unstable") else ""
     return (f"  {p.action}: {row['samples_per_s']:,.1f} vs {row['baseline_samples_per_s']:,.1f} samples/s, "
-            f"{row['action_gain_frac']:+.1%}{ci}")
+            f"{row['action_gain_frac']:+.1%}{ci}{unstable}")

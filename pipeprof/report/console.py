@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from pipeprof.analysis import groups
-from .summary import answer_lines, shape
+from .summary import answer_lines, gain_interval, shape
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -213,9 +213,10 @@ def _measured_line(head: str, a: dict) -> str:
     """'→ measured R vs B samples/s (+g, 95% interval, verified or not); predicted +p' for a tried action."""
     if not a.get("measured"):
         return f"{head}: {a['action']}: its action trial ended {a.get('status')}: {str(a.get('error'))[:160]}"
-    lo, hi = a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")
-    ci = f", 95% interval {lo:+.0%} to {hi:+.0%}" if lo is not None and hi is not None else ", one pair: no interval"
-    verdict = "verified" if a.get("verified") else "not shown to help"
+    ci = gain_interval(a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high"))
+    ci = f", {ci}" if ci else ", one pair: no interval"
+    verdict = ("verified" if a.get("verified") else "not shown to help") + (
+        f"; unstable: {a['unstable_reason']}" if a.get("unstable") else "")
     predicted = f"; predicted {a['gain_frac']:+.0%} ({a['basis']})" if a.get("gain_frac") is not None else ""
     return (f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
             f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}")

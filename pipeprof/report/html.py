@@ -106,7 +106,8 @@ def _action_row(a) -> list:
     if a.measured:
         measured = f"{rate(a.measured_samples_per_s)} ({rate(a.baseline_samples_per_s)})"
         gain = f"{a.measured_gain_frac:+.0%} ({gain_interval(*a.measured_gain_ci95) or 'one pair: no interval'})"
-        verified, note = ("yes" if a.verified else "no"), a.basis
+        verified = ("yes" if a.verified else "no") + (" (unstable)" if a.unstable else "")
+        note = "; ".join(x for x in (a.basis, f"unstable: {a.unstable}" if a.unstable else "") if x)
     elif a.tried:
         measured, gain, verified, note = "–", "–", "no", f"action trial failed: {a.error}"
     else:

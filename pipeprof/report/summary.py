@@ -187,6 +187,7 @@ class Action(NamedTuple):
     verified: Optional[bool] = None
     why_not_tried: Optional[str] = None
     error: Optional[str] = None
+    unstable: Optional[str] = None  # why the measured gain's interval is wider than the target, else None
 
 
 def actions(run) -> list[Action]:
@@ -195,7 +196,8 @@ def actions(run) -> list[Action]:
                    bool(a.get("within_noise")), a.get("basis", ""), a.get("tried"), bool(a.get("measured")),
                    a.get("measured_samples_per_s"), a.get("baseline_samples_per_s"), a.get("measured_gain_frac"),
                    (a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")), a.get("verified"),
-                   a.get("why_not_tried"), a.get("error") and f"{a.get('status')}: {a.get('error')}")
+                   a.get("why_not_tried"), a.get("error") and f"{a.get('status')}: {a.get('error')}",
+                   a.get("unstable_reason") if a.get("unstable") else None)
             for g in run.meta.get("analysis", {}).get("groups", []) for a in g.get("actions", [])]
 
 

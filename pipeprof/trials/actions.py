@@ -34,8 +34,9 @@ from .spec import TrialContext, TrialSpec
 ACTION_KIND = "action"
 TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
                 "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
-                "closed by device sync); after each switch the batches in flight (prefetch depth + prefetch_factor+1 "
-                "rounds) run untimed; windows of at least measure.action_window_s, pairs added until the gain's "
+                "closed by device sync); after each switch drain_batches run untimed (the side's prefetch depth, then "
+                "enough whole worker rounds to outlast the other side's last fills, sized from one round of each side"
+                " timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, pairs added until the gain's "
                 "95% CI is within ± measure.ci_target; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's")
 
@@ -147,7 +148,8 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
         ctx.monitor.track_workers([])
         for it in its.values():
             shutdown(it)
-    return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side)
+    return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side) | {
+        "drain_batches": drain}
 
 
 def action_policy(measure):
