@@ -137,6 +137,12 @@ def test_a_batch_the_trial_that_uses_it_cannot_hold_falls_back_an_eighth_saying_
     assert attempts[1]["samples_per_s"] > 0 and "CUDA out of memory" in attempts[0]["error"]
     assert lines == ["loader.batch_size auto: 48 ran out of memory in the trial that uses it "
                      "(gpu_ceiling/user:FitsUpTo/fp32/bs48); falling back to 40"]
+    # a model that fits no size near the choice: after FALLBACKS steps down the run stops, naming the field
+    with Monitor(hz=10, gpu=False) as monitor:
+        ctx = TrialContext(torch.device("cpu"), None, measure, monitor, num_classes=10, step_threads=1,
+                           models={"user:FitsUpTo": lambda: FitsUpTo(8)})
+        with pytest.raises(C.ConfigError, match=r"auto: 24 still ran out of memory .* after 3 step\(s\) down from 48"):
+            confirm(ctx, cfg, lambda preset, size: ("uint8", 8), True, 48, lambda s: None)
 
 
 def test_auto_on_a_cpu_device_is_the_cpu_default_and_says_so(tmp_path):

@@ -201,18 +201,22 @@ def confirm(ctx: TrialContext, cfg, probe, user: bool, chosen: int,
             log: Callable[[str], None]) -> tuple[int, list[dict]]:
     """Run the gpu_ceiling trial at ``chosen`` for each model, precision and mode, as the sweep runs it
     (``sweep.run_one``, under ``ctx.monitor``); on out of memory step down an eighth (to a multiple of 8),
-    with a line saying so, at most :data:`FALLBACKS` times. Returns (the batch that ran, or the last one
-    tried; each attempt: batch, trial, status, rate, error). Only a batch that was run is returned."""
-    batch, attempts = chosen, []
-    for attempt in range(FALLBACKS + 1):
+    with a line saying so, at most :data:`FALLBACKS` times. Returns (the batch that ran; each attempt: batch,
+    trial, status, rate, error). A ConfigError when the last size tried still ran out of memory: no batch
+    that did not run is handed to the sweep."""
+    batch, attempts, steps = chosen, [], 0
+    while True:
         rows = [run_one(ctx, spec, lambda *a: {}) for spec in expand(_one_gpu(cfg, batch), probe, user_dataset=user)]
         attempts += [{"batch_size": batch, "trial_id": r["trial_id"], "status": r["status"],
                       "samples_per_s": r.get("samples_per_s"), "error": r.get("error")} for r in rows]
         oom = next((r for r in rows if r["status"] == "oom"), None)
-        smaller = _down(batch - max(1, batch // PRECISION))
-        if oom is None or smaller < 1 or attempt == FALLBACKS:  # no untried size is ever returned as chosen
+        if oom is None:
             return batch, attempts
+        smaller = _down(batch - max(1, batch // PRECISION))
+        if smaller < 1 or steps == FALLBACKS:
+            raise ConfigError(f"loader.batch_size: auto: {batch} still ran out of memory in the trial that uses it "
+                              f"({oom['trial_id']}) after {steps} step(s) down from {chosen}: set loader.batch_size "
+                              "to a size that fits")
         log(f"loader.batch_size auto: {batch} ran out of memory in the trial that uses it ({oom['trial_id']}); "
             f"falling back to {smaller}")
-        batch = smaller
-    return batch, attempts
+        batch, steps = smaller, steps + 1
