@@ -115,7 +115,9 @@ def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
     base = load_run(B)
     base.meta = copy.deepcopy(base.meta) | {"action_trials": {"rows": [
         {"action": "decoder", "status": "ok", "num_workers": 1, "action_gain_frac": 0.08,
-         "action_gain_ci95_low": -0.03, "action_gain_ci95_high": 0.19}]}}
+         "action_gain_ci95_low": -0.03, "action_gain_ci95_high": 0.19},
+        {"action": "decoder", "status": "ok", "num_workers": 1, "batch_size": 64, "action_gain_frac": 0.3,
+         "action_gain_ci95_low": 0.2, "action_gain_ci95_high": 0.4}]}}  # another group's: batch 64, not run here
     shutil.copytree(B, tmp_path / "rerun")
     rerun = load_run(tmp_path / "rerun")
     has = rerun.trials["decoder"].notna()
@@ -127,7 +129,8 @@ def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
     assert len(c.ratios) == len(_ok(base))  # every ok trial matched, across the decoder
     decoded = c.ratios[c.ratios["kind"].isin(["cpu_pipeline", "end_to_end"])]
     assert decoded["ratio"].tolist() == pytest.approx([1.1] * len(decoded))
-    (a,) = c.actions
+    a, elsewhere = c.actions
+    assert elsewhere["rerun_gain"] is None and elsewhere["agrees"] is None  # no end-to-end trial at its settings
     assert (a["action"], a["setting"], a["agrees"]) == ("decoder", "decoder", True)
     assert a["rerun_gain"] == pytest.approx(0.10)
     text = render_compare_markdown(c, [base, rerun])
@@ -136,3 +139,9 @@ def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
            "+10.0%, inside the trial's interval" in text
     # two runs that differ in no setting wholesale match as before: nothing is said to have changed
     assert compare([base, load_run(B)], ["a", "b"]).changed == {"b": {}}
+    # a setting no action changes (the model) still keeps trials apart: only the decoder is matched across
+    has = rerun.trials["model"].notna()
+    rerun.trials.loc[has, "model"] = "resnet50"
+    other = compare([base, rerun], ["pil", "resnet"])
+    assert other.changed == {"resnet": {"decoder": ("pil", "cv2")}}
+    assert not other.ratios["model"].isin(["resnet50"]).any() and len(other.ratios) < len(_ok(base))

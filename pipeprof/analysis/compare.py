@@ -102,24 +102,22 @@ def _one_value(trials: pd.DataFrame, col: str):
 
 
 def changed(base, other) -> dict:
-    """The settings one run changed wholesale against the other (``decoder``: pil in every trial of the
-    first, cv2 in every trial of the second): setting -> (base's value, other's). Trials are matched across
-    them, so a run with an action applied sits beside the run without it."""
+    """The action settings (:data:`ACTION_OF`) one run changed wholesale against the other (``decoder``: pil
+    in every trial of the first, cv2 in every trial of the second): setting -> (base's value, other's).
+    Trials are matched across them, so a run with an action applied sits beside the run without it; any
+    other setting (model, precision, ...) still keeps trials apart."""
     out = {}
-    for col in SETTINGS:
-        if col in ("kind", "num_workers", "batch_size"):
-            continue
+    for col in ACTION_OF:
         a, b = _one_value(base.trials, col), _one_value(other.trials, col)
         if a is not None and b is not None and a != b:
             out[col] = (a, b)
     return out
 
 
-def ratios(base, other, label: str) -> pd.DataFrame:
-    """One row per trial of ``other`` whose settings match one of ``base`` (across the settings changed
-    wholesale, :func:`changed`): both rates, the ratio, whether their 95% intervals overlap, and the
+def ratios(base, other, label: str, across: dict = {}) -> pd.DataFrame:  # noqa: B006 - read only
+    """One row per trial of ``other`` whose settings match one of ``base`` (across the settings in
+    ``across``, :func:`changed`): both rates, the ratio, whether their 95% intervals overlap, and the
     ratio over the CPU references' ratio."""
-    across = changed(base, other)
     cols = [c for c in SETTINGS if c in base.trials and c in other.trials and c not in across]
     a, b = _keyed(base.trials, cols), _keyed(other.trials, cols)
     m = a.assign(lo=_interval(a, "low"), hi=_interval(a, "high")).merge(
@@ -136,25 +134,24 @@ def ratios(base, other, label: str) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def action_checks(base, other, label: str, table: pd.DataFrame) -> list[dict]:
-    """For each setting ``other`` changed wholesale that an action trial tries: the baseline run's action
-    trial (measured gain and interval, at its worker count) beside the rerun's end-to-end ratio at the
-    same worker count, and whether the ratio falls in the trial's interval."""
+def action_checks(base, label: str, table: pd.DataFrame, across: dict) -> list[dict]:
+    """For each setting in ``across`` that an action trial tries: each of the baseline run's action trials
+    for it (measured gain and interval) beside the rerun's end-to-end ratio at that trial's settings (its
+    model, batch, workers, ...), and whether the ratio falls in the trial's interval."""
     out = []
-    rows = {r.get("action"): r for r in (base.meta.get("action_trials") or {}).get("rows", [])
-            if r.get("status") == "ok"}
-    for col, (was, now) in changed(base, other).items():
-        trial = rows.get(ACTION_OF.get(col))
-        if trial is None:
-            continue
-        e2e = table[(table["run"] == label) & (table["kind"] == "end_to_end")]
-        e2e = e2e[e2e["num_workers"].map(_key) == _key(trial.get("num_workers"))]
-        ratio = float(e2e["ratio"].iloc[0]) if len(e2e) else None
-        lo, hi = trial.get("action_gain_ci95_low"), trial.get("action_gain_ci95_high")
-        out.append({"run": label, "setting": col, "from": was, "to": now, "action": trial.get("action"),
-                    "num_workers": trial.get("num_workers"), "trial_gain": trial.get("action_gain_frac"),
-                    "trial_low": lo, "trial_high": hi, "rerun_gain": ratio - 1 if ratio is not None else None,
-                    "agrees": None if ratio is None or lo is None or hi is None else bool(lo <= ratio - 1 <= hi)})
+    for col, (was, now) in across.items():
+        for trial in (base.meta.get("action_trials") or {}).get("rows", []):
+            if trial.get("status") != "ok" or trial.get("action") != ACTION_OF[col]:
+                continue
+            e2e = table[(table["run"] == label) & (table["kind"] == "end_to_end")]
+            for c in (c for c in SETTINGS if c in e2e and c in trial and c != "kind"):
+                e2e = e2e[e2e[c].map(_key) == _key(trial.get(c))]
+            ratio = float(e2e["ratio"].iloc[0]) if len(e2e) == 1 else None
+            lo, hi = trial.get("action_gain_ci95_low"), trial.get("action_gain_ci95_high")
+            out.append({"run": label, "setting": col, "from": was, "to": now, "action": trial.get("action"),
+                        "num_workers": trial.get("num_workers"), "trial_gain": trial.get("action_gain_frac"),
+                        "trial_low": lo, "trial_high": hi, "rerun_gain": ratio - 1 if ratio is not None else None,
+                        "agrees": None if ratio is None or lo is None or hi is None else bool(lo <= ratio - 1 <= hi)})
     return out
 
 
@@ -174,7 +171,8 @@ def compare(runs: list, labels: list[str]) -> Comparison:
     """Every later run against the first (the baseline): ratios of matching trials, what differs."""
     if len(runs) < 2:
         raise ValueError("compare needs two runs or more")
-    rows = pd.concat([ratios(runs[0], r, lab) for r, lab in zip(runs[1:], labels[1:])], ignore_index=True)
-    return Comparison(labels, rows, differences(runs), [reference_rate(r.meta) for r in runs],
-                      {lab: changed(runs[0], r) for r, lab in zip(runs[1:], labels[1:])},
-                      [a for r, lab in zip(runs[1:], labels[1:]) for a in action_checks(runs[0], r, lab, rows)])
+    across = {lab: changed(runs[0], r) for r, lab in zip(runs[1:], labels[1:])}
+    rows = pd.concat([ratios(runs[0], r, lab, across[lab]) for r, lab in zip(runs[1:], labels[1:])],
+                     ignore_index=True)
+    return Comparison(labels, rows, differences(runs), [reference_rate(r.meta) for r in runs], across,
+                      [a for lab in labels[1:] for a in action_checks(runs[0], lab, rows, across[lab])])

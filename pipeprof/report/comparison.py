@@ -72,7 +72,7 @@ def _changes(c: Comparison) -> list[str]:
            "are matched to the baseline's across it" for lab, ch in c.changed.items() if ch]
     for a in c.actions:
         agree = {True: "inside the trial's interval", False: "outside the trial's interval",
-                 None: "no end-to-end trial at that count to set beside it"}[a["agrees"]]
+                 None: "no end-to-end trial at its settings to set beside it"}[a["agrees"]]
         out.append(f"`{a['run']}` ({a['setting']} {a['to']}): the baseline's action trial measured "
                    f"{_pct(a['trial_gain'])} (95% interval {_pct(a['trial_low'])} to {_pct(a['trial_high'])}) at "
                    f"{_cell(a['num_workers'])} workers; the rerun's end-to-end trial there: {_pct(a['rerun_gain'])}, "
@@ -103,7 +103,8 @@ def render_compare_markdown(c: Comparison, runs: list) -> str:
              f"Baseline `{c.labels[0]}`; ratio = run ÷ baseline. {_counts(c)}.", ""]
     diffs = _differences(c)
     parts += ["## What differs", ""] + ([f"- {d}" for d in diffs] or ["- nothing in the configs or machines"])
-    parts += ["", "## Changed in every trial", ""] + [f"- {x}" for x in _changes(c)] if _changes(c) else []
+    changes = _changes(c)
+    parts += ["", "## Changed in every trial", ""] + [f"- {x}" for x in changes] if changes else []
     parts += ["", "## Matching trials", "", f"Every row: {common}." if common else "",
               "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     parts += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
