@@ -58,8 +58,8 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     re-draws of the windows for the answer's confidence (``measure.redraws``; 0: none);
     ``decode_costs``: both CPU decoders timed on the run's files (``measure.decoders``), for the decoder action.
     """
-    v = verdicts(trials, cores, device) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     joined = curves(trials)
+    v = verdicts(trials, cores, device, joined) if len(ok(trials, "end_to_end")) else pd.DataFrame()
     sure = confidence(trials, cores, device, draws) if len(v) and draws else {}
     out = []
     for key, curve in groups(joined):

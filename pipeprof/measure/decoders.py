@@ -19,8 +19,9 @@ TIMED_REGION = ("each CPU decoder on the same samples of the run's first source,
 
 
 def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
-    """``{"us_per_sample": {decoder: us}, "samples": n, "timed_region": ...}`` over ``samples`` evenly spread
-    samples of ``source`` (None without a source or when none decodes)."""
+    """``{"us_per_sample": {decoder: us}, "samples": n}`` over ``samples`` evenly spread samples of ``source``
+    (None without a source or when none decodes); its timed region, :data:`TIMED_REGION`, is in run.json's
+    ``timed_regions``."""
     if source is None or not len(source):
         return None
     source = getattr(source, "inner", source)  # an emulated slow link: its bytes are the same, its delay not timed
@@ -40,7 +41,7 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
             total, n = {k: total[k] + spent[k] for k in total}, n + 1
     if not n:
         return None
-    return {"us_per_sample": {k: v / n * 1e6 for k, v in total.items()}, "samples": n, "timed_region": TIMED_REGION}
+    return {"us_per_sample": {k: v / n * 1e6 for k, v in total.items()}, "samples": n}
 
 
 def _read(source, index: int) -> bytes | None:
