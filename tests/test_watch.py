@@ -209,7 +209,9 @@ def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
     done, run, log = tuned
     assert done.returncode == 130  # the job's own status: SIGINT, as a shell reports it
     assert run.meta["status"] == "complete" and run.meta["ended_by"] == "window"
-    assert 2.9 <= run.meta["window"]["watched_s"] <= 3.1
+    # the timed windows lie inside the 3 s window (after the first pass's warm-up), not past it
+    train = run.trials[(run.trials["kind"] == "end_to_end") & (run.trials["num_workers"] == 1)].iloc[0]
+    assert 1.0 <= train["measured_s"] <= 3.0
     assert "samples/s, data wait" in log  # the live line
     assert b"epoch 0 val accuracy" in done.stdout and b"pipeprof watch" not in done.stdout + done.stderr
     assert "pipeprof watch --" in (run.path / "report.html").read_text()

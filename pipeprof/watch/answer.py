@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import statistics
 
-import pandas as pd
 
 from pipeprof.analysis import analyse
-from pipeprof.analysis import verdict as verdict_mod
+from pipeprof.analysis.failures import failures
 from pipeprof.results import frame
 
 SUMMED = ("trials", "failed_trials", "unstable_trials")
@@ -33,11 +32,6 @@ def _merge(parts: list[dict]) -> dict:
             elif k == "unstable_causes":
                 out[k] = {c: out[k].get(c, 0) + v.get(c, 0) for c in set(out[k]) | set(v)}
     return out
-
-
-def side_of(v: dict) -> str | None:
-    """Input or step side of a verdict row: the analysis' own column when it has one, else its rule."""
-    return v.get("side") or verdict_mod.side(v.get("verdict") or "")
 
 
 def slowest_rank(rows: list[dict]) -> dict | None:
@@ -70,9 +64,10 @@ def analyse_loaders(rows: list[dict], cores: float, device: str, draws: int = 60
         for g in part["groups"]:
             g["loader"] = label
         parts.append(part)
-        loaders[label] = {"slowest_rank": slowest_rank(mine),
-                          "verdicts": [{k: v.get(k) for k in ("trial_id", "verdict", "verdict_basis", "side",
-                                                                "resource")} | {"side": side_of(v)}
-                                       for v in part["verdicts"]]}
-    out = _merge(parts) if parts else analyse(pd.DataFrame(), cores=cores, device=device)
-    return out | {"loaders": loaders}
+        loaders[label] = {"slowest_rank": slowest_rank(mine)}
+    out = _merge(parts)
+    # run-wide figures over every loader's rows, not the first loader's (only the tuned one has predictions)
+    errors = [abs(v["prediction_error_frac"]) for v in out["verdicts"] if v.get("prediction_error_frac") is not None
+              and v["prediction_error_frac"] == v["prediction_error_frac"]]
+    return out | {"failures": failures(frame(rows)), "loaders": loaders,
+                  "prediction_error_abs_median": statistics.median(errors) if errors else None}

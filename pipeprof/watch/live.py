@@ -9,11 +9,10 @@ recommendation, and the run folder.
 from __future__ import annotations
 
 import bisect
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import pandas as pd
-
-from pipeprof.measure.monitors import gpu_mean
+if TYPE_CHECKING:  # pandas loads in 0.4 s: the watch imports it after the job has started
+    import pandas as pd
 
 
 def _pct(x: Optional[float]) -> str:
@@ -27,6 +26,8 @@ def _rate(x: Optional[float]) -> str:
 def line(session, since: float, now: float) -> list[str]:
     """One line per loader that returned batches since ``since``."""
     store, out = session.store, []
+    from pipeprof.measure.monitors import gpu_mean
+
     gpu = gpu_mean(session.monitor.timeline(since), "util_pct") if session.monitor else None
     for label in store.loaders:
         recent = [b for (cid, lab), bs in store.batches.items() if lab == label  # in order: search, not scan
