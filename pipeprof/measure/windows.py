@@ -25,9 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from pipeprof.stats import t95
-
-# two-sided 95% Student t quantiles, df = 1..10 (beyond: normal approximation)
+from pipeprof.stats import mean_ci95, t95
 
 
 @dataclass
@@ -220,15 +218,24 @@ class Paired:
         With fewer than 2 pairs the spread is unknown: the mean alone, the interval None.
         """
         costs = [1 - wa.rate / wb.rate for wa, wb in zip(self.a, self.b)]
-        if not costs:
-            return {"cost_frac": None, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 0}
-        mean = statistics.fmean(costs)
-        if len(costs) < 2:
-            return {"cost_frac": mean, "cost_ci95_low": None, "cost_ci95_high": None, "pairs": 1}
-        sd = statistics.stdev(costs)
-        t = t95(len(costs))
-        half = t * sd / len(costs) ** 0.5
-        return {"cost_frac": mean, "cost_ci95_low": mean - half, "cost_ci95_high": mean + half, "pairs": len(costs)}
+        lo, hi = mean_ci95(costs)
+        return {"cost_frac": statistics.fmean(costs) if costs else None, "cost_ci95_low": lo, "cost_ci95_high": hi,
+                "pairs": len(costs)}
+
+    def reasons(self, max_trial_s: float, what: str = "") -> list[str]:
+        """Why the pairs cannot be trusted as planned: fewer than 2 (no spread), fewer than planned, or a
+        warm-up the time cap cut short."""
+        pairs, what = len(self.a), f"{what} " if what else ""
+        if pairs < 2:
+            return [f"only {pairs} pair{'' if pairs == 1 else 's'} of {what}windows fitted in max_trial_s "
+                    f"({max_trial_s:g} s)"] + self._warmup()
+        short = [f"only {pairs} of {self.planned_pairs} planned pairs of {what}windows fitted in max_trial_s "
+                 f"({max_trial_s:g} s)"] if pairs < self.planned_pairs else []
+        return short + self._warmup()
+
+    def _warmup(self) -> list[str]:
+        return [f"warm-up cut short at {self.warmup_batches} of {self.warmup_wanted} batches"] \
+            if self.warmup_batches < self.warmup_wanted else []
 
 
 def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, *, drain_batches: int,

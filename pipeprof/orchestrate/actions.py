@@ -112,11 +112,7 @@ def _plan_group(trials: pd.DataFrame, g: dict, facts: Facts) -> tuple[Optional[T
 
 def spec_of(row: pd.Series) -> TrialSpec:
     """The TrialSpec a stored row was measured with (NaN as None, counts as ints)."""
-    def plain(v):
-        v = v.item() if hasattr(v, "item") else v
-        return None if isinstance(v, float) and math.isnan(v) else v
-
-    values = {f.name: plain(row.get(f.name)) for f in fields(TrialSpec) if f.name in row}
+    values = {f.name: _plain(row.get(f.name)) for f in fields(TrialSpec) if f.name in row}
     for k in ("num_workers", "batch_size", "image_size", "gpus"):
         if values.get(k) is not None:
             values[k] = int(values[k])

@@ -199,8 +199,7 @@ def paired_columns(paired, max_trial_s: float, ci_target: Optional[float] = None
     the gain's interval wider than ± ``ci_target`` when the pairs ran out."""
     cost, windows = paired.cost(), paired.a + paired.b
     a, b = summarize_rates([w.rate for w in paired.a]), summarize_rates([w.rate for w in paired.b])
-    reasons = [f"only {cost['pairs']} pair(s) of windows fitted in max_trial_s ({max_trial_s:g} s)"] \
-        if cost["pairs"] < 2 else []
+    reasons = paired.reasons(max_trial_s)
     half = (cost["cost_ci95_high"] - cost["cost_ci95_low"]) / 2 if cost["cost_ci95_low"] is not None else None
     if ci_target is not None and half is not None and half > ci_target:
         reasons.append(f"the gain's 95% interval is ±{half:.1%}, wider than ±{ci_target:.0%}, after {cost['pairs']} "

@@ -155,15 +155,7 @@ def _paired_trial(ctx: TrialContext, spec: TrialSpec, dataset, collate, set_mode
 def _paired_columns(paired, max_trial_s: float, names: tuple) -> dict:
     on, cost_name, what = names
     cost, windows = paired.cost(), paired.a + paired.b
-    pairs, reasons = cost["pairs"], []
-    if pairs < 2:
-        reasons.append(f"only {pairs} pair{'' if pairs == 1 else 's'} of {what} windows fitted in "
-                       f"max_trial_s ({max_trial_s:g} s)")
-    elif pairs < paired.planned_pairs:
-        reasons.append(f"only {pairs} of {paired.planned_pairs} planned pairs of {what} windows fitted "
-                       f"in max_trial_s ({max_trial_s:g} s)")
-    if paired.warmup_batches < paired.warmup_wanted:
-        reasons.append(f"warm-up cut short at {paired.warmup_batches} of {paired.warmup_wanted} batches")
+    reasons = paired.reasons(max_trial_s, what)
     return summarize_rates([w.rate for w in paired.b]) | {
         "windows": len(windows), "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
         "t_measure_end_s": max(w.t_end for w in windows) if windows else None,
