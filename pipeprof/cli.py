@@ -98,7 +98,7 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument("--out-dir", default="out/bench")
     bench.add_argument("--steps", type=int, default=200, help="watch-overhead: the script's steps per run, passed "
                                                              "as --steps N")
-    bench.add_argument("--progress", default=r"\bstep\s+(\d+)", help="watch-overhead: regex of the script's "
+    bench.add_argument("--progress", help="watch-overhead: regex of the script's "
                        "progress lines, its first group the step count (default: 'step <n>')")
     bench.add_argument("--script-args", default="", help="watch-overhead: the script's other arguments, one string")
 
@@ -382,10 +382,10 @@ def cmd_bench(args) -> int:
                                              log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "watch-overhead":
-        from pipeprof.checks.watch_overhead import render_watch_overhead, watch_overhead
+        from pipeprof.checks.watch_overhead import PROGRESS, render_watch_overhead, watch_overhead
 
         print(render_watch_overhead(watch_overhead(args.config, args.script_args, args.steps, max(args.repeats, 2),
-                                                   args.out_dir, args.progress,
+                                                   args.out_dir, args.progress or PROGRESS,
                                                    log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "repeat":

@@ -82,12 +82,12 @@ def check_plan(cfg, specs: list, probe, samples: Optional[int], available_bytes:
     worst = max(loaders, key=flight.get)
     one = batch_bytes(worst, probe(worst.preset, worst.image_size)[0])
     # the workers' batches wait in shared memory; the main process's is its own
-    for wanted, have, where in ((flight[worst] - one, shm_bytes if worst.num_workers else None, f"{SHM} has"),
-                                (flight[worst], available_bytes, "the machine has")):
+    for wanted, have, where in ((flight[worst] - one, shm_bytes if worst.num_workers else None, f"{SHM} has {{}} MB free"),
+                                (flight[worst], available_bytes, "the machine has {} MB available (or its cgroup allows)")):
         if have is not None and wanted > have:
             raise ConfigError(
                 f"loader.num_workers, loader.batch_size, loader.prefetch_factor: {worst.num_workers} workers × "
                 f"{prefetch} batches in flight of {worst.batch_size} images ({one / 1e6:,.0f} MB each, "
-                f"{worst.image_size}² px) need {wanted / 1e6:,.0f} MB, but {where} {have / 1e6:,.0f} MB free; use "
+                f"{worst.image_size}² px) need {wanted / 1e6:,.0f} MB, but {where.format(f'{have / 1e6:,.0f}')}; use "
                 "fewer workers, a smaller batch or prefetch_factor"
                 + (", or a larger /dev/shm (docker run --shm-size)" if where.startswith(SHM) else ""))

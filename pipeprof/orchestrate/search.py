@@ -98,10 +98,8 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
 def _probe_below(points: dict[int, Point], upper: int) -> bool:
     """Probe just below ``upper``: it is the top, or the count just below a top it doubled to (not itself a
     probe below the top) with nothing measured under it. Once: a probe that ties leads to bisection."""
-    ws, top = sorted(points), max(points)
-    if upper == top:
-        return True
-    return upper == ws[-2] and below_of(top) != upper and ws[0] == upper
+    top = max(points)
+    return upper == top or (len(points) == 2 and upper == min(points) and below_of(top) != upper)
 
 
 def _still_rising(probe: Point, top: Point) -> bool:

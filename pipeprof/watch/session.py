@@ -19,6 +19,7 @@ run and waits for the job. A second SIGINT is passed to the job, a third kills i
 from __future__ import annotations
 
 import os
+import statistics
 import queue
 import shutil
 import signal
@@ -314,7 +315,7 @@ class Session:
         wins = windows(batches, self.o.window_s, loader.get("num_workers") or 1, warmup_batches(loader),
                        loader.get("batch_size") or 1)
         rates = step_rates(wins)
-        return sorted(rates)[len(rates) // 2] if rates else None
+        return statistics.median(rates) if rates else None  # as records.step_row reads the stored step row
 
     def _await(self, cid: int, kinds: set, timeout: float) -> Optional[dict]:
         """The next pause message of ``kinds`` from ``cid``, pumping the channel meanwhile."""
