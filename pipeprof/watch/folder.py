@@ -47,7 +47,9 @@ def cpu_columns(procs, spans, main: set, workers: set) -> dict:
 def monitor_columns(timeline: pd.DataFrame, trial: str, spans: list) -> dict:
     sub = _in(timeline[timeline["trial_id"] == trial] if "trial_id" in timeline else timeline, spans)
     found = summarize(sub, trial)
-    return {k: v for k, v in found.items() if not k.startswith(("main_", "workers_"))}
+    # the monitor's own process is the watch, not a training process: its per-process columns and those built
+    # from them (memory, the run's cores) are not the job's; the job's come from its process tree (procs)
+    return {k: v for k, v in found.items() if not k.startswith(("main_", "workers_", "rss_", "run_cores"))}
 
 
 def loader_rows(session, label: str, loader: dict) -> list[dict]:
@@ -115,7 +117,12 @@ def meta(session, status: str, analysis: dict, machine: dict) -> dict:
             "config": {"device": session.device(), "measure": {"window_s": o.window_s, "redraws": o.redraws}},
             "machine": machine, "loaders": session.store.loaders, "processes": list(session.store.procs.values()),
             "exceptions": session.store.exceptions, "tune": session.tune_result,
-            "timed_regions": {"end_to_end": WATCH_REGION, "gpu_ceiling": STEP_REGION, "cpu_pipeline": TUNE_REGION},
+            "timed_regions": {"end_to_end": WATCH_REGION, "gpu_ceiling": STEP_REGION, "cpu_pipeline": TUNE_REGION,
+                              "job_wall_s": "the job's command, Popen to exit, on the watch's clock (polled every 0.1 s)",
+                              "window.watched_s": "the job's first batch to the window's end (--seconds, --steps, "
+                                                  "or the job's exit as the watch saw it)",
+                              "tune.paused_s": "inside the job: the pause's start at a step boundary to the loop's "
+                                               "resumption, on the job's clock"},
             "analysis": analysis}
 
 

@@ -27,8 +27,9 @@ from .hook import count
 WAIT_S = 600.0  # the parent answers within the pause; past this the loop resumes on its own
 
 
-def _count(batch) -> int:
-    return count(batch) or 1  # the hook's own rule for samples in a batch
+def _count(batch, batch_size) -> int:
+    """The hook's own rule for samples in a batch, with the watch's fallback (``records``: the batch size)."""
+    return count(batch) or batch_size or 1
 
 
 def rebuild(loader, workers: int) -> DataLoader:
@@ -72,12 +73,12 @@ def measure(loader, workers: int, policy: dict, on_workers) -> dict:
 
     def step() -> int:
         try:
-            return _count(next(state.it))
+            return _count(next(state.it), clone.batch_size)
         except StopIteration:
             state.restarts += 1
             state.it = iter(clone)
             on_workers([w.pid for w in getattr(state.it, "_workers", [])])
-            return _count(next(state.it))
+            return _count(next(state.it), clone.batch_size)
 
     depth = workers * (clone.prefetch_factor or 0)
     try:
