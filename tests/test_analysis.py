@@ -261,6 +261,12 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
                          cap=4900.0, cap_low=4400.0)
     assert split["cores_needed"] is not None and split["handoff_straddles"]
     assert "4,400-4,900" in split["basis"] and "may stop the rate short" in split["basis"]
+    assert "straddles the step's rate" in split["basis"]
+    # wholly below the step but within the margin: said as such, not as straddling it
+    below = cores_needed(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32,
+                         cap=4500.0, cap_low=4400.0)
+    assert below["handoff_straddles"] and "below the step's rate: it may stop" in below["basis"]
+    assert "straddles" not in below["basis"]
     # the H200 repeat runs: limits of 3,950-4,583 and 4,477-4,970 beside a 4,680 step read the same way
     for low, high in ((3950.0, 4583.0), (4477.0, 4970.0)):
         assert cores_needed(4680.0, np.array([4.0, 8, 16]), np.array([1000.0, 1900, 3000]), 0.0, 16, cap=high,

@@ -135,8 +135,9 @@ def cores_needed(step_rate: float, ws: np.ndarray, rates: np.ndarray, main_s: fl
     main = main_s * step_rate
     how = (f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
            if need.extrapolated else "interpolated on the measured cpu_pipeline curve")
-    caveat = (f"; the hand-off's limit{measured} straddles the step's rate: it may stop the rate short of it"
-              if straddles else "")
+    where = ("straddles the step's rate" if cap_low is not None and cap_low < step_rate <= cap
+             else f"is within {2 * BALANCED:.0%} below the step's rate")
+    caveat = f"; the hand-off's limit{measured} {where}: it may stop the rate short of it" if straddles else ""
     return {"cores_needed": math.ceil(need.value + main), "workers_needed": need.value,
             "extrapolated": need.extrapolated, "handoff_limit": cap if cap < math.inf else None,
             "handoff_straddles": straddles,
