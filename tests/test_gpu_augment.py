@@ -253,8 +253,11 @@ def test_affine_and_blur_batch_forms_draw_per_sample_and_match_the_per_sample_fo
         assert float(levels(batch, one).mean()) < 0.01 and float(levels(batch, one).max()) <= 1
         changed = sum(not torch.equal(a, b) for a, b in zip(batch, torch.stack(images)))
         assert 8 < changed < 36  # a coin per sample
-    ragged = GpuPipeline(spec(A.Affine(rotate=(-15, 15), p=1.0)), "cpu").augment([smooth(40, 50), smooth(40, 50)])
-    assert ragged.shape == (2, 3, 40, 50)
+    # images of two sizes: the affine runs per sample (no batch form without a common size), then a crop batches
+    chain = spec(A.Affine(rotate=(-15, 15), p=1.0), A.CenterCrop(24, 24))
+    ragged = [smooth(40, 50), smooth(30, 44, 1)]
+    got, ref = (GpuPipeline(chain, "cpu", seed=2, batched=b).augment(ragged) for b in (True, False))
+    assert got.shape == (2, 3, 24, 24) and torch.equal(got, ref)
 
 
 def test_blur_kernels_of_several_sizes_in_one_convolution_match_torchvision():
