@@ -220,7 +220,10 @@ def test_a_getitem_that_blocks_is_refused_after_the_cap():
     with pytest.raises(ConfigError, match=r"sample 1 did not return in 1 s \(measure.max_trial_s\)"):
         check_user_dataset(Returns(lambda i: release.wait() if i else (torch.zeros(3, 8, 8), 1)), 8, collate_user, 1)
     assert time.monotonic() - t0 < 3
-    release.set()  # the cut-off thread returns and ends
+    release.set()  # the cut-off thread returns and ends: wait for it, or the leak check at teardown races it
+    for t in [t for t in threading.enumerate() if t.name == "pipeprof-sample-check"]:
+        t.join(5)
+        assert not t.is_alive()
 
 
 USER_DATASETS = '''
