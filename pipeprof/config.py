@@ -16,10 +16,11 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                       ValidationError, ValidationInfo, field_validator, model_validator)
 
-from .schema import TRIAL_KINDS
+from .schema import ACTION_IDS, TRIAL_KINDS
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 TrialKindName = Literal[TRIAL_KINDS]  # the values of schema.TrialKind
+ActionId = Literal[ACTION_IDS]
 
 
 class ConfigError(ValueError):
@@ -429,8 +430,9 @@ class RunConfig(_Strict):
     # adaptive: search num_workers from the cheap trials (orchestrate/search.py); exhaustive: the whole grid
     sweep: Literal["adaptive", "exhaustive"] = "adaptive"
     # measure: when the answer binds on the input side, each action pipeprof can apply is tried against
-    # the baseline after the answer (alternating windows, orchestrate/actions.py); predict: predictions only
-    actions: Literal["measure", "predict"] = "measure"
+    # the baseline after the answer (alternating windows, orchestrate/actions.py); predict: predictions only;
+    # a list of action ids (e.g. [gpu_pipeline]): only those are tried, the others stay predictions
+    actions: Union[Literal["measure", "predict"], list[ActionId]] = "measure"
     data: DataConfig = DataConfig()
     augment: AugmentConfig = AugmentConfig()
     loader: LoaderConfig = LoaderConfig()

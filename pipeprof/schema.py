@@ -31,6 +31,10 @@ class TrialKind(str, Enum):
 
 TRIAL_KINDS: tuple[str, ...] = tuple(k.value for k in TrialKind)
 
+#: The changes an action trial can make to the pipeline (``analysis.action_trials.LABELS`` says each in words)
+ACTION_IDS: tuple[str, ...] = ("decoder", "uint8", "gpu_pipeline", "memory", "shards", "pin_memory",
+                               "prefetch_factor", "persistent_workers")
+
 #: What each figure's clock saw, written into run.json (the kinds' own entries come from the registry).
 TIMED_REGIONS = {
     "read_latency_ms": "storage_fetch: wall time of each sample's read inside the worker (waits included); "

@@ -2,6 +2,7 @@
 planning of which actions apply (and why the others do not); the decoder prediction from measured decode
 costs; measured beside predicted in the stored analysis and the reports."""
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -89,6 +90,23 @@ def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_
     assert tried(off) == [] and all("actions: predict" in p.why_not for p in off)
     refused = plan(group(), ROW, GPU._replace(gpu_refusal="preset 'x' uses CoarseDropout"))
     assert [p.why_not for p in refused if p.id == "gpu_pipeline"] == ["preset 'x' uses CoarseDropout"]
+    # a list in the config's actions: only those are tried, each other one says it was not asked for
+    only = plan(group(), ROW, GPU._replace(only=("gpu_pipeline",)))
+    assert tried(only) == ["gpu_pipeline"]
+    assert {p.id: p.why_not for p in only}["decoder"] == "not among the config's actions (gpu_pipeline): a prediction only"
+
+
+def test_the_configs_actions_are_measure_predict_or_a_list_of_known_action_ids():
+    from pipeprof.analysis.action_trials import LABELS
+    from pipeprof.orchestrate.actions import _facts
+    from pipeprof.schema import ACTION_IDS
+    assert set(ACTION_IDS) == set(LABELS)  # the config's ids are the ones the plan knows
+    cfg = C.load(None, ["actions=[gpu_pipeline, uint8]"])
+    assert cfg.actions == ["gpu_pipeline", "uint8"]
+    facts = _facts(SimpleNamespace(cfg=cfg, user_loader=None, user_dataset=None, sources={}))
+    assert facts.mode == "measure" and facts.only == ("gpu_pipeline", "uint8")
+    with pytest.raises(C.ConfigError, match="actions"):
+        C.load(None, ["actions=[gpu]"])
 
 
 def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_why_not():

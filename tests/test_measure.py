@@ -219,15 +219,17 @@ def slow_modes(clock, cost_s=0.5):
 
 
 def test_alternating_stops_within_max_trial_s_with_the_pairs_that_fit():
-    # warm-up 3 batches (1.5 s); a pair is 2 × (1 drained + 5 timed batches) = 6 s: pairs ending at 7.5 s and
-    # 13.5 s fit in 19 s; a third would end at 19.5 s: not started (5.5 s left < 6 s the last pair took)
+    # warm-up 3 batches (1.5 s); a pair is 5 timed batches in the mode the last window ran in (no drain) and 1
+    # drained + 5 timed after the switch: 5.5 s. Pairs end at 7.0, 12.5 and 18.0 s; a fourth is not started
+    # (1 s left < 5.5 s the last pair took). Draining before every window would have fitted two (6 s a pair).
     clock = FakeClock()
     step, set_mode, _ = slow_modes(clock)
     pol = policy(warmup_batches=2, windows=8, max_windows=8, max_trial_s=19.0)
     p = alternating(step, set_mode, pol, drain_batches=1, clock=clock)
-    assert len(p.a) == len(p.b) == 2 and p.planned_pairs == 4 and p.time_capped
-    assert clock.t <= 19.0 and p.warmup_batches == p.warmup_wanted == 3
-    assert p.cost()["pairs"] == 2 and p.cost()["cost_ci95_low"] is not None
+    assert len(p.a) == len(p.b) == 3 and p.planned_pairs == 4 and p.time_capped
+    assert [w.t_start for w in p.a] == [1.5, 10.0, 12.5] and [w.t_start for w in p.b] == [4.5, 7.0, 15.5]
+    assert clock.t == 18.0 and p.warmup_batches == p.warmup_wanted == 3
+    assert p.cost()["pairs"] == 3 and p.cost()["cost_ci95_low"] is not None
 
 
 def test_alternating_bounds_warm_up_and_drops_an_unfinished_pair():
@@ -313,7 +315,8 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
 
 
 def test_clock_overhead_row_says_why_with_too_few_pairs(monkeypatch):
-    # 0 workers: drain 1 batch; warm-up 3 batches (1.5 s), then a drained batch before the first window; a pair 6 s
+    # 0 workers: drain 1 batch; warm-up 3 batches (1.5 s), the first window at once (warm-up ran its mode), a
+    # drained batch before the second: a pair 5.5 s
     none, closed = fake_clock_overhead(monkeypatch, cost_s=0.5, max_trial_s=4.0)
     assert none["samples_per_s"] is None and none["stage_clock_overhead_frac"] is None and len(closed) == 1
     assert none["windows"] == 0 and none["t_measure_start_s"] is None and none["t_measure_end_s"] is None
@@ -322,6 +325,6 @@ def test_clock_overhead_row_says_why_with_too_few_pairs(monkeypatch):
     assert one["unstable"]
     assert "only 1 pair of clocked/unclocked windows fitted in max_trial_s" in one["unstable_reason"]
     assert one["stage_clock_overhead_frac"] == pytest.approx(0.0, abs=1e-9)
-    assert one["stage_clock_overhead_ci95_low"] is None and one["t_measure_start_s"] == pytest.approx(2.0)
+    assert one["stage_clock_overhead_ci95_low"] is None and one["t_measure_start_s"] == pytest.approx(1.5)
     two, _ = fake_clock_overhead(monkeypatch, cost_s=0.5, max_trial_s=1e9)
     assert not two["unstable"] and two["unstable_reason"] is None and two["windows"] == 4

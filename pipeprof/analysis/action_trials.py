@@ -46,6 +46,7 @@ class Facts(NamedTuple):
     gpu_refusal: Optional[str] = None  # why the preset cannot run on the GPU (None: it can)
     source_kinds: dict = {}  # source label -> its storage layout (files, memory, shards, url)
     prefetch_factor: Optional[int] = None  # the loader's (config loader.prefetch_factor); None: a user's DataLoader's own
+    only: Optional[tuple] = None  # config ``actions`` as a list: only these action ids are tried
 
 
 class Planned(NamedTuple):
@@ -107,6 +108,8 @@ def _params(key: str, row: pd.Series, facts: Facts) -> Optional[dict]:
 def _why_not(key: str, group: dict, row: pd.Series, facts: Facts) -> Optional[str]:
     if facts.mode == "predict":
         return "actions: predict (or --no-action-trials): predictions only"
+    if facts.only is not None and key not in facts.only:
+        return f"not among the config's actions ({', '.join(facts.only)}): a prediction only"
     if not input_side(group):
         return "the answer binds on the step side: an input-side change cannot raise the rate"
     if key in PIPELINE_ACTIONS and facts.own != "pipeline":

@@ -203,6 +203,7 @@ class Paired:
     b: list[Window] = field(default_factory=list)
     planned_pairs: int = 0
     time_capped: bool = False
+    mode: Optional[bool] = None  # the mode the last window ran in (warm-up: A)
     warmup_batches: int = 0
     warmup_wanted: int = 0
 
@@ -245,7 +246,9 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     """Warm up, then time windows with ``set_mode(True)`` (A) and ``set_mode(False)`` (B) in ABBA order.
 
     After each switch ``drain_batches`` batches are run untimed: a loader's workers have that
-    many batches in flight, made under the previous mode. Alternating on one loader at one
+    many batches in flight, made under the previous mode. A window in the mode of the one before it
+    (the middle of A B B A) follows no switch and needs no drain: half the drains of draining before
+    every window, so more pairs fit the same time. Alternating on one loader at one
     setting cancels the machine's slow drift, which two separate trials would mix into the
     difference. ``sync`` closes each window (a device step's queued work counts in its window).
     ``max(2, windows // 2)`` pairs are planned; more are added, up to
@@ -260,6 +263,7 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     t0 = clock()
     p = Paired(planned_pairs=Paired.plan(policy)[0], warmup_wanted=policy.warmup_batches + drain_batches)
     set_mode(True)
+    p.mode = True
     _paired_warmup(step, policy, p, clock, t0)
     on_phase("measure")
     last_pair_s = 0.0
@@ -297,8 +301,9 @@ def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches
         if done and clock() - t0 >= policy.max_trial_s:
             break  # no time for this pair's second window
         set_mode(mode)
-        for _ in range(drain_batches):
+        for _ in range(drain_batches if mode != p.mode else 0):
             step()
+        p.mode = mode
         sync()  # the drained batches' device work is not the window's
         done.append((mode, window(step, clock, sync, clock(), policy.window_s, policy.window_batches,
                                   batch_multiple)))

@@ -81,9 +81,12 @@ def _facts(plan_) -> Facts:
     own = "loader" if plan_.user_loader is not None else ("dataset" if plan_.user_dataset is not None else "pipeline")
     kinds = {label: s.kind for label, s in plan_.sources.items()}
     # the GPU pipeline's refusal only where it could be tried: mapping a preset imports torchvision (1.4 s)
-    refusal = _gpu_refusal(cfg) if own == "pipeline" and cfg.device == "cuda" and cfg.actions == "measure" else None
+    only = tuple(cfg.actions) if isinstance(cfg.actions, list) else None  # a list: try only these
+    mode = "measure" if only is not None else cfg.actions
+    tried = mode == "measure" and (only is None or "gpu_pipeline" in only)
+    refusal = _gpu_refusal(cfg) if own == "pipeline" and cfg.device == "cuda" and tried else None
     pf = cfg.loader.prefetch_factor if own != "loader" else None
-    return Facts(cfg.device, own, cfg.actions, refusal, kinds, pf)
+    return Facts(cfg.device, own, mode, refusal, kinds, pf, only)
 
 
 def _gpu_refusal(cfg) -> Optional[str]:
