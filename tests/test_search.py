@@ -38,11 +38,12 @@ def test_a_curve_that_flattens_stops_at_the_knee():
 
 
 def test_bisection_stops_where_the_bracket_cannot_be_separated():
-    # 16 workers tie 14 (within 5%); 7 is 8% below 14 but its interval (±6% of a noisy shared box) reaches
-    # 14's: the bracket 7..14 cannot be told apart, so no 10, 12, 11 chasing the noise (the H200 run that did)
-    curve = {16: 3000.0, 14: 2950.0, 7: 2720.0, 10: 2800.0, 12: 2900.0, 11: 2850.0}
+    # 16 workers tie 14 (within 5%); 7 cannot reach 90% of the best at 300/s a worker (7 x 300 x 1.15 = 2,415 <
+    # 2,700), so bisection starts above it: 10 is 5% below 14 but its interval (±6% of a noisy shared box) reaches
+    # 14's: the bracket 10..14 cannot be told apart, so no 12, 11 chasing the noise (the H200 run that did)
+    curve = {16: 3000.0, 14: 2950.0, 10: 2800.0, 12: 2900.0, 11: 2850.0}
     order, pick = search(lambda w: curve[w], 4700, 300, 16, noise=0.06)
-    assert order == [16, 14, 7] and pick == 14
+    assert order == [16, 14, 10] and pick == 14
 
 
 def test_a_tied_probe_below_the_top_that_may_still_be_rising_ends_the_search():
@@ -53,7 +54,9 @@ def test_a_tied_probe_below_the_top_that_may_still_be_rising_ends_the_search():
     assert next_workers(points, 4678, 304, 16) is None
     # the same probe on a curve that has flattened (14 at 16's rate, to ±1%) goes on looking lower
     flat = {16: Point(16, 3268.0, 3235.0, 3300.0), 14: Point(14, 3260.0, 3227.0, 3293.0)}
-    assert next_workers(flat, 4678, 304, 16) == 7
+    # from above the counts that cannot reach 90% of the best at 304/s a worker (8 x 304 x 1.15 = 2,797 < 2,941)
+    assert next_workers(flat, 4678, 304, 16) == (8 + 14) // 2
+    assert next_workers(flat, 4678, 0.0, 16) == 7  # the one-worker rate unknown: from 0
 
 
 def test_a_loader_bound_at_all_cores_needs_one_probe_below():
@@ -75,6 +78,7 @@ def test_noise_wider_than_the_gain_stops_the_climb():
     assert order[:2] == [9, 18] and 36 not in order and pick == 8
 
 
+@pytest.mark.alone
 def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     # 4 ms of CPU a sample (250/s a worker) feeding an 80 ms step of batch 8 (100/s): 1 worker feeds it
     import pipeprof
@@ -158,5 +162,15 @@ def test_the_first_guess_below_a_doubled_top_is_probed_just_below_not_bisected_f
     points = {15: Point(15, 3680.0, 3250.0, 4110.0), 16: Point(16, 3579.0, 3300.0, 3850.0)}
     assert next_workers(points, 4715, 323, 16) == 14
     assert next_workers(points | {14: Point(14, 3277.0, 3050.0, 3500.0)}, 4715, 323, 16) is None
-    # a probe below that ties leads to bisection below it, not a walk down an eighth at a time
-    assert next_workers(points | {14: Point(14, 3650.0, 3400.0, 3900.0)}, 4715, 323, 16) == 7
+    # a probe below that ties leads to bisection below it, not a walk down an eighth at a time, from the most
+    # workers that cannot reach 90% of the best (8: 8 x 323 x 1.15 = 2,972 < 3,312)
+    assert next_workers(points | {14: Point(14, 3650.0, 3400.0, 3900.0)}, 4715, 323, 16) == 11
+
+
+def test_the_floor_is_the_most_workers_that_cannot_reach_the_answer():
+    from pipeprof.orchestrate.search import floor_of
+    points = {16: Point(16, 2974.0, 2800.0, 3150.0), 14: Point(14, 2909.0, 2692.0, 3126.0)}
+    # the H200 default run of this session: 229/s a worker; 10 x 229 x 1.15 = 2,638 < 0.9 x 2,974 = 2,677 <= 2,902 (11)
+    assert floor_of(points, 229.4) == 10
+    assert floor_of(points, 0.0) == 0 and floor_of({}, 229.4) == 0
+    assert floor_of(points, 1e6) == 0  # one worker alone could reach it: nothing is ruled out

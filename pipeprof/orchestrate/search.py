@@ -28,7 +28,7 @@ import math
 from dataclasses import replace
 from typing import Callable, NamedTuple, Optional
 
-from pipeprof.analysis.advice import NEAR_BEST
+from pipeprof.analysis.advice import NEAR_BEST, TIE_FLOOR
 from pipeprof.config import default_workers
 from pipeprof.schema import TrialKind
 from .sweep import expand, run_one
@@ -38,6 +38,9 @@ MAX_POINTS = 8  # worker counts one group may measure: the grid up to 128 cores 
 # bisection stops when the bracket is within an eighth of the count: at 16 workers, 14 vs 15 moves
 # the rate by ~6%, about what the windows of one trial resolve on a shared machine, for two more trials
 RESOLUTION = 8
+# a worker among many may run a little faster than the one-worker trial measured (its noise, a warmer cache):
+# the floor below which no count can reach the answer allows it this much more
+PER_WORKER_SLACK = 1.15
 STORAGE_FAST = 20.0  # raw reads this many times the pipeline's rate cannot bind: later storage trials skipped
 
 
@@ -87,12 +90,23 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
     if upper == below_of(top) and _still_rising(points[upper], points[top]):
         return None  # the probe just below the top ties with it, yet cannot be told from a curve still rising
         # in proportion to the workers: whether the knee lies lower is beyond what the windows resolve
-    lower = max((w for w in points if w < upper), default=0)
+    lower = max([w for w in points if w < upper] + [min(floor_of(points, per_worker), upper - 1)])
     if upper - lower <= max(1, upper // RESOLUTION) or len(points) >= MAX_POINTS:
         return None
     if lower in points and points[lower].high >= points[upper].low:
         return None  # the bracket's ends cannot be told apart: bisecting between them would chase noise
     return (lower + upper) // 2
+
+
+def floor_of(points: dict[int, Point], per_worker: float) -> int:
+    """The most workers that cannot be the answer: even at the one-worker rate (with :data:`PER_WORKER_SLACK`)
+    each, they stay below :data:`TIE_FLOOR` of the best measured rate, which the answer must reach. Bisection
+    starts above it, not at 0 (the H200 box: 16 and 14 tied, then 7 and 10 measured where 229/s a worker
+    put any count under 11 out of reach of 2,974 × 0.9). 0 when the one-worker rate is unknown."""
+    if not points or not per_worker > 0:
+        return 0
+    best = max(p.rate for p in points.values())
+    return max(0, math.ceil(TIE_FLOOR * best / (PER_WORKER_SLACK * per_worker)) - 1)
 
 
 def _probe_below(points: dict[int, Point], upper: int) -> bool:
@@ -249,9 +263,11 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
     """What the search measured for one group, what it skipped (and why), and what it inferred."""
     label = _label(e2e)
     record["measured_workers"][label] = sorted(points)
-    record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})", "reason": _why_not(w)}
-                          for w in default_workers(cores) if w not in points]
     r1 = one_worker.get("samples_per_s")
+    per = (r1 or 0.0) / e2e.gpus  # the search's per-GPU units
+    floor = floor_of(points, per)
+    record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})", "reason": _why_not(w, floor, per, points)}
+                          for w in default_workers(cores) if w not in points]
     if 0 not in points and r1 and e2e.gpus == 1:
         rate = zero_workers_rate(r1, step)
         record["inferred"].append({"group": label, "trial_kind": TrialKind.END_TO_END.value, "model": e2e.model,
@@ -262,11 +278,16 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
                                             "the step ceiling, taking turns in one process"})
 
 
-def _why_not(workers: int) -> str:
+def _why_not(workers: int, floor: int, r1: float, points: dict) -> str:
     if workers == 0:
         return ("0 workers: loading and the step take turns in one process, so its rate follows from the "
                 "one-worker loader rate and the step ceiling (1 / (1/r1 + 1/step)), more than 5% below the "
                 "best measured; not measured")
+    if workers <= floor:
+        best = max(p.rate for p in points.values())
+        return (f"cannot be the answer: {workers} workers at {PER_WORKER_SLACK:g}x the one-worker rate ({r1:,.1f}/s) "
+                f"give at most {workers * PER_WORKER_SLACK * r1:,.0f} samples/s, below {TIE_FLOOR:.0%} of the best "
+                f"measured ({best:,.0f})")
     return "not needed: the counts measured located the answer"
 
 
