@@ -243,6 +243,12 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     (row,) = run.meta["action_trials"]["rows"]  # beside the sweep's trials, not among them
     assert row["trial_id"] == dec["action_trial_id"] and row["kind"] == "action" and row["status"] == "ok"
     assert row["action_gain_frac"] == dec["measured_gain_frac"] and "action" not in set(run.trials["kind"])
+    # each side's worker clocks: what a sample cost its workers there, the sum of its stages (collate included)
+    for side in ("", "baseline_"):
+        stages = {k: v for k, v in row.items() if k.startswith(f"{side}stage_us_per_sample.")}
+        assert {f"{side}stage_us_per_sample.{k}" for k in ("read", "decode", "collate")} <= set(stages)
+        assert row[f"{side}worker_us_per_sample"] == pytest.approx(sum(stages.values())) and min(stages.values()) >= 0
+    assert dec["worker_us_per_sample"] == row["worker_us_per_sample"]
     gpu = [a for a in g["actions"] if a["id"] == "gpu_pipeline"]
     assert gpu[0]["tried"] is False and "no GPU" in gpu[0]["why_not_tried"]
     assert answer_lines(run)[1].lstrip().startswith(("Best measured change: decode with cv2",
@@ -268,3 +274,12 @@ def test_a_gain_whose_interval_stays_wider_than_the_target_is_marked_unstable():
     assert "±18.4%, wider than ±5%, after 4 pairs" in wide["unstable_reason"]
     steady = paired_columns(paired([0.2, 0.2, 0.2]), 60.0, 0.05)
     assert steady["action_gain_frac"] == pytest.approx(0.2) and not steady["unstable"]
+
+
+def test_a_missed_prediction_shows_what_a_sample_cost_the_workers_on_each_side():
+    from pipeprof.report.console import _worker_cost
+    missed = {"agrees": False, "worker_us_per_sample": 3000.0, "baseline_worker_us_per_sample": 4000.0}
+    assert _worker_cost(missed) == ("; outside the measured interval: in the trial a sample cost the workers "
+                                    "3,000 µs against 4,000 µs (-25%)")
+    assert _worker_cost(missed | {"agrees": True}) == "" == _worker_cost(missed | {"agrees": None})
+    assert _worker_cost(missed | {"worker_us_per_sample": None}) == ""  # a user's loader: no clocks

@@ -157,6 +157,8 @@ def measured(row: dict) -> dict:
             "measured_gain_frac": row.get("action_gain_frac"), "measured_gain_ci95_low": lo if known else None,
             "measured_gain_ci95_high": hi if known else None, "verified": bool(known and lo > 0),
             "pairs": row.get("pairs"), "action_trial_id": row.get("trial_id"),
+            "worker_us_per_sample": row.get("worker_us_per_sample"),
+            "baseline_worker_us_per_sample": row.get("baseline_worker_us_per_sample"),
             "unstable": bool(row.get("unstable")), "unstable_reason": row.get("unstable_reason"),
             "num_workers": row.get("num_workers")}
 

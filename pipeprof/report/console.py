@@ -219,7 +219,18 @@ def _measured_line(head: str, a: dict) -> str:
         f"; unstable: {a['unstable_reason']}" if a.get("unstable") else "")
     predicted = f"; predicted {a['gain_frac']:+.0%} ({a['basis']})" if a.get("gain_frac") is not None else ""
     return (f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
-            f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}")
+            f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}"
+            f"{_worker_cost(a)}")
+
+
+def _worker_cost(a: dict) -> str:
+    """Where a prediction missed: what a sample cost the workers on each side in the trial (their stage clocks),
+    the measured form of the share the prediction removed."""
+    now, was = a.get("worker_us_per_sample"), a.get("baseline_worker_us_per_sample")
+    if a.get("agrees") is not False or not (now and was):
+        return ""
+    return (f"; outside the measured interval: in the trial a sample cost the workers {now:,.0f} µs against "
+            f"{was:,.0f} µs ({now / was - 1:+.0%})")
 
 
 def _page_cache_lines(storage: dict, analysis: dict) -> list[str]:

@@ -27,6 +27,7 @@ from pipeprof.data.augment import A, load_preset
 from pipeprof.data.dataset import PipelineDataset
 from pipeprof.measure.loader import prefetch_depth, shutdown, worker_pids
 from pipeprof.measure.windows import alternating, summarize_rates
+from .columns import stage_columns
 from .device_side import device_side, passthrough
 from .skeleton import collate_for, make_step, open_loader, pipeline_dataset
 from .spec import TrialContext, TrialSpec
@@ -38,7 +39,9 @@ TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with i
                 "enough whole worker rounds to outlast the other side's last fills, sized from one round of each side"
                 " timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, pairs added until the gain's "
                 "95% CI is within ± measure.ci_target; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
-                "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's")
+                "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
+                "[baseline_]stage_us_per_sample.* and worker_us_per_sample: each side's worker stage clocks (collate "
+                "included) over its batches after warm-up, per sample")
 
 
 class Variant(NamedTuple):
@@ -133,9 +136,13 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
         ctx.monitor.track_workers(worker_pids(its[False]) + worker_pids(its[True]))
         state = {"alt": False, "phase": "warmup"}
 
+        clocks = {False: _StageSums(base.dataset), True: _StageSums(alt.dataset)}
+
         def one() -> int:
-            side = (alt if state["alt"] else base).side or passthrough
-            batch = side(next(its[state["alt"]]), state["phase"] == "measure")
+            side, raw = (alt if state["alt"] else base).side or passthrough, next(its[state["alt"]])
+            if state["phase"] == "measure":
+                clocks[state["alt"]].add(raw)
+            batch = side(raw, state["phase"] == "measure")
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
 
@@ -149,7 +156,32 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
         for it in its.values():
             shutdown(it)
     return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side) | {
-        "drain_batches": drain}
+        "drain_batches": drain} | clocks[True].columns() | clocks[False].columns("baseline_")
+
+
+class _StageSums:
+    """One side's worker stage clocks (read, decode, each transform, collate) over the batches it ran after
+    warm-up (its windows and drains): what a sample cost its workers on each side, to set beside the
+    prediction (which removed a share of the baseline's worker time). Nothing for a user's loader or a
+    dataset without clocks."""
+
+    def __init__(self, dataset):
+        self.names = list(dataset.stage_names) if getattr(dataset, "stage_timing", False) else None
+        self.sums, self.samples = None, 0
+
+    def add(self, batch) -> None:
+        stage = batch.get("stage_s") if self.names is not None and isinstance(batch, dict) else None
+        if stage is None:
+            return
+        self.sums = stage.numpy() if self.sums is None else self.sums + stage.numpy()
+        self.samples += len(batch["label"])
+
+    def columns(self, prefix: str = "") -> dict:
+        if self.sums is None or not self.samples:
+            return {}
+        cols = stage_columns(self.names, self.sums, self.samples)
+        return {f"{prefix}{k}": v for k, v in cols.items() if k.startswith("stage_us_per_sample.")} | {
+            f"{prefix}worker_us_per_sample": float(self.sums.sum()) / self.samples * 1e6}
 
 
 def action_policy(measure):
