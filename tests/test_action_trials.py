@@ -86,6 +86,13 @@ def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_
     # within its interval of binding counts too
     assert "memory" in tried(plan(group(also=["storage"]), ROW, GPU))
     assert tried(plan(group(side="step", resource="gpu"), ROW, GPU)) == []
+    # a balanced answer (the H200's CPU pipeline at 14 workers: balanced in 63% of re-draws, else input side,
+    # workers): the input side may bind, so what relieves the resources its re-draws named is tried
+    balanced = group(side="balanced", resource=float("nan"),
+                     confidence={"alternatives": [{"side": "input", "resource": "cores", "share": 0.37}]})
+    assert tried(plan(balanced, ROW, GPU)) == ["decoder", "uint8", "gpu_pipeline"]
+    assert "cores binds here" in {p.id: p.why_not for p in plan(balanced, ROW, GPU)}["memory"]
+    assert tried(plan(group(side="balanced", resource=None), ROW, GPU)) == ["decoder", "uint8", "gpu_pipeline"]
     off = plan(group(), ROW, GPU._replace(mode="predict"))
     assert tried(off) == [] and all("actions: predict" in p.why_not for p in off)
     refused = plan(group(), ROW, GPU._replace(gpu_refusal="preset 'x' uses CoarseDropout"))

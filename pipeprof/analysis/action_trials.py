@@ -57,20 +57,27 @@ class Planned(NamedTuple):
 
 
 def input_side(group: dict) -> bool:
-    """The answer binds on the input side (the two-level verdict's side; a run stored before it: its word)."""
+    """The answer binds on the input side, or may: a balanced answer (neither side binds clearly) leaves room
+    for an input-side change up to the step (the two-level verdict's side; a run stored before it: its word)."""
     side = group.get("side_at_recommended")
-    return side == "input" if side is not None else group.get("verdict_at_recommended") in INPUT_SIDE
+    return side in ("input", "balanced") if side is not None else group.get("verdict_at_recommended") in INPUT_SIDE
 
 
 def binding(group: dict, row: pd.Series) -> set[str]:
-    """The input resources an action may relieve: the answer's, those within their interval of binding, and
-    ``startup`` when the loader restarted its workers inside the trial (passes that end)."""
-    found = {group.get("resource_at_recommended"), *(group.get("also_at_recommended") or [])}
-    if not group.get("resource_at_recommended"):  # a run stored before the two-level verdict
+    """The input resources an action may relieve: the answer's, those within their interval of binding (for a
+    balanced answer, the input resources its re-draws named, else the workers), and ``startup`` when the loader
+    restarted its workers inside the trial (passes that end)."""
+    resource = group.get("resource_at_recommended")
+    resource = resource if isinstance(resource, str) else None  # a balanced answer names none (None, or NaN read back)
+    found = {resource, *(group.get("also_at_recommended") or [])}
+    if group.get("side_at_recommended") == "balanced":
+        alternatives = (group.get("confidence") or {}).get("alternatives") or []
+        found |= {a.get("resource") for a in alternatives if a.get("side") == "input"} or {"workers"}
+    elif resource is None:  # a run stored before the two-level verdict
         found |= {(FROM_BOUNDS | {"cores-bound": "cores"}).get(group.get("verdict_at_recommended"), "workers")}
     if (row.get("loader_restarts") or 0) > 0:
         found.add("startup")
-    return {f for f in found if f}
+    return {f for f in found if isinstance(f, str) and f}
 
 
 def plan(group: dict, row: pd.Series, facts: Facts) -> list[Planned]:
