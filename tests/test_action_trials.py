@@ -171,6 +171,29 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
     assert "known only from its action trial" in gpu["basis"]
 
 
+def test_uint8_prediction_counts_the_hand_off_where_the_cores_are_full():
+    """Workers: 3,000 us a sample, of which Normalize 300 and collate 400 (so 600 go); the training process's
+    hand-off 400 us a sample (its CPU in the handoff trial over that trial's rate). With cores to spare only the
+    workers' 600 of 3,000 go: the loader's rate rises by 1 / 0.8. With the cores full, 300 more of the hand-off
+    go, of the 3,400 a sample costs them: 1 / (1 - 900 / 3,400)."""
+    row = pd.Series({"num_workers": 4, "samples_per_s": 1000.0, "cpu_bound_samples_per_s": 1000.0,
+                     "step_bound_samples_per_s": 1e6, "stage_us_per_sample.decode": 2300.0,
+                     "stage_us_per_sample.Normalize": 300.0, "stage_us_per_sample.collate": 400.0,
+                     "stage_share.decode": 2300 / 3000, "stage_share.Normalize": 0.1, "stage_share.collate": 400 / 3000,
+                     "handoff_main_us_per_sample": 400.0, "usable_busy_cores_mean": 7.6})
+    ws, rates = np.array([1.0, 4.0]), np.array([250.0, 1000.0])
+
+    def gain(r):
+        (u,) = [a for a in actions(r, ws, rates, 8, "cuda") if a["id"] == "uint8"]
+        return u
+    full = gain(row)
+    assert full["gain_frac"] == pytest.approx(1 / (1 - 900 / 3400) - 1)
+    assert "hand-off goes too (400 us a sample, measured by the handoff trial), of the 3,400 us" in full["basis"]
+    spare = gain(row.copy().replace({7.6: 4.5}))  # 4.5 of 8 cores busy: the hand-off has a core of its own
+    assert spare["gain_frac"] == pytest.approx(1 / 0.8 - 1) and "hand-off" not in spare["basis"]
+    assert gain(row.drop("handoff_main_us_per_sample"))["gain_frac"] == pytest.approx(1 / 0.8 - 1)  # not measured
+
+
 def trial_row(gain, lo, hi, status="ok") -> dict:
     return {"status": status, "samples_per_s": 100 * (1 + gain), "baseline_samples_per_s": 100.0,
             "action_gain_frac": gain, "action_gain_ci95_low": lo, "action_gain_ci95_high": hi, "pairs": 3,

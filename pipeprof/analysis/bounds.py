@@ -95,15 +95,19 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def _join_handoff(e2e: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
-    """``handoff_samples_per_s`` and its 95% interval beside each end-to-end row of the same pipeline."""
-    cols = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high"]
+    """``handoff_samples_per_s`` and its 95% interval beside each end-to-end row of the same pipeline, and
+    ``handoff_main_us_per_sample``: the training process's CPU to receive and pin a sample's batch share (its
+    CPU in the hand-off trial, which runs no step, over that trial's rate)."""
+    cols = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high", "handoff_main_us_per_sample"]
     h = ok(trials, "handoff")
     if h.empty:
         return e2e.assign(**{c: float("nan") for c in cols})
     on = [k for k in HANDOFF_KEYS if k in e2e and k in h]
     low = h.get("samples_per_s_ci95_low", h["samples_per_s"]).fillna(h["samples_per_s"])
     high = h.get("samples_per_s_ci95_high", h["samples_per_s"]).fillna(h["samples_per_s"])
-    right = h.assign(handoff_samples_per_s=h["samples_per_s"], handoff_ci95_low=low, handoff_ci95_high=high)
+    main = h["main_cpu_pct_mean"] / 100 / h["samples_per_s"] * 1e6 if "main_cpu_pct_mean" in h else float("nan")
+    right = h.assign(handoff_samples_per_s=h["samples_per_s"], handoff_ci95_low=low, handoff_ci95_high=high,
+                     handoff_main_us_per_sample=main)
     return e2e.merge(right[on + cols].drop_duplicates(on), on=on, how="left")
 
 
