@@ -1,5 +1,9 @@
 """A user's own dataset factory and model factory, named in a config by import path."""
+import pytest
+
 import pipeprof
+
+pytestmark = pytest.mark.alone  # its assertion is a measured rate (conftest)
 
 
 def test_config_names_user_dataset_and_model_by_import_path(tmp_path):

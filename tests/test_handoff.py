@@ -15,6 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 import pipeprof
 from pipeprof.checks.calibrate import FixedStepModel
 
+pytestmark = pytest.mark.alone  # a trial's rate against a hand-timed loop's (conftest)
+
 BATCH, WORKERS = 32, 1
 
 

@@ -10,6 +10,8 @@ import pytest
 import pipeprof
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, expected_rate
 
+pytestmark = pytest.mark.alone  # measured rates and wait shares against known ones (conftest)
+
 # ``pipeprof validate``'s test policy (test_validate.FAST): 0.4-s windows hold 5 or more batches of every case
 # here, windows are added while the 95% interval is wider than +-10% (the 15% tolerance's noise), up to 6
 MEASURE = {"warmup_batches": 3, "warmup_s": 0.3, "warmup_max_s": 1.5, "redraws": 10, "window_s": 0.4, "window_batches": 3,

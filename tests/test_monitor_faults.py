@@ -9,6 +9,8 @@ import pytest
 from pipeprof.measure import monitors
 from pipeprof.measure.monitors import Monitor
 
+pytestmark = pytest.mark.alone  # samples counted over a timed sleep (conftest)
+
 
 @pytest.fixture
 def one_gpu_that_is_lost(monkeypatch):

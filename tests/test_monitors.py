@@ -33,6 +33,7 @@ def _monitor_threads():
     return [t for t in threading.enumerate() if t.name == "pipeprof-monitor"]
 
 
+@pytest.mark.alone
 def test_rate_trial_switch_and_clean_stop():
     mon = Monitor(hz=50, gpu=False)
     mon.set_trial("a", "warmup")
@@ -58,6 +59,7 @@ def test_rate_trial_switch_and_clean_stop():
     assert not _monitor_threads()
 
 
+@pytest.mark.alone
 def test_columns_and_sample_cost():
     with Monitor(hz=50, gpu=False) as mon:
         time.sleep(0.4)
@@ -73,6 +75,7 @@ def test_columns_and_sample_cost():
     assert df["sample_cost_ms"].median() < 20
 
 
+@pytest.mark.alone
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_tracked_worker_cpu_and_drop():
     ctx = mp.get_context("fork")
@@ -99,6 +102,7 @@ def test_tracked_worker_cpu_and_drop():
     assert (dead["workers_cpu_pct"] == 0).all()
 
 
+@pytest.mark.alone
 def test_track_workers_ignores_bad_pids_and_clears():
     import os
 
@@ -167,6 +171,7 @@ def _burn_window(tracked: bool) -> tuple[float, dict]:
     return max(x or 0.0 for x in idle), summarize(df, "burn", t0, t1)
 
 
+@pytest.mark.alone
 def test_untracked_process_is_foreign_load():
     _, s = _burn_window(tracked=False)
     assert s["monitor_samples"] > 8
@@ -176,6 +181,7 @@ def test_untracked_process_is_foreign_load():
     assert s["usable_cores"] == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.alone
 def test_tracked_worker_is_run_load_not_foreign():
     idle_foreign, s = _burn_window(tracked=True)
     assert s["run_cores_mean"] > 0.5

@@ -50,6 +50,7 @@ def test_pil_and_cv2_decode_to_the_same_rgb_image(tiny_dataset):
         get_decoder("nvjpeg")
 
 
+@pytest.mark.alone
 def test_stage_times_cover_every_transform(tiny_dataset):
     ds = PipelineDataset(files(tiny_dataset), "pil", load_preset("heavy"), stage_timing=True)
     image, label, times, notes = ds[0]

@@ -5,6 +5,7 @@ from pipeprof.measure import reference
 from pipeprof.report.console import reference_line
 
 
+@pytest.mark.alone
 def test_decode_rate_counts_real_decodes_in_each_process():
     one = reference.decode_rate(1, 0.3)
     two = reference.decode_rate(2, 0.3)

@@ -32,6 +32,7 @@ QUICK = ["measure.warmup_s=0.3", "measure.warmup_max_s=2", "measure.redraws=10",
          "measure.max_windows=5"]
 
 
+@pytest.mark.alone
 def test_a_one_core_mask_measures_what_the_full_run_predicts(tmp_path):
     # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core. The all-cores run
     # is made here, in this process, and handed to the check as `validate --sizing --full-run` does (its

@@ -27,7 +27,7 @@ from pipeprof.measure.loader import build_loader, shutdown
 from pipeprof.orchestrate.sweep import expand
 from pipeprof.trials import one_pass_plan
 
-from conftest import LOOPBACK, free_port, serve_folder
+from conftest import LOOPBACK, free_port, measured_once, serve_folder
 # short windows (0.2 s holds 15 or more batches of 2 here, the 20 MB/s throttle's included), at most 4 of them,
 # warm-up settling capped at 1 s, no CPU reference probe (no test here reads it)
 QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "redraws": 10, "window_s": 0.2, "window_batches": 3,
@@ -169,14 +169,16 @@ def raw_config(tmp, folder, sources, **extra) -> dict:
 # --------------------------------------------------------------------------- the sweep over sources
 
 
+# the two runs below are measured, once for the test run (conftest.measured_once); the tests reading them are alone
 @pytest.fixture(scope="module")
 def storage_run(jpeg_folder, http_base, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sweep")
-    sources = ["files", "memory", "shards", {"kind": "url", "base_url": f"{http_base}/ds", "timeout_s": 5},
-               {"kind": "throttled", "inner": "files", "mb_s": 20}]
-    raw = raw_config(tmp, jpeg_folder, sources, trials=["storage_fetch"])
-    raw["data"]["cache"] = ["warm", "cold"]
-    return pipeprof.run(C.build(raw), log=lambda *a: None)
+    def make(tmp):
+        sources = ["files", "memory", "shards", {"kind": "url", "base_url": f"{http_base}/ds", "timeout_s": 5},
+                   {"kind": "throttled", "inner": "files", "mb_s": 20}]
+        raw = raw_config(tmp, jpeg_folder, sources, trials=["storage_fetch"])
+        raw["data"]["cache"] = ["warm", "cold"]
+        return pipeprof.run(C.build(raw), log=lambda *a: None)
+    return measured_once("storage_run", make, tmp_path_factory)
 
 
 def fetch_rows(run) -> pd.DataFrame:
@@ -184,6 +186,7 @@ def fetch_rows(run) -> pd.DataFrame:
     return df[df["kind"] == "storage_fetch"].set_index(["source", "cache_state"])
 
 
+@pytest.mark.alone
 def test_storage_fetch_row_per_source_and_cache_state(storage_run):
     df = fetch_rows(storage_run)
     assert (df["status"] == "ok").all(), df["error"].dropna().tolist()
@@ -204,6 +207,7 @@ def test_storage_fetch_row_per_source_and_cache_state(storage_run):
     assert df.loc[("url", "n/a"), "source_kind"] == "url" and pd.isna(df.loc[("url", "n/a"), "disk_read_frac"])
 
 
+@pytest.mark.alone
 def test_run_json_records_sources_and_dataset_against_ram(storage_run, jpeg_folder):
     meta = json.loads((storage_run.path / "run.json").read_text())
     storage = meta["storage"]
@@ -222,6 +226,7 @@ def test_run_json_records_sources_and_dataset_against_ram(storage_run, jpeg_fold
     assert "cache_state" in meta["timed_regions"] and "read_latency_ms" in meta["timed_regions"]
 
 
+@pytest.mark.alone
 def test_cold_reads_come_from_disk_and_stay_in_the_first_pass(storage_run):
     df = fetch_rows(storage_run)
     cold, warm = df.loc[("files", "cold")], df.loc[("files", "warm")]
@@ -261,6 +266,7 @@ def tempfile_dir(parent):
     return Path(tempfile.mkdtemp(prefix="pipeprof-test-", dir=parent))
 
 
+@pytest.mark.alone
 def test_shards_via_the_sweep_are_read_shard_by_shard(storage_run):
     df = fetch_rows(storage_run)
     assert df.loc[("shards", "warm"), "access_order"].startswith("sequential")
@@ -301,6 +307,7 @@ class IndexedBytes(RawBytesDataset):
         return index, len(self.source.read(index))
 
 
+@pytest.mark.alone
 def test_sequential_shards_read_with_real_workers(storage_run):
     source = ShardSource(storage_run.meta["storage"]["sources"]["shards"]["location"])
     it = iter(build_loader(IndexedBytes(source), batch_size=2, num_workers=2, collate_fn=list))
@@ -320,14 +327,17 @@ def throttle_demo(jpeg_folder, tmp_path_factory):
     """ImageNet-like JPEGs behind a 20 MB/s throttle, and the same files unthrottled, feeding a 5 ms step.
     Its actions stay predictions (``actions: predict``): the tests read those; action trials are
     test_action_trials.py's."""
-    tmp = tmp_path_factory.mktemp("demo")
-    raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 20}],
-                     actions="predict", model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-                     loader={"num_workers": [2], "batch_size": 8},
-                     measure={"warmup_s": 0.3, "window_s": 0.3, "window_batches": 4, "windows": 3})
-    return pipeprof.run(C.build(raw), log=lambda *a: None)
+    def make(tmp):
+        raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 20}],
+                         actions="predict", model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms",
+                                                   "threads": 1},
+                         loader={"num_workers": [2], "batch_size": 8},
+                         measure={"warmup_s": 0.3, "window_s": 0.3, "window_batches": 4, "windows": 3})
+        return pipeprof.run(C.build(raw), log=lambda *a: None)
+    return measured_once("throttle_demo", make, tmp_path_factory)
 
 
+@pytest.mark.alone
 def test_throttled_source_is_io_bound_at_the_cap(throttle_demo, jpeg_folder):
     files = FileSource(jpeg_folder)
     expected = 20e6 / (files.total_bytes() / len(files))  # ~175 samples/s for ~114 KB files
@@ -345,6 +355,7 @@ def test_throttled_source_is_io_bound_at_the_cap(throttle_demo, jpeg_folder):
         assert r["cache_state"] == "warm" and r["resident_frac_before"] > 0.9 and r["disk_read_frac"] < 0.1
 
 
+@pytest.mark.alone
 def test_faster_storage_action_predicted_from_the_unthrottled_pair(throttle_demo):
     groups = {g["source"]: g for g in throttle_demo.meta["analysis"]["groups"]}
     actions = groups["throttled-files-20MBps"]["actions"]
@@ -364,6 +375,7 @@ def test_faster_storage_action_predicted_from_the_unthrottled_pair(throttle_demo
     assert "cores_needed" not in groups["throttled-files-20MBps"]  # its CPU curve measured the storage
 
 
+@pytest.mark.alone
 def test_report_shows_storage_settings_and_notes(throttle_demo, capsys):
     assert main(["report", str(throttle_demo.path)]) == 0
     out = capsys.readouterr().out

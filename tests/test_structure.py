@@ -9,6 +9,7 @@ the confounders) sit below all of them. A module may import its own layer and th
 A new module must be placed here: the test fails on a module it does not know.
 """
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -53,6 +54,7 @@ FOLDERS = ["data", "measure", "trials", "orchestrate", "analysis", "report", "ch
 LAYER = {m: n for n, mods in LAYERS.items() for m in mods}
 
 
+@functools.cache  # parsed once for the whole module: the tests only read the trees
 def modules() -> dict[str, ast.Module]:
     out = {}
     for f in PACKAGE.rglob("*.py"):

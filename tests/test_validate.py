@@ -17,6 +17,7 @@ FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "redraws": 10, "window_s
 
 # "step" (4 ms/sample, 1 worker, 80 ms step) is not a case of its own here: "tuple output" is that very
 # workload, rate and step-bound verdict, with the tuple on top; test_known_cost times its end_to_end alone
+@pytest.mark.alone
 @pytest.mark.parametrize("name", ["user model of 10 outputs", "tuple output (logits, aux)", "CPU step",
                                   "cores", "no workers"])
 def test_known_answer_case(tmp_path, name):

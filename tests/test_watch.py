@@ -21,6 +21,11 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.results import load_run
 from pipeprof.watch.records import Batch, windows
 
+from conftest import measured_once
+
+# rates, wait shares and verdicts of watched runs; the runs several tests read are measured once (conftest)
+pytestmark = pytest.mark.alone
+
 # a sample waits READ_S for its bytes, then burns COST_S of CPU: one worker makes 125 samples/s with a
 # eighth of a core, so 2 workers double it even when other processes hold one of this machine's 2 cores
 READ_S, COST_S, STEP_S, BATCH = 0.007, 0.001, 0.04, 8
@@ -137,21 +142,25 @@ class SlowStorage(BurnDataset):
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tuned")
-    (tmp / "train.py").write_text(TRAIN)
-    done = _watch(tmp, ["--seconds", "3", "--tune", "--stop"], [sys.executable, "train.py", "1000"])
-    return done, _run_folder(tmp), (tmp / "watch.log").read_text()
+    def make(tmp):
+        (tmp / "train.py").write_text(TRAIN)
+        done = _watch(tmp, ["--seconds", "3", "--tune", "--stop"], [sys.executable, "train.py", "1000"])
+        return done, _run_folder(tmp), (tmp / "watch.log").read_text()
+    return measured_once("tuned", make, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def sweep_answer(tmp_path_factory):
     """num_workers as a pipeprof sweep of the same dataset and step finds it (end-to-end at 1 and 2)."""
-    run = pipeprof.profile(SlowStorage(192, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
-                           num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu",
-                           out_dir=str(tmp_path_factory.mktemp("sweep")), log=lambda *a: None,
-                           measure={"window_s": 0.3, "windows": 2, "max_windows": 3, "warmup_max_s": 1.0, "redraws": 10,
-                                    "cpu_reference_s": 0})  # 125 vs 200 samples/s: short windows tell them apart
-    return run.meta["analysis"]["groups"][0]["recommended_workers"]
+    def make(tmp):
+        # 125 vs 200 samples/s: short windows tell them apart
+        run = pipeprof.profile(SlowStorage(192, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
+                               num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu", out_dir=str(tmp),
+                               log=lambda *a: None,
+                               measure={"window_s": 0.3, "windows": 2, "max_windows": 3, "warmup_max_s": 1.0,
+                                        "redraws": 10, "cpu_reference_s": 0})
+        return run.meta["analysis"]["groups"][0]["recommended_workers"]
+    return measured_once("sweep_answer", make, tmp_path_factory)
 
 
 def _row(run, site: str, kind: str = "end_to_end") -> pd.Series:
@@ -221,15 +230,16 @@ def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
 
 @pytest.fixture(scope="module")
 def raised(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("raised")
-    (tmp / "train.py").write_text(RAISES)
-    site = tmp / "usersite"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_MARK'] = 'chained'\n")
-    env = dict(os.environ, PYTHONPATH=str(site))
-    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=env)
-    watched = _watch(tmp, [], [sys.executable, "train.py"], env)
-    return plain, watched, _run_folder(tmp)
+    def make(tmp):
+        (tmp / "train.py").write_text(RAISES)
+        site = tmp / "usersite"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_MARK'] = 'chained'\n")
+        env = dict(os.environ, PYTHONPATH=str(site))
+        plain = subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=env)
+        watched = _watch(tmp, [], [sys.executable, "train.py"], env)
+        return plain, watched, _run_folder(tmp)
+    return measured_once("raised", make, tmp_path_factory)
 
 
 def test_step_bound_loop(raised):
