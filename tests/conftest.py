@@ -151,7 +151,7 @@ def pytest_runtest_protocol(item, nextitem):
 def measured_once(name: str, make, tmp_path_factory):
     """``make(folder)``'s value, measured under the exclusive lock and once for the whole test run: under xdist the
     first worker to need it measures it in the folder the workers share and leaves it there pickled; the other
-    reads the pickle. For the fixtures whose runs several tests read (``MEASURED``)."""
+    reads the pickle. For a fixture whose run several tests read (or whose data: the storage sweep's JPEGs)."""
     if SHARED is None:
         with CORES.hold("exclusive"):
             return make(tmp_path_factory.mktemp(name))

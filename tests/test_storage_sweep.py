@@ -136,12 +136,14 @@ def test_one_pass_plan_keeps_a_cold_measurement_in_the_first_pass():
 
 @pytest.fixture(scope="module")
 def jpeg_folder(tmp_path_factory):
-    """64 ImageNet-like JPEGs (~110 KB each) in 4 classes, on the temporary folder's filesystem."""
+    """64 ImageNet-like JPEGs (~110 KB each) in 4 classes, on the temporary folder's filesystem; made once for the
+    test run (conftest.measured_once), not once per xdist worker."""
     from pipeprof.data.synthetic import make_dataset
 
-    root = tmp_path_factory.mktemp("storage") / "ds"
-    make_dataset(root, images=64, classes=4, seed=3, workers=1)
-    return root
+    def make(tmp):
+        make_dataset(tmp / "ds", images=64, classes=4, seed=3, workers=1)
+        return tmp / "ds"
+    return measured_once("jpeg_folder", make, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +173,9 @@ def raw_config(tmp, folder, sources, **extra) -> dict:
 
 # the two runs below are measured, once for the test run (conftest.measured_once); the tests reading them are alone
 @pytest.fixture(scope="module")
-def storage_run(jpeg_folder, http_base, tmp_path_factory):
+def storage_run(jpeg_folder, request, tmp_path_factory):
     def make(tmp):
+        http_base = request.getfixturevalue("http_base")  # a server only where the run is measured
         sources = ["files", "memory", "shards", {"kind": "url", "base_url": f"{http_base}/ds", "timeout_s": 5},
                    {"kind": "throttled", "inner": "files", "mb_s": 20}]
         raw = raw_config(tmp, jpeg_folder, sources, trials=["storage_fetch"])
