@@ -23,8 +23,8 @@ from pipeprof.watch.records import Batch, windows
 
 from conftest import measured_once
 
-# rates, wait shares and verdicts of watched runs; the runs several tests read are measured once (conftest)
-pytestmark = pytest.mark.alone
+# the tests that read rates, wait shares, verdicts or intervals of watched runs are alone; the runs several tests
+# read are measured once, under the exclusive lock (conftest)
 
 # a sample waits READ_S for its bytes, then burns COST_S of CPU: one worker makes 125 samples/s with a
 # eighth of a core, so 2 workers double it even when other processes hold one of this machine's 2 cores
@@ -173,6 +173,7 @@ def _verdict(run, trial_id: str) -> dict:
     return next(v for v in run.meta["analysis"]["verdicts"] if v["trial_id"] == trial_id)
 
 
+@pytest.mark.alone
 def test_input_bound_loop_waits_its_known_share(tuned):
     done, run, log = tuned
     train = _row(run, f"train.py:{_line_of(TRAIN, 'train_loader = DataLoader')}")
@@ -187,6 +188,7 @@ def test_input_bound_loop_waits_its_known_share(tuned):
         assert abs(train["data_wait_frac"] - KNOWN_WAIT) <= 0.05, (train["data_wait_frac"], KNOWN_WAIT)
 
 
+@pytest.mark.alone
 def test_tune_pauses_once_and_recommends_what_a_sweep_finds(tuned, sweep_answer):
     done, run, log = tuned
     tune = run.meta["tune"]
@@ -200,6 +202,7 @@ def test_tune_pauses_once_and_recommends_what_a_sweep_finds(tuned, sweep_answer)
     assert tune["change"].endswith(f"train.py:{line}: num_workers=1 -> num_workers=2")
 
 
+@pytest.mark.alone
 def test_train_and_validation_loaders_are_told_apart(tuned):
     done, run, log = tuned
     train_site = f"train.py:{_line_of(TRAIN, 'train_loader = DataLoader')}"
@@ -214,6 +217,7 @@ def test_train_and_validation_loaders_are_told_apart(tuned):
     assert _verdict(run, val["trial_id"])["side"] == "step", _verdict(run, val["trial_id"])
 
 
+@pytest.mark.alone
 def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
     done, run, log = tuned
     assert done.returncode == 130  # the job's own status: SIGINT, as a shell reports it
@@ -228,22 +232,34 @@ def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
 
 # ---- a step-bound loop that raises, with its own sitecustomize -----------------------------------
 
+def _site_env(tmp: Path) -> dict:
+    """The environment that runs train.py in ``tmp`` with the job's own sitecustomize."""
+    return dict(os.environ, PYTHONPATH=str(tmp / "usersite"))
+
+
 @pytest.fixture(scope="module")
 def raised(tmp_path_factory):
+    """The loop, watched (measured once: its step-bound verdict and rates are read), and its folder."""
     def make(tmp):
         (tmp / "train.py").write_text(RAISES)
         site = tmp / "usersite"
         site.mkdir()
         (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_MARK'] = 'chained'\n")
-        env = dict(os.environ, PYTHONPATH=str(site))
-        plain = subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=env)
-        watched = _watch(tmp, [], [sys.executable, "train.py"], env)
-        return plain, watched, _run_folder(tmp)
+        watched = _watch(tmp, [], [sys.executable, "train.py"], _site_env(tmp))
+        return watched, _run_folder(tmp), tmp
     return measured_once("raised", make, tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def plain(raised):
+    """The same loop, in the same folder, run plainly without pipeprof: its exit status and output, no timing."""
+    tmp = raised[2]
+    return subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=_site_env(tmp))
+
+
+@pytest.mark.alone
 def test_step_bound_loop(raised):
-    plain, watched, run = raised
+    watched, run, _ = raised
     row = run.trials[run.trials["kind"] == "end_to_end"].iloc[0]
     assert row["status"] == "ok" and _verdict(run, row["trial_id"])["side"] == "step"
     assert row["data_wait_frac"] < 0.05
@@ -251,8 +267,8 @@ def test_step_bound_loop(raised):
     assert abs(step["samples_per_s"] - 8 / 0.1) / (8 / 0.1) < 0.1  # the step alone, from the loop
 
 
-def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised):
-    plain, watched, run = raised
+def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised, plain):
+    watched, run, _ = raised
     assert plain.returncode == watched.returncode == 1
     assert run.meta["status"] == "ended_early" and run.meta["ended_by"] == "command exited"
     exc = run.meta["exceptions"][0]
@@ -261,14 +277,15 @@ def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised):
     assert run.trials.loc[run.trials["kind"] == "end_to_end", "watched_batches"].iloc[0] == 31
 
 
-def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised):
-    plain, watched, run = raised
+def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised, plain):
+    watched, run, _ = raised
     assert plain.stdout.startswith(b"site: chained\n")
     assert watched.stdout == plain.stdout and watched.stderr == plain.stderr
 
 
 # ---- torchrun, two ranks -----------------------------------------------------------------------
 
+@pytest.mark.alone
 def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
     """Also: after the window the job runs on untouched (no --stop): the hooks are off, it ends as it would."""
     (tmp_path / "ddp.py").write_text(DDP)
