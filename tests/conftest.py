@@ -51,10 +51,6 @@ import pytest  # noqa: E402
 
 from pipeprof.config import MeasureConfig  # noqa: E402
 
-# modules that time but cannot carry their own mark here (another change holds the file): alone, as a whole
-ALONE_MODULES = {"test_action_trials.py"}
-
-
 class CoreLock:
     """A machine-wide reader/writer lock on two files (``fcntl.flock``) in a folder the xdist workers of one run
     share. Readers and writers first take the turnstile, briefly; a writer keeps it while it waits for the
@@ -120,13 +116,6 @@ def pytest_configure(config):
 
 def is_alone(item) -> bool:
     return item.get_closest_marker("alone") is not None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
-    for item in items:  # before -m selects
-        if item.path.name in ALONE_MODULES:
-            item.add_marker(pytest.mark.alone)
 
 
 def phase(item) -> int:

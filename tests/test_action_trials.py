@@ -40,12 +40,16 @@ class WaitDataset(Dataset):
         return torch.zeros(3, 8, 8, dtype=torch.uint8), i % 10
 
 
+@pytest.mark.alone  # measured rates (and, in the run, the verdict that lets the action run)
 def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline():
     """12 ms per sample against 6 ms, one worker, a 2 ms step per batch of 8: 83 against 167 samples/s,
     a gain of +100%, read pair by pair with its interval (the worker's own handling of a sample, well under
     a millisecond, is inside the 15% allowed)."""
     with Monitor(hz=10, gpu=False) as mon:
-        ctx = TrialContext(torch.device("cpu"), None, C.MeasureConfig(**QUICK), mon, num_classes=10,
+        # 0.6 s windows (5-6 batches of the slow side, not 3) and up to 4 pairs: a 0.3 s window's one-batch
+        # granularity once put the interval's low end at +46%
+        quick = QUICK | {"action_window_s": 0.6, "action_max_pairs": 4}
+        ctx = TrialContext(torch.device("cpu"), None, C.MeasureConfig(**quick), mon, num_classes=10,
                            models={"fixed": lambda: FixedStepModel(0.002, 10)})
         spec = TrialSpec("action", num_workers=1, batch_size=8, model="fixed", precision="fp32", mode="train",
                          action="cheaper")
@@ -243,6 +247,7 @@ def test_a_users_dataloader_is_rebuilt_with_other_knobs():
         with_knobs(lambda w: [1, 2], pin_memory=True)(0)
 
 
+@pytest.mark.alone  # measured rates (and, in the run, the verdict that lets the action run)
 def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_path):
     """pipeprof's own pipeline on the CPU, input-bound at one worker: the decoder action is tried (the only
     one that applies without a GPU); the answer is given before it, and its first lines name the result."""
