@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .bounds import BALANCED, NEAR_BEST, _known, predict
+from .verdict import SATURATED
 
 TIE_FLOOR = 0.90  # a count below 90% of the best is never called tied with it, whatever its interval
 
@@ -261,9 +262,10 @@ def _uint8_to_gpu(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: floa
 
 
 def _cores_full(row: pd.Series, cores: float) -> bool:
-    """The trial kept the usable cores busy (within one core): the workers and the training process share them."""
+    """The trial kept the usable cores busy (the verdict's own test of full cores, ``verdict.SATURATED``): the
+    workers and the training process share them."""
     busy = row.get("usable_busy_cores_mean")
-    return _known(busy) and busy >= cores - 1
+    return _known(busy) and busy >= SATURATED * cores
 
 
 def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str,
