@@ -285,8 +285,9 @@ def _why_not(workers: int, floor: int, r1: float, points: dict) -> str:
                 "best measured; not measured")
     if workers <= floor:
         best = max(p.rate for p in points.values())
-        return (f"cannot be the answer: {workers} workers at {PER_WORKER_SLACK:g}x the one-worker rate ({r1:,.1f}/s) "
-                f"give at most {workers * PER_WORKER_SLACK * r1:,.0f} samples/s, below {TIE_FLOOR:.0%} of the best "
+        return (f"cannot be the answer: {workers} worker{'s' if workers != 1 else ''} at {PER_WORKER_SLACK:g}x the "
+                f"one-worker rate ({r1:,.1f}/s) each "
+                f"reach at most {workers * PER_WORKER_SLACK * r1:,.0f} samples/s, below {TIE_FLOOR:.0%} of the best "
                 f"measured ({best:,.0f})")
     return "not needed: the counts measured located the answer"
 
