@@ -388,7 +388,7 @@ class MeasureConfig(_Strict):
     action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
     # all action trials together, after the answer: the predicted best first; what the budget leaves out is
     # listed as not tried with this reason (the H200 default run: 5 actions at ~125 s each would take 10 min)
-    actions_max_s: float = Field(240.0, gt=0)
+    actions_max_s: float = Field(150.0, gt=0)
 
 
 class DistributedConfig(_Strict):

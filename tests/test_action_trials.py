@@ -1,20 +1,25 @@
 """Action trials: a variant against its baseline in alternating windows, on workloads of known cost; the
 planning of which actions apply (and why the others do not); the decoder prediction from measured decode
 costs; measured beside predicted in the stored analysis and the reports."""
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 import pipeprof
 from pipeprof import config as C
 from pipeprof.analysis.action_trials import Facts, best_measured, combine, plan
 from pipeprof.analysis.advice import actions
 from pipeprof.checks.calibrate import FixedStepModel, burn_loader
+from pipeprof.measure.loader import PAUSABLE, Pause, shutdown, worker_pids
 from pipeprof.measure.monitors import Monitor
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.actions import Variant, action_trial, with_knobs
@@ -60,7 +65,71 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
     assert row["action_gain_frac"] == pytest.approx(1.0, abs=0.25) and row["pairs"] >= 2
     assert 0.5 < row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
     assert len(row["window_rates"]) == len(row["baseline_window_rates"]) == row["pairs"]
-    assert row["drain_batches"] >= 2 + 3  # the prefetch depth (1 worker x 2), then at least prefetch_factor + 1 rounds
+    assert row["paused_workers"] and row["drain_batches"] == 2 + 1  # the prefetch depth (1 worker x 2), one round
+
+
+class BurnDataset(Dataset):
+    """Samples that each burn ``burn_s`` of one core."""
+
+    def __init__(self, burn_s: float = 0.02, n: int = 64):
+        self.burn_s, self.n = burn_s, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < self.burn_s:
+            pass
+        return torch.zeros(3, 8, 8, dtype=torch.uint8), i % 10
+
+
+def cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (utime + stime), and its state, from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), fields[0]
+
+
+@pytest.mark.skipif(not PAUSABLE, reason="no SIGSTOP on this OS")
+def test_a_paused_loaders_workers_take_no_cpu_and_go_on_where_they_stopped():
+    """The side of an action trial not being timed is paused: its busy workers (each sample burns 20 ms of a
+    core) are stopped and spend no CPU while stopped; continued, they burn again and the loader's batches
+    come in order, none lost."""
+    it = iter(DataLoader(BurnDataset(), batch_size=4, num_workers=2, prefetch_factor=2))
+    pause = Pause(it)
+    try:
+        labels = [next(it)[1]]  # and at once: both workers still have batches to make
+        pids = worker_pids(it)
+        pause.stop()
+        before = [cpu_s(p) for p in pids]
+        time.sleep(0.5)
+        after = [cpu_s(p) for p in pids]
+        assert [state for _, state in after] == ["T", "T"]  # stopped (job control)
+        assert sum(a[0] - b[0] for a, b in zip(after, before)) <= 0.02  # a clock tick at most
+        pause.resume()
+        time.sleep(0.5)
+        resumed = [cpu_s(p) for p in pids]
+        assert sum(r[0] - a[0] for r, a in zip(resumed, after)) >= 0.05  # the batches they held, made now
+        labels += [next(it)[1] for _ in range(5)]
+        assert torch.cat(labels).tolist() == [i % 10 for i in range(24)]  # in order, none lost or repeated
+    finally:
+        pause.resume()
+        shutdown(it)
+
+
+@pytest.mark.skipif(not PAUSABLE, reason="no SIGSTOP on this OS")
+def test_a_process_that_exits_with_a_paused_loader_continues_its_workers_and_ends():
+    """A trial abandoned in its thread leaves its other side stopped; the interpreter's exit joins its
+    daemonic workers, which a stopped worker would hang forever: the exit hook continues them first."""
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+              "from torch.utils.data import DataLoader\n"
+              "from test_action_trials import BurnDataset\n"
+              "from pipeprof.measure.loader import Pause\n"
+              "it = iter(DataLoader(BurnDataset(), batch_size=4, num_workers=2))\n"
+              "next(it)\n"
+              "Pause(it).stop()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def group(side="input", resource="workers", also=(), **extra) -> dict:

@@ -10,6 +10,9 @@ are put in pipeprof's form by :func:`user_batch`.
 """
 from __future__ import annotations
 
+import atexit
+import os
+import signal
 from functools import partial
 from typing import Callable
 
@@ -77,6 +80,55 @@ def worker_pids(iterator) -> list[int]:
     """PIDs of the iterator's worker processes (none when loading in the main process)."""
     # _workers is private but stable since torch 1.x; asking it beats scanning /proc
     return [w.pid for it in _loader_iters(iterator) for w in getattr(it, "_workers", []) if w.pid is not None]
+
+
+#: POSIX job control: a loader's workers can be stopped and continued (not on Windows)
+PAUSABLE = hasattr(signal, "SIGSTOP") and hasattr(signal, "SIGCONT")
+
+
+class Pause:
+    """Stops a running loader's workers (SIGSTOP) and continues them (SIGCONT), where the OS can.
+
+    Two loaders timed in turn share the cores: without a pause, the one not timed keeps filling its
+    prefetch queues (pf batches a worker) after the switch, on the cores the timed one needs. Stopped,
+    its workers hold their half-made batches until their turn, and finish them then, in the drain their
+    own prefetch depth sets. Whatever ends the trial must :meth:`resume` first (a stopped worker cannot
+    exit, and the interpreter's exit joins its daemonic workers): the trial's ``finally`` does, and so
+    does an exit hook for a trial abandoned in its thread. Only a training process killed outright
+    (SIGKILL) leaves its workers stopped.
+    """
+
+    def __init__(self, iterator):
+        self.iterator, self.stopped = iterator, []
+
+    def stop(self) -> None:
+        if not PAUSABLE or self.stopped:
+            return
+        self.stopped = worker_pids(self.iterator)  # now: a user's loader may have started new ones since
+        _PAUSED.add(self)
+        self._send(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.stopped:
+            self._send(signal.SIGCONT)
+        self.stopped = []
+        _PAUSED.discard(self)
+
+    def _send(self, sig) -> None:
+        for pid in self.stopped:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # a worker that ended with its pass (a user's loader)
+                pass
+
+
+_PAUSED: set = set()
+
+
+@atexit.register  # after torch's multiprocessing hooks are registered, so it runs before they join the workers
+def _resume_all() -> None:
+    for pause in list(_PAUSED):
+        pause.resume()
 
 
 def shutdown(iterator) -> None:

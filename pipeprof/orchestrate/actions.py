@@ -33,6 +33,9 @@ from pipeprof.trials.watchdog import Leash, run_bounded
 from .sweep import SETUP_MARGIN_S, failure_columns, release
 
 MIN_ACTION_S = 30.0  # less left of the budget than this: no trial starts (start-up and drains alone take ~15 s)
+# the budget is shared by the two largest predicted gains (the answer's first lines name the best measured):
+# the first may take half of it, not all, and the second what the first left
+SHARED_BY = 2
 
 
 def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
@@ -138,8 +141,9 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
                         f"{len(todo) - n + 1} not tried")
                     break
                 log(f"action trial {n}/{len(todo)}: {p.action}, against the baseline at {spec.num_workers} workers")
+                share = left_s / min(SHARED_BY, len(todo) - n + 1)  # what the first leaves, the next may use
                 capped = replace(ctx, measure=ctx.measure.model_copy(
-                    update={"max_trial_s": min(ctx.measure.max_trial_s, left_s)}))
+                    update={"max_trial_s": min(ctx.measure.max_trial_s, share)}))
                 row = _one(capped, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
                            lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
                 out[(i, p.id)] = row

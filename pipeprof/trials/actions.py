@@ -8,8 +8,11 @@ drift falls on both and the gain is read pair by pair with its 95% interval.
 
 Each side is a :class:`Variant`: a loader of its own, opened at the start and kept running, and what
 the training process does to its batches before the step. While one side is timed the other's workers
-stop once their prefetch queues are full; after each switch the batches made before it, and the other
-side's last fills, run untimed (``drain``), so each window times its side's steady state.
+are stopped (``measure.loader.Pause``: SIGSTOP, then SIGCONT at its turn), so they take no core from the
+side being timed; after each switch the side's batches in flight (its prefetch depth, some half-made
+when it was stopped) and one more round run untimed (``drain``), so each window times its side's
+steady state. Where workers cannot be stopped (no SIGSTOP), the other side's last fills run on after a
+switch and the drain outlasts them instead.
 
 To add an action: a builder ``fn(ctx, spec, params) -> Variant`` in :data:`VARIANTS` under the id the
 analysis plans it by (``analysis.action_trials``).
@@ -25,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.dataset import PipelineDataset
-from pipeprof.measure.loader import prefetch_depth, shutdown, worker_pids
+from pipeprof.measure.loader import PAUSABLE, Pause, prefetch_depth, shutdown, worker_pids
 from pipeprof.measure.windows import alternating, summarize_rates
 from .columns import stage_columns
 from .device_side import device_side, passthrough
@@ -35,9 +38,11 @@ from .spec import TrialContext, TrialSpec
 ACTION_KIND = "action"
 TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
                 "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
-                "closed by device sync); after each switch drain_batches run untimed (the side's prefetch depth, then "
-                "enough whole worker rounds to outlast the other side's last fills, sized from one round of each side"
-                " timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, pairs added until the gain's "
+                "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
+                "after each switch drain_batches run untimed (the side's prefetch depth and one worker round; without "
+                "SIGSTOP, enough more rounds to outlast the other side's last fills, sized from one round of each side "
+                "timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, pairs "
+                "added until the gain's "
                 "95% CI is within ± measure.ci_target; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
                 "[baseline_]stage_us_per_sample.* and worker_us_per_sample: each side's worker stage clocks (collate "
@@ -131,10 +136,18 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
     tags its samples with ``spec``'s trial id), ABBA windows on one step (see the module)."""
     step = make_step(ctx, spec)
     its: dict = {}
+    pauses: dict = {}
     try:
         its[False], its[True] = _open(ctx, spec, base), _open(ctx, spec, alt)
         ctx.monitor.track_workers(worker_pids(its[False]) + worker_pids(its[True]))
         state = {"alt": False, "phase": "warmup"}
+        pauses.update({side: Pause(it) for side, it in its.items()})  # each side's workers run only in its turn
+
+        def switch(on: bool) -> None:
+            if on != state["alt"]:
+                pauses[state["alt"]].stop()
+                pauses[on].resume()
+            state["alt"] = on
 
         clocks = {False: _StageSums(base.dataset), True: _StageSums(alt.dataset)}
 
@@ -146,17 +159,22 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
 
-        drain = _drain(one, state, spec, max(base.prefetch_factor, alt.prefetch_factor), step.clock.sync)
-        paired = alternating(one, lambda on: state.update(alt=on), action_policy(ctx.measure), clock=ctx.clock,
+        pf = max(base.prefetch_factor, alt.prefetch_factor)
+        rounds = max(spec.num_workers or 1, 1)
+        drain = prefetch_depth(spec.num_workers or 0, pf) + rounds if PAUSABLE else _drain(one, switch, spec, pf,
+                                                                                           step.clock.sync)
+        paired = alternating(one, switch, action_policy(ctx.measure), clock=ctx.clock,
                              drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
                              sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
                              half_width=ctx.measure.ci_target)
     finally:
         ctx.monitor.track_workers([])
-        for it in its.values():
+        for side, it in its.items():
+            if side in pauses:  # a stopped worker cannot exit
+                pauses[side].resume()
             shutdown(it)
     return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side) | {
-        "drain_batches": drain} | clocks[True].columns() | clocks[False].columns("baseline_")
+        "drain_batches": drain, "paused_workers": PAUSABLE} | clocks[True].columns() | clocks[False].columns("baseline_")
 
 
 class _StageSums:
@@ -194,15 +212,16 @@ def action_policy(measure):
                                       "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs)})
 
 
-def _drain(one, state: dict, spec: TrialSpec, pf: int, sync) -> int:
-    """Untimed batches after each switch: the side's own batches made before it (its prefetch depth), then
-    enough of its batches to outlast the other side's last fills (prefetch_factor batches per worker at the
-    other side's pace: the slower side's time per batch over the faster's, from one timed start-up each)."""
+def _drain(one, switch, spec: TrialSpec, pf: int, sync) -> int:
+    """Untimed batches after each switch where workers cannot be stopped: the side's own batches made before
+    it (its prefetch depth), then enough of its batches to outlast the other side's last fills (prefetch_factor
+    batches per worker at the other side's pace: the slower side's time per batch over the faster's, from one
+    timed start-up each)."""
     rounds = max(spec.num_workers or 1, 1)
     depth = prefetch_depth(spec.num_workers or 0, pf)
     per_batch = []
     for side in (False, True):  # the baseline, then the variant: each started and timed once, untimed after
-        state["alt"] = side
+        switch(side)
         for _ in range(depth + rounds):
             one()
         sync()
