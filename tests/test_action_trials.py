@@ -192,7 +192,7 @@ def test_the_configs_actions_are_measure_predict_or_a_list_of_known_action_ids()
 def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_why_not():
     """The H200 default run: uint8 predicted +22%, the decoder +15%, the GPU pipeline not predicted; a budget
     that ends after the first trial leaves the others planned, with the budget as their reason."""
-    from pipeprof.orchestrate.actions import _by_predicted_gain, _out_of_budget
+    from pipeprof.orchestrate.actions import _by_predicted_gain, _out_of_budget, share_of
 
     g = group(actions=[{"id": "uint8", "gain_frac": 0.22}, {"id": "decoder", "gain_frac": 0.15},
                        {"id": "gpu_pipeline", "gain_frac": None}])
@@ -205,6 +205,8 @@ def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_wh
     assert why["memory"] == "it relieves storage, and workers binds here"  # not planned: its own reason kept
     # an interrupted run keeps the plans as they were (combine says it was interrupted)
     assert _out_of_budget([(None, planned)], todo, {}, True, 240) == [(None, planned)]
+    # the top two share the budget: the first may take half, the second what the first left, the rest the remainder
+    assert [share_of(120, 1, 3), share_of(70, 2, 3), share_of(15, 3, 3), share_of(120, 1, 1)] == [60, 70, 15, 120]
 
 
 def test_a_users_loader_gets_only_the_loader_knobs_tried():

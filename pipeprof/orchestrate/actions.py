@@ -32,9 +32,11 @@ from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_action
 from pipeprof.trials.watchdog import Leash, run_bounded
 from .sweep import SETUP_MARGIN_S, failure_columns, release
 
-MIN_ACTION_S = 30.0  # less left of the budget than this: no trial starts (start-up and drains alone take ~15 s)
-# the budget is shared by the two largest predicted gains (the answer's first lines name the best measured):
-# the first may take half of it, not all, and the second what the first left
+# less left of the budget than this: no trial starts (on the H200 start-up and warm-up take ~12 s and a pair
+# ~9 s: 40 s is 3 pairs, the fewest whose interval can reach ±5%; one pair has no interval at all)
+MIN_ACTION_S = 40.0
+# the two largest predicted gains share the budget (the answer's first lines name the best measured): the
+# first may take half of it, not all, and the second what the first left; the rest get what is left then
 SHARED_BY = 2
 
 
@@ -141,9 +143,8 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
                         f"{len(todo) - n + 1} not tried")
                     break
                 log(f"action trial {n}/{len(todo)}: {p.action}, against the baseline at {spec.num_workers} workers")
-                share = left_s / min(SHARED_BY, len(todo) - n + 1)  # what the first leaves, the next may use
                 capped = replace(ctx, measure=ctx.measure.model_copy(
-                    update={"max_trial_s": min(ctx.measure.max_trial_s, share)}))
+                    update={"max_trial_s": min(ctx.measure.max_trial_s, share_of(left_s, n, len(todo)))}))
                 row = _one(capped, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
                            lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
                 out[(i, p.id)] = row
@@ -153,6 +154,12 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
         except KeyboardInterrupt:
             return out, True
     return out, False
+
+
+def share_of(left_s: float, n: int, count: int) -> float:
+    """The time trial ``n`` (from 1) of ``count`` may take of the ``left_s`` seconds left: the first of the
+    top two half, the second (and each after it) all that is left then."""
+    return left_s / (SHARED_BY - n + 1) if n < SHARED_BY and count > n else left_s
 
 
 def _one(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, summarize_monitor, log) -> dict:
