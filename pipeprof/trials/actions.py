@@ -140,21 +140,23 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
     try:
         its[False], its[True] = _open(ctx, spec, base), _open(ctx, spec, alt)
         ctx.monitor.track_workers(worker_pids(its[False]) + worker_pids(its[True]))
-        state = {"alt": False, "phase": "warmup"}
+        state = {"alt": False, "phase": "warmup", "unclocked": 0}
         pauses.update({side: Pause(it) for side, it in its.items()})  # each side's workers run only in its turn
 
         def switch(on: bool) -> None:
             if on != state["alt"]:
                 pauses[state["alt"]].stop()
                 pauses[on].resume()
+                state["unclocked"] = drain if PAUSABLE else 0  # batches made across the stop: their clocks hold it
             state["alt"] = on
 
         clocks = {False: _StageSums(base.dataset), True: _StageSums(alt.dataset)}
 
         def one() -> int:
             side, raw = (alt if state["alt"] else base).side or passthrough, next(its[state["alt"]])
-            if state["phase"] == "measure":
+            if state["phase"] == "measure" and state["unclocked"] <= 0:
                 clocks[state["alt"]].add(raw)
+            state["unclocked"] -= 1
             batch = side(raw, state["phase"] == "measure")
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
@@ -179,7 +181,8 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
 
 class _StageSums:
     """One side's worker stage clocks (read, decode, each transform, collate) over the batches it ran after
-    warm-up (its windows and drains): what a sample cost its workers on each side, to set beside the
+    warm-up (its windows, and drains where no worker was stopped: a stopped worker's wall clocks hold the stop,
+    so after a switch the drained batches, those in flight across it, are left out): what a sample cost its workers on each side, to set beside the
     prediction (which removed a share of the baseline's worker time). Nothing for a user's loader or a
     dataset without clocks."""
 
