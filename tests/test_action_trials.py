@@ -237,6 +237,12 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
     (dec,) = [a for a in actions(row, ws, rates, 8, "cuda", costs) if a["id"] == "decoder"]
     assert dec["gain_frac"] == pytest.approx(1 / 0.75 - 1) and "1,000 us each against 2,000 us" in dec["basis"]
     assert "assumption" not in dec["basis"]
+    # the same float32 batches still pass the hand-off: measured at 240/s, it caps the gain at +20% (from 200/s);
+    # uint8 batches are a new hand-off, not capped by it
+    capped = pd.concat([row, pd.Series({"handoff_samples_per_s": 240.0, "stage_share.Normalize": 0.2})])
+    got = {a["id"]: a for a in actions(capped, ws, rates, 8, "cuda", costs)}
+    assert got["decoder"]["gain_frac"] == pytest.approx(0.2) and "capped at the loader's hand-off" in got["decoder"]["basis"]
+    assert got["uint8"]["gain_frac"] == pytest.approx(1 / 0.8 - 1)
     slower = {"us_per_sample": {"pil": 1000.0, "cv2": 1500.0}, "samples": 24}
     for c in (None, slower):
         assert not [a for a in actions(row, ws, rates, 8, "cuda", c) if a["id"] == "decoder"]
