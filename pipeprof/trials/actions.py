@@ -161,10 +161,7 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
 
-        pf = max(base.prefetch_factor, alt.prefetch_factor)
-        rounds = max(spec.num_workers or 1, 1)
-        drain = prefetch_depth(spec.num_workers or 0, pf) + rounds if PAUSABLE else _drain(one, switch, spec, pf,
-                                                                                           step.clock.sync)
+        drain = _drain(one, switch, spec, max(base.prefetch_factor, alt.prefetch_factor), step.clock.sync)
         paired = alternating(one, switch, action_policy(ctx.measure), clock=ctx.clock,
                              drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
                              sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
@@ -216,12 +213,14 @@ def action_policy(measure):
 
 
 def _drain(one, switch, spec: TrialSpec, pf: int, sync) -> int:
-    """Untimed batches after each switch where workers cannot be stopped: the side's own batches made before
-    it (its prefetch depth), then enough of its batches to outlast the other side's last fills (prefetch_factor
-    batches per worker at the other side's pace: the slower side's time per batch over the faster's, from one
-    timed start-up each)."""
+    """Untimed batches after each switch: the side's own batches made before it (its prefetch depth) and one
+    round. Where workers cannot be stopped, then enough of its batches to outlast the other side's last fills
+    (prefetch_factor batches per worker at the other side's pace: the slower side's time per batch over the
+    faster's, from one timed start-up each)."""
     rounds = max(spec.num_workers or 1, 1)
     depth = prefetch_depth(spec.num_workers or 0, pf)
+    if PAUSABLE:
+        return depth + rounds
     per_batch = []
     for side in (False, True):  # the baseline, then the variant: each started and timed once, untimed after
         switch(side)
