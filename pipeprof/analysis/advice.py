@@ -271,8 +271,9 @@ def _cores_full(row: pd.Series, cores: float) -> bool:
 def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str,
                   shares: dict) -> tuple | None:
     """Decode and augment on the GPU (augment.device: cuda): the workers keep their reads only. No gain is
-    predicted: the GPU's own decode/augment time, which competes with the step, is measured by nothing but the
-    action trial (counting it free predicted +46% on the H200, where the trial's pipeline ran 46% slower)."""
+    predicted from the sweep: the GPU's own decode/augment time, which competes with the step, is measured by
+    nothing in it (counting it free predicted +46% on the H200, where the trial's pipeline ran 46% slower). The
+    action trials measure the GPU pipeline alone first and predict from it (:func:`gpu_pipeline_prediction`)."""
     if device != "cuda" or not shares.get("decode"):
         return None
     moved = 1 - shares.get("read", 0)
@@ -281,6 +282,22 @@ def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: floa
     return ("gpu_pipeline", "decode (nvJPEG) and augment on the GPU (augment.device: cuda): workers only read",
             None, f"not predicted: it frees the workers' decode, transforms and collate ({moved:.0%} of their "
                   "time), but the GPU's decode/augment time beside the step is known only from its action trial")
+
+
+def gpu_pipeline_prediction(step: float, alone: float, now: float, noise: float = 0.0, trial_id: str = "") -> dict:
+    """The GPU pipeline's predicted rate and gain from its own rate alone (``alone``: its ``cpu_pipeline``
+    trial, workers reading bytes, the GPU decoding and augmenting) and the step's (``step``: the GPU
+    ceiling): both run on one GPU in one stream, in turn, so a sample costs the sum of their times,
+    1 / (1/step + 1/alone). On the H200 that gave 3,255 against 3,407 measured (standard) and 3,050
+    against 3,065 (heavy). ``now``: the CPU pipeline's measured rate (an absolute prediction is read
+    against a measured rate, as the hand-off's cap is); ``noise``: its 95% half-width as a share of it (a gain
+    no larger is within the noise, as :func:`actions` marks its own)."""
+    predicted = 1 / (1 / step + 1 / alone)
+    gain = predicted / now - 1
+    return {"predicted_samples_per_s": predicted, "gain_frac": gain, "within_noise": abs(gain) <= 2 * noise,
+            "basis": (f"the step and the GPU pipeline take turns on one GPU: 1 / (1/{step:,.0f} + 1/{alone:,.0f}) = "
+                      f"{predicted:,.0f} samples/s, against {now:,.0f} now; the GPU pipeline alone measured "
+                      f"{alone:,.0f} samples/s ({trial_id or 'its cpu_pipeline trial'}), the step alone {step:,.0f}")}
 
 
 def _remove_storage_bound(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, base: float,

@@ -21,6 +21,7 @@ import torch
 
 from pipeprof.analysis import GROUP_KEYS
 from pipeprof.analysis.action_trials import Facts, Planned, best_measured, combine, plan
+from pipeprof.analysis.advice import gpu_pipeline_prediction
 from pipeprof.analysis.bounds import matching, ok
 from pipeprof.data.gpu_augment import NoCounterpart, for_preset
 from pipeprof.data.prepare import packed_shards
@@ -30,7 +31,7 @@ from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_action
 from pipeprof.trials.watchdog import Leash, run_bounded
-from .sweep import SETUP_MARGIN_S, failure_columns, release
+from .sweep import SETUP_MARGIN_S, failure_columns, release, run_one
 
 # less left of the budget than this: no trial starts (on the H200 start-up and warm-up take ~12 s and a pair
 # ~9 s: 40 s is 3 pairs, the fewest whose interval can reach ±5%; one pair has no interval at all)
@@ -38,6 +39,7 @@ MIN_ACTION_S = 40.0
 # the two largest predicted gains share the budget (the answer's first lines name the best measured): the
 # first may take half of it, not all, and the second what the first left; the rest get what is left then
 SHARED_BY = 2
+ALONE_MAX_S = 30.0  # the GPU pipeline alone, before the action trials: a sweep trial's windows, no pairs
 
 
 def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
@@ -51,7 +53,7 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -
     record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
     if todo:
         run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
-    rows, interrupted = _run(run, plan_, todo, models, loss_fn, log) if todo else ({}, False)
+    rows, interrupted = _run(run, plan_, todo, groups, models, loss_fn, log) if todo else ({}, False)
     plans = _out_of_budget(plans, todo, rows, interrupted, plan_.cfg.measure.actions_max_s)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
         g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
@@ -65,8 +67,8 @@ def _by_predicted_gain(todo: list, groups: list) -> list:
     with no prediction: the budget spends itself on what is most likely to matter."""
     def rank(item) -> tuple:
         i, _, p = item
-        ranked = [a.get("id") for a in groups[i].get("actions", []) if a.get("gain_frac") is not None]
-        return (ranked.index(p.id) if p.id in ranked else len(ranked), i)
+        gain = {a.get("id"): a.get("gain_frac") for a in groups[i].get("actions", [])}.get(p.id)
+        return (gain is None, -(gain or 0.0), i)
     return sorted(todo, key=rank)
 
 
@@ -104,13 +106,18 @@ def _gpu_refusal(cfg) -> Optional[str]:
     return None
 
 
-def _plan_group(trials: pd.DataFrame, g: dict, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
-    """(the baseline's spec, the planned actions) of one group, at its recommended worker count."""
+def _baseline_row(trials: pd.DataFrame, g: dict) -> Optional[pd.Series]:
+    """The group's end-to-end row at its recommended worker count: the baseline its actions are tried against."""
     rows = matching(ok(trials, "end_to_end"), pd.Series(g), GROUP_KEYS)
     rows = rows[rows["num_workers"] == g.get("recommended_workers")]
-    if rows.empty:
+    return None if rows.empty else rows.iloc[0]
+
+
+def _plan_group(trials: pd.DataFrame, g: dict, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
+    """(the baseline's spec, the planned actions) of one group, at its recommended worker count."""
+    row = _baseline_row(trials, g)
+    if row is None:
         return None, []
-    row = rows.iloc[0]
     planned = plan(g, row, facts)
     if int(g.get("gpus") or 1) > 1:  # a torchrun job per trial: one variant against one baseline is one GPU's
         planned = [p._replace(why_not=p.why_not or "action trials run on one GPU; this group runs on several")
@@ -127,8 +134,9 @@ def spec_of(row: pd.Series) -> TrialSpec:
     return TrialSpec(**values)
 
 
-def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
-    """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted)."""
+def _run(run, plan_, todo: list, groups: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
+    """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted).
+    The GPU pipeline's action is first predicted from its pipeline measured alone, and the order set again."""
     cfg, out = plan_.cfg, {}
     with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
@@ -136,6 +144,7 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
                                        user_loader=plan_.user_loader, loss_fn=loss_fn, models=models)
         t0 = time.perf_counter()
         try:
+            todo = _predict_gpu_pipeline(run, ctx, todo, groups, monitor, log)
             for n, (i, spec, p) in enumerate(todo, 1):
                 left_s = cfg.measure.actions_max_s - (time.perf_counter() - t0)
                 if left_s < MIN_ACTION_S:
@@ -154,6 +163,35 @@ def _run(run, plan_, todo: list, models: dict, loss_fn, log) -> tuple[dict, bool
         except KeyboardInterrupt:
             return out, True
     return out, False
+
+
+def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, monitor, log) -> list:
+    """Before the action trials: the GPU pipeline alone (its cpu_pipeline trial: workers reading bytes, the GPU
+    decoding and augmenting) for each group that will try it, so that its action gets a predicted gain like
+    the others (``advice.gpu_pipeline_prediction``) and its place in the order by it. Its rows are kept in
+    run.json's ``action_trials.gpu_pipeline_alone``; the todo list comes back in the new order."""
+    for i, spec, p in todo:
+        base = _baseline_row(run.trials, groups[i]) if p.id == "gpu_pipeline" else None
+        if base is None:
+            continue
+        alone = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, augment_device="cuda")
+        log(f"the GPU pipeline alone at {alone.num_workers} workers (they read bytes), to predict its action")
+        capped = replace(ctx, measure=ctx.measure.model_copy(update={"max_trial_s": min(ctx.measure.max_trial_s,
+                                                                                         ALONE_MAX_S)}))
+        row = {k: _plain(v) for k, v in run_one(capped, alone, lambda tid, t0, t1: summarize(
+            monitor.timeline(), tid, t0, t1)).items()}
+        run.meta["action_trials"].setdefault("gpu_pipeline_alone", []).append(row)
+        entry = next((a for a in groups[i].get("actions", []) if a.get("id") == "gpu_pipeline"), None)
+        if entry is None or row.get("status") != "ok" or not row.get("samples_per_s"):
+            log(f"  the GPU pipeline alone: {row.get('status')}: {str(row.get('error'))[:200]}")
+            continue
+        now, lo, hi = (base.get(k) for k in ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"))
+        noise = (hi - lo) / 2 / now if lo == lo and hi == hi and lo is not None and hi is not None else 0.0
+        entry.update(gpu_pipeline_prediction(float(base["step_bound_samples_per_s"]), row["samples_per_s"], now,
+                                             noise, row["trial_id"]))
+        log(f"  the GPU pipeline alone: {row['samples_per_s']:,.0f} samples/s; predicted end to end "
+            f"{entry['predicted_samples_per_s']:,.0f} ({entry['gain_frac']:+.0%})")
+    return _by_predicted_gain(todo, groups)
 
 
 def share_of(left_s: float, n: int, count: int) -> float:
