@@ -415,10 +415,12 @@ def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dat
     spec = TrialSpec("end_to_end", num_workers=1, batch_size=4, model="fixed", precision="fp32", mode="train",
                      preset="standard", decoder="pil", image_size=64, source="files", pin_memory=False)
     base = spec.columns() | {"status": "ok", "samples_per_s": 10.0, "samples_per_s_ci95_low": 9.0,
-                             "samples_per_s_ci95_high": 11.0, "step_bound_samples_per_s": 2000.0}
+                             "samples_per_s_ci95_high": 11.0}
+    ceiling = TrialSpec("gpu_ceiling", batch_size=4, model="fixed", precision="fp32", mode="train",
+                        image_size=64).columns() | {"status": "ok", "samples_per_s": 2000.0}  # the step, as stored
     g = {k: base[k] for k in GROUP_KEYS} | {"recommended_workers": 1, "actions": [
         {"id": "uint8", "gain_frac": 0.05}, {"id": "gpu_pipeline", "gain_frac": None, "basis": "not predicted"}]}
-    run = SimpleNamespace(trials=pd.DataFrame([base]), meta={"action_trials": {}})
+    run = SimpleNamespace(trials=pd.DataFrame([ceiling, base]), meta={"action_trials": {}})
     todo = [(0, spec, Planned("uint8", "uint8", {})), (0, spec, Planned("gpu_pipeline", "gpu", {}))]
     src = source_class("files")(tiny_dataset)
     with Monitor(hz=10, gpu=False) as mon:

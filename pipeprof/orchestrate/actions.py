@@ -22,7 +22,7 @@ import torch
 from pipeprof.analysis import GROUP_KEYS
 from pipeprof.analysis.action_trials import Facts, Planned, best_measured, combine, plan
 from pipeprof.analysis.advice import gpu_pipeline_prediction
-from pipeprof.analysis.bounds import matching, ok
+from pipeprof.analysis.bounds import curves, matching
 from pipeprof.data.gpu_augment import NoCounterpart, for_preset
 from pipeprof.data.prepare import packed_shards
 from pipeprof.data.sources import source_class
@@ -107,8 +107,9 @@ def _gpu_refusal(cfg) -> Optional[str]:
 
 
 def _baseline_row(trials: pd.DataFrame, g: dict) -> Optional[pd.Series]:
-    """The group's end-to-end row at its recommended worker count: the baseline its actions are tried against."""
-    rows = matching(ok(trials, "end_to_end"), pd.Series(g), GROUP_KEYS)
+    """The group's end-to-end row at its recommended worker count, its bounds joined on (``curves``): the
+    baseline its actions are tried against."""
+    rows = matching(curves(trials), pd.Series(g), GROUP_KEYS)
     rows = rows[rows["num_workers"] == g.get("recommended_workers")]
     return None if rows.empty else rows.iloc[0]
 
@@ -172,7 +173,8 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, moni
     run.json's ``action_trials.gpu_pipeline_alone``; the todo list comes back in the new order."""
     for i, spec, p in todo:
         base = _baseline_row(run.trials, groups[i]) if p.id == "gpu_pipeline" else None
-        if base is None:
+        step = base.get("step_bound_samples_per_s") if base is not None else None
+        if step is None or step != step:  # no step ceiling measured: nothing to set the pipeline beside
             continue
         alone = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, augment_device="cuda")
         log(f"the GPU pipeline alone at {alone.num_workers} workers (they read bytes), to predict its action")
@@ -187,8 +189,7 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, moni
             continue
         now, lo, hi = (base.get(k) for k in ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"))
         noise = (hi - lo) / 2 / now if lo == lo and hi == hi and lo is not None and hi is not None else 0.0
-        entry.update(gpu_pipeline_prediction(float(base["step_bound_samples_per_s"]), row["samples_per_s"], now,
-                                             noise, row["trial_id"]))
+        entry.update(gpu_pipeline_prediction(float(step), row["samples_per_s"], now, noise, row["trial_id"]))
         log(f"  the GPU pipeline alone: {row['samples_per_s']:,.0f} samples/s; predicted end to end "
             f"{entry['predicted_samples_per_s']:,.0f} ({entry['gain_frac']:+.0%})")
     return _by_predicted_gain(todo, groups)
