@@ -71,6 +71,30 @@ def on_16_cores(busy_low, busy_high, handoff=None, workers_cpu=1500.0, run=None,
     return verdicts(frame(*rows), cores).iloc[0]
 
 
+def test_an_answer_read_from_trials_beside_other_load_does_not_hold():
+    """The same clearly separated table, its end-to-end trials at 8 and 16 workers sharing the CPUs with other
+    processes (0.7 and 1.2 cores of 32: over the tenth of a core and 2% of them that the noise attribution
+    flags): every re-draw agrees, yet the answer does not hold, and its line says why. 0.6 of a core on 32
+    is under 2% of them: not flagged, and the answer holds."""
+    from pipeprof.report.summary import confidence_line
+
+    def table(loads: dict):
+        df = curve_table({4: [500, 505, 510], 8: [990, 1000, 1010], 16: [1400, 1410, 1420]}, busy=20.0)
+        df["usable_cores"] = 32
+        df["foreign_cores_mean"] = [loads.get(w, 0.0) if k == "end_to_end" else 0.0
+                                    for k, w in zip(df["kind"], df["num_workers"])]
+        return df
+
+    g = analyse(table({8: 0.7, 16: 1.2}), cores=32, draws=20)["groups"][0]
+    sure = g["confidence"]
+    assert sure["answer_share"] == 1.0 and not sure["holds"]
+    assert sure["disturbed"] == {"trials": 2, "of": 3, "foreign_cores_max": pytest.approx(1.2)}
+    assert confidence_line(g).endswith("the answer does not hold: other processes used up to 1.20 cores of the "
+                                       "run's CPUs in 2 of its 3 end-to-end trials; run it again with the machine "
+                                       "quiet.")
+    assert analyse(table({16: 0.6}), cores=32, draws=20)["groups"][0]["confidence"]["holds"]
+
+
 def test_busy_cores_wholly_above_saturation_bind_the_cores():
     v = on_16_cores(15.2, 15.9)
     assert (v["side"], v["resource"], v["verdict"]) == ("input", "cores", "cores-bound")

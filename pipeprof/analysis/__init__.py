@@ -33,7 +33,7 @@ from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, r
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
-from .confidence import DRAWS, confidence, group_id
+from .confidence import DRAWS, confidence, disturbed, group_id
 from .failures import failures
 from .scaling import scaling
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
@@ -63,7 +63,7 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     sure = confidence(trials, cores, device, draws) if len(v) and draws else {}
     out = []
     for key, curve in groups(joined):
-        entry = key | recommend_workers(curve) | {"confidence": sure.get(group_id(key))}
+        entry = key | recommend_workers(curve) | {"confidence": _with_load(sure.get(group_id(key)), curve)}
         cpu = cpu_curve(trials, curve.iloc[0])  # a CpuCurve (workers, rates)
         advice = _group_advice(trials, curve, cpu, v, cores, device, decode_costs)
         best = curve.loc[curve["samples_per_s"].idxmax()]
@@ -87,6 +87,12 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
             "trials": int(len(trials)), "failed_trials": int(len(failed)), "failures": failures(trials),
             **_unstable(trials),
             **data_problems(trials)}
+
+
+def _with_load(sure: dict | None, curve: pd.DataFrame) -> dict | None:
+    """The group's confidence, not holding where other processes' load was flagged in its trials."""
+    load = disturbed(curve)
+    return sure if not sure or load is None else sure | {"holds": False, "disturbed": load}
 
 
 def data_problems(trials: pd.DataFrame) -> dict:

@@ -6,7 +6,9 @@ repeated can pick a neighbouring count or a neighbouring verdict. Here each tria
 resampled with replacement (a bootstrap: the rates, the data-wait shares); the monitor's figures
 that have only an interval (busy cores, workers' CPU) are drawn from it. The recommendation and the
 verdict are recomputed for every draw, and the answer's confidence is how often they agree:
-"num_workers 14-16 (95% of re-draws); input side, cores (88%)".
+"num_workers 14-16 (95% of re-draws); input side, cores (88%)". Re-draws see only the noise inside the
+trials: an answer read from trials that shared the cores with other processes (:func:`disturbed`) does
+not hold, however often its re-draws agree.
 
 Pure: trials in, a dict per group out. ``draws`` and ``seed`` fix the result for a given table.
 """
@@ -18,6 +20,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from pipeprof.measure.noise import causes
 from pipeprof.stats import t95
 
 from .advice import recommend_workers
@@ -129,6 +132,18 @@ def confidence(trials: pd.DataFrame, cores: float, device: str, draws: int = DRA
         for key, answer in _answers(_draw(trials, k, rates, waits, spread), cores, device).items():
             seen.setdefault(key, []).append(answer)
     return {key: summarize(base[key], seen[key]) for key in base}
+
+
+def disturbed(curve: pd.DataFrame) -> Optional[dict]:
+    """Other processes' load on the run's CPUs in the trials the answer is read from (the group's end-to-end
+    trials), where the monitor flagged it (``measure.noise.causes``: a tenth of a core and 2% of the cores).
+    Re-drawing windows that all shared the cores with it cannot say what the pipeline does on a quiet
+    machine: on the 2-core CPU box a run beside a test suite answered num_workers=1 at 73 samples/s where
+    three quiet runs answered 0 at 102-106, each at 100% of its re-draws. None when nothing was flagged."""
+    hit = [r for r in curve.to_dict("records") if any(c == "foreign load" for c, _ in causes(r))]
+    if not hit:
+        return None
+    return {"trials": len(hit), "of": int(len(curve)), "foreign_cores_max": max(r["foreign_cores_mean"] for r in hit)}
 
 
 def summarize(answer: tuple, drawn: list[tuple]) -> dict:

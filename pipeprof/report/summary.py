@@ -121,6 +121,11 @@ def confidence_line(g: dict) -> str:
             f"{sure['answer_share']:.0%}")
     if sure.get("holds"):
         return f"{line}: the answer holds."
+    load = sure.get("disturbed")
+    if load:
+        return (f"{line}, but the answer does not hold: other processes used up to {load['foreign_cores_max']:.2f} "
+                f"cores of the run's CPUs in {load['trials']} of its {load['of']} end-to-end trials; run it again "
+                "with the machine quiet.")
     alt = "; ".join(f"{a['side']} side, {RESOURCE_WORDS.get(a['resource'], a['resource'])} {a['share']:.0%}"
                     for a in sure.get("alternatives", []) if a.get("side"))
     return f"{line}: the answer does not hold{f' (else {alt})' if alt else ''}; longer windows or a repeat would settle it."
