@@ -388,7 +388,8 @@ class MeasureConfig(_Strict):
     action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
     # all action trials together, after the answer: the two largest predicted gains first, half each at most;
     # what the budget leaves out is listed as not tried with this reason. The H200 default run answers in
-    # 2-3 minutes and an action trial there reaches ±5% in 4-5 pairs (~50 s): 120 s keeps the run within 5
+    # 2-3 minutes; an action trial there takes ~12 s to start and ~9 s a pair: 120 s gives the top two 4-5
+    # pairs each and keeps the whole run near 5 minutes (251-266 s after a 135-144 s answer)
     actions_max_s: float = Field(120.0, gt=0)
 
 

@@ -289,7 +289,8 @@ def gpu_pipeline_prediction(step: float, alone: float, now: float, noise: float 
     trial, workers reading bytes, the GPU decoding and augmenting) and the step's (``step``: the GPU
     ceiling): both run on one GPU in one stream, in turn, so a sample costs the sum of their times,
     1 / (1/step + 1/alone). On the H200 that gave 3,255 against 3,407 measured (standard) and 3,050
-    against 3,065 (heavy). ``now``: the CPU pipeline's measured rate (an absolute prediction is read
+    against 3,065 (heavy); on another start 2,698 against 3,001 (heavy, inside the action trial's interval).
+    ``now``: the CPU pipeline's measured rate (an absolute prediction is read
     against a measured rate, as the hand-off's cap is); ``noise``: its 95% half-width as a share of it (a gain
     no larger is within the noise, as :func:`actions` marks its own)."""
     predicted = 1 / (1 / step + 1 / alone)
@@ -334,7 +335,8 @@ def _at_step_ceiling(device: str) -> dict:
             "within_noise": False}
 
 
-#: actions that change what the loader hands over (smaller batches, or bytes): the float32 hand-off's limit is not theirs
+#: actions that change what the loader hands over (smaller batches, or bytes): the float32 hand-off's limit
+#: is not theirs
 NEW_HANDOFF = ("uint8", "gpu_pipeline")
 
 

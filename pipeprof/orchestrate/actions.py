@@ -183,12 +183,17 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, moni
         row = {k: _plain(v) for k, v in run_one(capped, alone, lambda tid, t0, t1: summarize(
             monitor.timeline(), tid, t0, t1)).items()}
         run.meta["action_trials"].setdefault("gpu_pipeline_alone", []).append(row)
-        entry = next((a for a in groups[i].get("actions", []) if a.get("id") == "gpu_pipeline"), None)
-        if entry is None or row.get("status") != "ok" or not row.get("samples_per_s"):
+        if row.get("status") != "ok" or not row.get("samples_per_s"):
             log(f"  the GPU pipeline alone: {row.get('status')}: {str(row.get('error'))[:200]}")
             continue
+        actions = groups[i].setdefault("actions", [])
+        entry = next((a for a in actions if a.get("id") == "gpu_pipeline"), None)
+        if entry is None:  # the sweep's advice named no GPU pipeline (no decode share): it is planned all the same
+            entry = {"id": "gpu_pipeline", "action": p.action}
+            actions.append(entry)
         now, lo, hi = (base.get(k) for k in ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"))
-        noise = (hi - lo) / 2 / now if lo == lo and hi == hi and lo is not None and hi is not None else 0.0
+        known = all(isinstance(x, (int, float)) and x == x for x in (lo, hi))
+        noise = (hi - lo) / 2 / now if known else 0.0
         entry.update(gpu_pipeline_prediction(float(step), row["samples_per_s"], now, noise, row["trial_id"]))
         log(f"  the GPU pipeline alone: {row['samples_per_s']:,.0f} samples/s; predicted end to end "
             f"{entry['predicted_samples_per_s']:,.0f} ({entry['gain_frac']:+.0%})")

@@ -41,9 +41,9 @@ TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with i
                 "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
                 "after each switch drain_batches run untimed (the side's prefetch depth and one worker round; without "
                 "SIGSTOP, enough more rounds to outlast the other side's last fills, sized from one round of each side "
-                "timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, pairs "
-                "added until the gain's "
-                "95% CI is within ± measure.ci_target; gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
+                "timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, "
+                "pairs added until the gain's 95% CI is within ± measure.ci_target; gain = variant / baseline - 1 "
+                "per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
                 "[baseline_]stage_us_per_sample.* and worker_us_per_sample: each side's worker stage clocks (collate "
                 "included) over its batches after warm-up, per sample")
@@ -173,15 +173,15 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
                 pauses[side].resume()
             shutdown(it)
     return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side) | {
-        "drain_batches": drain, "paused_workers": PAUSABLE} | clocks[True].columns() | clocks[False].columns("baseline_")
+        "drain_batches": drain, "paused_workers": PAUSABLE} | clocks[True].columns() | clocks[False].columns(
+        "baseline_")
 
 
 class _StageSums:
     """One side's worker stage clocks (read, decode, each transform, collate) over the batches it ran after
-    warm-up (its windows, and drains where no worker was stopped: a stopped worker's wall clocks hold the stop,
-    so after a switch the drained batches, those in flight across it, are left out): what a sample cost its workers on each side, to set beside the
-    prediction (which removed a share of the baseline's worker time). Nothing for a user's loader or a
-    dataset without clocks."""
+    warm-up: what a sample cost its workers on each side, to set beside the prediction (which removed a share
+    of the baseline's worker time). A stopped worker's wall clocks hold the stop, so the batches drained after
+    a switch (in flight across it) are left out. Nothing for a user's loader or a dataset without clocks."""
 
     def __init__(self, dataset):
         self.names = list(dataset.stage_names) if getattr(dataset, "stage_timing", False) else None
