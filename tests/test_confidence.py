@@ -121,6 +121,31 @@ def test_workers_that_fill_the_cores_are_never_told_to_multiply():
     assert on_16_cores(14.0, 14.8, workers_cpu=1425.0, run=14.6, workers=15)["resource"] == "workers"
 
 
+def test_more_workers_measured_and_no_faster_refute_too_few_workers():
+    """The H200 run F: at 14 workers the cores have room (14.1-15.4 of 16 busy) and the workers compute 95%: alone,
+    "more workers would help". But 16 workers were measured, tied (3,121 against 3,358, intervals overlapping),
+    and there the cores are full. The answer at 14 names the cores, with why; so do its re-draws (run E,
+    answering at 16, said "cores full" too). A larger count that was not measured leaves "workers" standing."""
+    def table(with_16: bool):
+        rows = [trial("gpu_ceiling", 4700.0) | windows([4690, 4700, 4710]), trial("cpu_pipeline", 3170.0, 14)]
+        rows.append(e2e_row(14, 3358.0, 0.3, busy=14.7, workers_cpu=1330.0, ci=0.12, usable_busy_cores_ci95_low=14.1,
+                            usable_busy_cores_ci95_high=15.4) | windows([3000, 3358, 3700]))
+        if with_16:
+            rows += [trial("cpu_pipeline", 3200.0, 16),
+                     e2e_row(16, 3121.0, 0.08, busy=15.6, workers_cpu=1500.0, ci=0.10, usable_busy_cores_ci95_low=15.4,
+                             usable_busy_cores_ci95_high=15.9) | windows([2900, 3121, 3400])]
+        return frame(*rows)
+
+    g = analyse(table(True), cores=16, draws=30)["groups"][0]
+    assert g["recommended_workers"] == 14 and 16 in g["tied_with_best"]
+    assert (g["side_at_recommended"], g["resource_at_recommended"]) == ("input", "cores")
+    assert g["basis_at_recommended"].startswith("more workers were measured and did not help: 16 workers are not "
+                                                "faster beyond the noise than 14, and there ")
+    assert g["confidence"]["resource"] == "cores"
+    alone = analyse(table(False), cores=16, draws=30)["groups"][0]
+    assert alone["resource_at_recommended"] == "workers" and "more workers would help" in alone["basis_at_recommended"]
+
+
 def test_a_worker_beside_a_training_process_that_waits_on_its_step_has_room():
     # validate's case on 2 cores: 1 worker computing 95%, the training process mostly waiting on its step
     v = on_16_cores(1.0, 1.2, workers_cpu=95.0, run=1.1, workers=1, cores=2)

@@ -37,7 +37,7 @@ from .confidence import DRAWS, confidence, disturbed, group_id
 from .failures import failures
 from .scaling import scaling
 from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
-from .verdict import evidence, verdicts
+from .verdict import at_recommended, evidence, verdicts
 
 __all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", "actions", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "data_problems", "epoch_estimates",
@@ -174,11 +174,11 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
                                               low if low < math.inf else None)
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve), cap=cap)
-    rec = mine[mine["num_workers"] == recommend_workers(curve)["recommended_workers"]] if len(mine) else mine
-    if len(rec):
-        advice |= {"verdict_at_recommended": rec["verdict"].iloc[0], "side_at_recommended": rec["side"].iloc[0],
-                   "resource_at_recommended": rec["resource"].iloc[0], "also_at_recommended": rec["also"].iloc[0],
-                   "basis_at_recommended": rec["verdict_basis"].iloc[0]}
+    rec = at_recommended(mine, recommend_workers(curve)["recommended_workers"])
+    if rec is not None:
+        advice |= {"verdict_at_recommended": rec["verdict"], "side_at_recommended": rec["side"],
+                   "resource_at_recommended": rec["resource"], "also_at_recommended": rec["also"],
+                   "basis_at_recommended": rec["verdict_basis"]}
     return advice
 
 

@@ -25,7 +25,7 @@ from pipeprof.stats import t95
 
 from .advice import recommend_workers
 from .bounds import BOUND_KEYS, GROUP_KEYS, curves, groups
-from .verdict import verdicts
+from .verdict import at_recommended, verdicts
 
 DRAWS = 60  # shares move by about 1/sqrt(draws): ±6 points at 60, enough to say whether 80% holds; each draw
 # re-joins the table (about 50 ms on a 2-core machine), so more would add seconds to every run
@@ -104,8 +104,8 @@ def _answers(df: pd.DataFrame, cores: float, device: str) -> dict:
     out = {}
     for key, curve in groups(joined):
         w = recommend_workers(curve)["recommended_workers"]
-        at = v[v["trial_id"].isin(curve["trial_id"]) & (v["num_workers"] == w)] if len(v) else v
-        side, res = (at["side"].iloc[0], at["resource"].iloc[0]) if len(at) else (None, None)
+        at = at_recommended(v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v, w)
+        side, res = (at["side"], at["resource"]) if at is not None else (None, None)
         out[group_id(key)] = (w, side, res)
     return out
 
