@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +17,7 @@ import pipeprof
 from pipeprof import config as C
 from pipeprof.analysis.action_trials import Facts, best_measured, combine, plan
 from pipeprof.analysis.advice import actions
-from pipeprof.checks.calibrate import FixedStepModel, burn_loader
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, burn_loader
 from pipeprof.measure.loader import PAUSABLE, Pause, shutdown, worker_pids
 from pipeprof.measure.monitors import Monitor
 from pipeprof.trials import TrialContext, TrialSpec
@@ -68,23 +67,7 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
     assert row["paused_workers"] and row["drain_batches"] == 2 + 1  # the prefetch depth (1 worker x 2), one round
 
 
-class BurnDataset(Dataset):
-    """Samples that each burn ``burn_s`` of one core."""
-
-    def __init__(self, burn_s: float = 0.02, n: int = 64):
-        self.burn_s, self.n = burn_s, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int):
-        t0 = time.thread_time()
-        while time.thread_time() - t0 < self.burn_s:
-            pass
-        return torch.zeros(3, 8, 8, dtype=torch.uint8), i % 10
-
-
-def cpu_s(pid: int) -> float:
+def cpu_s(pid: int) -> tuple[float, str]:
     """A process's CPU seconds so far (utime + stime), and its state, from /proc."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), fields[0]
@@ -95,7 +78,7 @@ def test_a_paused_loaders_workers_take_no_cpu_and_go_on_where_they_stopped():
     """The side of an action trial not being timed is paused: its busy workers (each sample burns 20 ms of a
     core) are stopped and spend no CPU while stopped; continued, they burn again and the loader's batches
     come in order, none lost."""
-    it = iter(DataLoader(BurnDataset(), batch_size=4, num_workers=2, prefetch_factor=2))
+    it = iter(DataLoader(BurnDataset(64, cost_s=0.02), batch_size=4, num_workers=2, prefetch_factor=2))
     pause = Pause(it)
     try:
         labels = [next(it)[1]]  # and at once: both workers still have batches to make
@@ -121,11 +104,10 @@ def test_a_paused_loaders_workers_take_no_cpu_and_go_on_where_they_stopped():
 def test_a_process_that_exits_with_a_paused_loader_continues_its_workers_and_ends():
     """A trial abandoned in its thread leaves its other side stopped; the interpreter's exit joins its
     daemonic workers, which a stopped worker would hang forever: the exit hook continues them first."""
-    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-              "from torch.utils.data import DataLoader\n"
-              "from test_action_trials import BurnDataset\n"
+    script = ("from torch.utils.data import DataLoader\n"
+              "from pipeprof.checks.calibrate import BurnDataset\n"
               "from pipeprof.measure.loader import Pause\n"
-              "it = iter(DataLoader(BurnDataset(), batch_size=4, num_workers=2))\n"
+              "it = iter(DataLoader(BurnDataset(64, cost_s=0.02), batch_size=4, num_workers=2))\n"
               "next(it)\n"
               "Pause(it).stop()\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
