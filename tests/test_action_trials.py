@@ -84,6 +84,7 @@ def test_a_paused_loaders_workers_take_no_cpu_and_go_on_where_they_stopped():
         labels = [next(it)[1]]  # and at once: both workers still have batches to make
         pids = worker_pids(it)
         pause.stop()
+        time.sleep(0.05)  # the signal is delivered by then: a worker that was running has stopped
         before = [cpu_s(p) for p in pids]
         time.sleep(0.5)
         after = [cpu_s(p) for p in pids]
