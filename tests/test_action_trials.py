@@ -1,7 +1,6 @@
 """Action trials: a variant against its baseline in alternating windows, on workloads of known cost; the
 planning of which actions apply (and why the others do not); the decoder prediction from measured decode
 costs; measured beside predicted in the stored analysis and the reports."""
-import os
 import subprocess
 import sys
 import time
@@ -9,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -68,9 +68,10 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
 
 
 def cpu_s(pid: int) -> tuple[float, str]:
-    """A process's CPU seconds so far (utime + stime), and its state, from /proc."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), fields[0]
+    """A process's CPU seconds so far (user + system), and its state."""
+    proc = psutil.Process(pid)
+    times = proc.cpu_times()
+    return times.user + times.system, proc.status()
 
 
 @pytest.mark.skipif(not PAUSABLE, reason="no SIGSTOP on this OS")
@@ -88,7 +89,7 @@ def test_a_paused_loaders_workers_take_no_cpu_and_go_on_where_they_stopped():
         before = [cpu_s(p) for p in pids]
         time.sleep(0.5)
         after = [cpu_s(p) for p in pids]
-        assert [state for _, state in after] == ["T", "T"]  # stopped (job control)
+        assert [state for _, state in after] == [psutil.STATUS_STOPPED] * 2  # stopped (job control)
         assert sum(a[0] - b[0] for a, b in zip(after, before)) <= 0.02  # a clock tick at most
         pause.resume()
         time.sleep(0.5)
@@ -232,7 +233,7 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
     (gpu,) = [a for a in actions(row, ws, rates, 8, "cuda", costs) if a["id"] == "gpu_pipeline"]
     # the GPU's own decode/augment cost is unmeasured before its trial: no gain is claimed for it
     assert gpu["gain_frac"] is None and gpu["predicted_samples_per_s"] is None
-    assert "known only from its action trial" in gpu["basis"]
+    assert "known only from measuring its pipeline alone" in gpu["basis"]
 
 
 def test_uint8_prediction_counts_the_hand_off_where_the_cores_are_full():
@@ -393,7 +394,8 @@ def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dat
     from pipeprof.analysis import GROUP_KEYS
     from pipeprof.analysis.action_trials import Planned
     from pipeprof.data.sources import source_class
-    from pipeprof.orchestrate.actions import _predict_gpu_pipeline
+    from pipeprof.analysis.bounds import curves
+    from pipeprof.orchestrate.actions import _baseline_row, _predict_gpu_pipeline
 
     spec = TrialSpec("end_to_end", num_workers=1, batch_size=4, model="fixed", precision="fp32", mode="train",
                      preset="standard", decoder="pil", image_size=64, source="files", pin_memory=False)
@@ -409,7 +411,8 @@ def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dat
     with Monitor(hz=10, gpu=False) as mon:
         ctx = TrialContext(torch.device("cpu"), src, C.MeasureConfig(**QUICK), mon, num_classes=10,
                            sources={"files": src}, step_threads=1)
-        order = _predict_gpu_pipeline(run, ctx, todo, [g], mon, lambda *a: None)
+        bases = [_baseline_row(curves(run.trials), g)]  # the step comes from the ceiling row, joined as a run does
+        order = _predict_gpu_pipeline(run, ctx, todo, [g], bases, mon, lambda *a: None)
     (alone,) = run.meta["action_trials"]["gpu_pipeline_alone"]
     assert alone["status"] == "ok" and alone["kind"] == "cpu_pipeline" and alone["augment_device"] == "cuda"
     assert alone["trial_id"] == "cpu_pipeline/standard/gpu-augment/files/bs4/w1" and alone["samples_per_s"] > 10
@@ -426,7 +429,11 @@ def test_gpu_pipeline_prediction_is_the_step_and_the_pipeline_in_turn():
     end to end 3,758 (± 16%): the two in turn give 3,260/s, -13%, inside that noise (measured: 3,407)."""
     from pipeprof.analysis.advice import gpu_pipeline_prediction
 
-    p = gpu_pipeline_prediction(4704.0, 10625.0, 3758.0, noise=0.16)
-    assert p["predicted_samples_per_s"] == pytest.approx(1 / (1 / 4704 + 1 / 10625)) == pytest.approx(3260, abs=1)
+    def row(half: float) -> pd.Series:
+        return pd.Series({"step_bound_samples_per_s": 4704.0, "samples_per_s": 3758.0,
+                          "samples_per_s_ci95_low": 3758.0 * (1 - half), "samples_per_s_ci95_high": 3758.0 * (1 + half)})
+
+    p = gpu_pipeline_prediction(row(0.16), 10625.0)
+    assert p["predicted_samples_per_s"] == pytest.approx(3260.4, abs=0.5)  # 1 / (1/4,704 + 1/10,625)
     assert p["gain_frac"] == pytest.approx(3260.4 / 3758 - 1, abs=1e-3) and p["within_noise"]
-    assert not gpu_pipeline_prediction(4704.0, 10625.0, 3758.0, noise=0.05)["within_noise"]
+    assert not gpu_pipeline_prediction(row(0.05), 10625.0)["within_noise"]

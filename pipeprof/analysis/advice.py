@@ -281,21 +281,22 @@ def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: floa
         return None
     return ("gpu_pipeline", "decode (nvJPEG) and augment on the GPU (augment.device: cuda): workers only read",
             None, f"not predicted: it frees the workers' decode, transforms and collate ({moved:.0%} of their "
-                  "time), but the GPU's decode/augment time beside the step is known only from its action trial")
+                  "time), but the GPU's decode/augment time beside the step is known only from measuring its "
+                  "pipeline alone, which the action trials do first")
 
 
-def gpu_pipeline_prediction(step: float, alone: float, now: float, noise: float = 0.0, trial_id: str = "") -> dict:
-    """The GPU pipeline's predicted rate and gain from its own rate alone (``alone``: its ``cpu_pipeline``
-    trial, workers reading bytes, the GPU decoding and augmenting) and the step's (``step``: the GPU
-    ceiling): both run on one GPU in one stream, in turn, so a sample costs the sum of their times,
-    1 / (1/step + 1/alone). On the H200 that gave 3,255 against 3,407 measured (standard) and 3,050
-    against 3,065 (heavy); on another start 2,698 against 3,001 (heavy, inside the action trial's interval).
-    ``now``: the CPU pipeline's measured rate (an absolute prediction is read
-    against a measured rate, as the hand-off's cap is); ``noise``: its 95% half-width as a share of it (a gain
-    no larger is within the noise, as :func:`actions` marks its own)."""
+def gpu_pipeline_prediction(row: pd.Series, alone: float, trial_id: str = "") -> dict:
+    """The GPU pipeline's predicted rate and gain at the baseline ``row`` (an end-to-end row with its step
+    bound joined on) from its own rate alone (``alone``: its ``cpu_pipeline`` trial, workers reading bytes,
+    the GPU decoding and augmenting): the step and it run on one GPU in one stream, in turn, so a sample
+    costs the sum of their times, 1 / (1/step + 1/alone). On the H200 that gave 3,255 against 3,407
+    measured (standard) and 3,050 against 3,065 (heavy); on another start 2,698 against 3,001 (heavy,
+    inside the action trial's interval). An absolute prediction, read against the row's measured rate (as
+    the hand-off's cap is); within the noise as :func:`actions` marks its own."""
+    step, now = float(row["step_bound_samples_per_s"]), float(row["samples_per_s"])
     predicted = 1 / (1 / step + 1 / alone)
     gain = predicted / now - 1
-    return {"predicted_samples_per_s": predicted, "gain_frac": gain, "within_noise": abs(gain) <= 2 * noise,
+    return {"predicted_samples_per_s": predicted, "gain_frac": gain, "within_noise": abs(gain) <= 2 * _noise_frac(row),
             "basis": (f"the step and the GPU pipeline take turns on one GPU: 1 / (1/{step:,.0f} + 1/{alone:,.0f}) = "
                       f"{predicted:,.0f} samples/s, against {now:,.0f} now; the GPU pipeline alone measured "
                       f"{alone:,.0f} samples/s ({trial_id or 'its cpu_pipeline trial'}), the step alone {step:,.0f}")}
@@ -340,9 +341,14 @@ def _at_step_ceiling(device: str) -> dict:
 NEW_HANDOFF = ("uint8", "gpu_pipeline")
 
 
+def _noise_frac(row: pd.Series) -> float:
+    """The row's 95% half-width as a share of its rate (0 where no interval was measured)."""
+    lo, hi, now = row.get("samples_per_s_ci95_low"), row.get("samples_per_s_ci95_high"), row.get("samples_per_s")
+    return (hi - lo) / 2 / now if _known(lo) and _known(hi) and _known(now) and now else 0.0
+
+
 def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[dict]:
-    lo, hi = row.get("samples_per_s_ci95_low"), row.get("samples_per_s_ci95_high")
-    noise = (hi - lo) / 2 / now if _known(lo) and _known(hi) and now else 0.0
+    noise = _noise_frac(row)
     handoff = row.get("handoff_samples_per_s")
     for a in out:
         # predictions are relative to the model's own figure for today, so model error cancels

@@ -47,13 +47,15 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -
     (the runner's Plan). With ``actions: predict`` only the plans are stored (each action's why)."""
     groups = run.meta.get("analysis", {}).get("groups", [])
     facts = _facts(plan_)
-    plans = [_plan_group(run.trials, g, facts) for g in groups]
+    joined = curves(run.trials)  # the end-to-end rows with their bounds: the baselines, once for every group
+    bases = [_baseline_row(joined, g) for g in groups]
+    plans = [_plan_group(row, g, facts) for row, g in zip(bases, groups)]
     todo = _by_predicted_gain([(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned
                                if p.why_not is None], groups)
     record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
     if todo:
         run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
-    rows, interrupted = _run(run, plan_, todo, groups, models, loss_fn, log) if todo else ({}, False)
+    rows, interrupted = _run(run, plan_, todo, groups, bases, models, loss_fn, log) if todo else ({}, False)
     plans = _out_of_budget(plans, todo, rows, interrupted, plan_.cfg.measure.actions_max_s)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
         g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
@@ -106,17 +108,17 @@ def _gpu_refusal(cfg) -> Optional[str]:
     return None
 
 
-def _baseline_row(trials: pd.DataFrame, g: dict) -> Optional[pd.Series]:
-    """The group's end-to-end row at its recommended worker count, its bounds joined on (``curves``): the
-    baseline its actions are tried against."""
-    rows = matching(curves(trials), pd.Series(g), GROUP_KEYS)
+def _baseline_row(joined: pd.DataFrame, g: dict) -> Optional[pd.Series]:
+    """The group's end-to-end row at its recommended worker count, its bounds joined on (``joined``: the run's
+    ``curves``): the baseline its actions are tried against."""
+    rows = matching(joined, pd.Series(g), GROUP_KEYS)
     rows = rows[rows["num_workers"] == g.get("recommended_workers")]
     return None if rows.empty else rows.iloc[0]
 
 
-def _plan_group(trials: pd.DataFrame, g: dict, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
-    """(the baseline's spec, the planned actions) of one group, at its recommended worker count."""
-    row = _baseline_row(trials, g)
+def _plan_group(row: Optional[pd.Series], g: dict, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
+    """(the baseline's spec, the planned actions) of one group, from its baseline row (None: no trial at its
+    recommended count)."""
     if row is None:
         return None, []
     planned = plan(g, row, facts)
@@ -135,7 +137,7 @@ def spec_of(row: pd.Series) -> TrialSpec:
     return TrialSpec(**values)
 
 
-def _run(run, plan_, todo: list, groups: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
+def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
     """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted).
     The GPU pipeline's action is first predicted from its pipeline measured alone, and the order set again."""
     cfg, out = plan_.cfg, {}
@@ -145,7 +147,7 @@ def _run(run, plan_, todo: list, groups: list, models: dict, loss_fn, log) -> tu
                                        user_loader=plan_.user_loader, loss_fn=loss_fn, models=models)
         t0 = time.perf_counter()
         try:
-            todo = _predict_gpu_pipeline(run, ctx, todo, groups, monitor, log)
+            todo = _predict_gpu_pipeline(run, ctx, todo, groups, bases, monitor, log)
             for n, (i, spec, p) in enumerate(todo, 1):
                 left_s = cfg.measure.actions_max_s - (time.perf_counter() - t0)
                 if left_s < MIN_ACTION_S:
@@ -166,13 +168,13 @@ def _run(run, plan_, todo: list, groups: list, models: dict, loss_fn, log) -> tu
     return out, False
 
 
-def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, monitor, log) -> list:
+def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, bases: list, monitor, log) -> list:
     """Before the action trials: the GPU pipeline alone (its cpu_pipeline trial: workers reading bytes, the GPU
     decoding and augmenting) for each group that will try it, so that its action gets a predicted gain like
     the others (``advice.gpu_pipeline_prediction``) and its place in the order by it. Its rows are kept in
     run.json's ``action_trials.gpu_pipeline_alone``; the todo list comes back in the new order."""
     for i, spec, p in todo:
-        base = _baseline_row(run.trials, groups[i]) if p.id == "gpu_pipeline" else None
+        base = bases[i] if p.id == "gpu_pipeline" else None
         step = base.get("step_bound_samples_per_s") if base is not None else None
         if step is None or step != step:  # no step ceiling measured: nothing to set the pipeline beside
             continue
@@ -191,10 +193,7 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, moni
         if entry is None:  # the sweep's advice named no GPU pipeline (no decode share): it is planned all the same
             entry = {"id": "gpu_pipeline", "action": p.action}
             actions.append(entry)
-        now, lo, hi = (base.get(k) for k in ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high"))
-        known = all(isinstance(x, (int, float)) and x == x for x in (lo, hi))
-        noise = (hi - lo) / 2 / now if known else 0.0
-        entry.update(gpu_pipeline_prediction(float(step), row["samples_per_s"], now, noise, row["trial_id"]))
+        entry.update(gpu_pipeline_prediction(base, row["samples_per_s"], row["trial_id"]))
         log(f"  the GPU pipeline alone: {row['samples_per_s']:,.0f} samples/s; predicted end to end "
             f"{entry['predicted_samples_per_s']:,.0f} ({entry['gain_frac']:+.0%})")
     return _by_predicted_gain(todo, groups)
