@@ -387,9 +387,8 @@ class MeasureConfig(_Strict):
     action_pairs: int = Field(4, ge=2)  # planned pairs
     action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
     # all action trials together, after the answer: the two largest predicted gains first, half each at most;
-    # what the budget leaves out is listed as not tried with this reason. The H200 default run answers in
-    # 2-3 minutes; an action trial there takes ~12 s to start and ~9 s a pair: 120 s gives the top two 4-5
-    # pairs each and keeps the whole run near 5 minutes (251-266 s after a 135-144 s answer)
+    # what the budget leaves out is listed as not tried with this reason. On the H200 the default run's
+    # action trials took 54-66 s for 4-5 pairs each, and with 120 s its whole runs took 251 and 266 s
     actions_max_s: float = Field(120.0, gt=0)
 
 

@@ -33,8 +33,8 @@ from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_action
 from pipeprof.trials.watchdog import Leash, run_bounded
 from .sweep import SETUP_MARGIN_S, failure_columns, release, run_one
 
-# less left of the budget than this: no trial starts (on the H200 start-up and warm-up take ~12 s and a pair
-# ~9 s: 40 s is 3 pairs, the fewest whose interval can reach ±5%; one pair has no interval at all)
+# less left of the budget than this: no trial starts (on the H200, trials of 20 and 24 s got one pair, which
+# has no interval; trials of 42-66 s got 3-5 pairs)
 MIN_ACTION_S = 40.0
 # the two largest predicted gains share the budget (the answer's first lines name the best measured): the
 # first may take half of it, not all, and the second what the first left; the rest get what is left then
