@@ -111,7 +111,7 @@ def pytest_configure(config):
         # the timed tests run first: not beside the kernel writing back what was just installed or built (CI runs
         # the tests straight after `pip install`; the hand-off test, early, once read 2,850 against 1,988/s)
         os.sync()
-    if hasattr(config, "workerinput"):
+    else:
         # xdist gives each local worker <the controller's basetemp>/popen-gwN: the parent is the run's own folder
         SHARED = (Path(config.option.basetemp).parent if config.option.basetemp else
                   Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}") / "shared"
