@@ -9,10 +9,12 @@ drift falls on both and the gain is read pair by pair with its 95% interval.
 Each side is a :class:`Variant`: a loader of its own, opened at the start and kept running, and what
 the training process does to its batches before the step. While one side is timed the other's workers
 are stopped (``measure.loader.Pause``: SIGSTOP, then SIGCONT at its turn), so they take no core from the
-side being timed; after each switch the side's batches in flight (its prefetch depth, some half-made
-when it was stopped) and one more round run untimed (``drain``), so each window times its side's
-steady state. Where workers cannot be stopped (no SIGSTOP), the other side's last fills run on after a
-switch and the drain outlasts them instead.
+side being timed. Each side is first run untimed on its own (the baseline while the variant is stopped,
+then the variant as the windows' warm-up), so a fresh worker's first batches fall in no window. A stopped
+side keeps its queue as it was: its batches ready at the switch are its steady state, not a surplus, and
+what it had not finished is one batch a worker, half-made. So after each switch one worker round runs
+untimed (``drain``), not the whole prefetch depth. Where workers cannot be stopped (no SIGSTOP), the
+other side's last fills run on after a switch and the drain outlasts them instead.
 
 To add an action: a builder ``fn(ctx, spec, params) -> Variant`` in :data:`VARIANTS` under the id the
 analysis plans it by (``analysis.action_trials``).
@@ -39,9 +41,11 @@ ACTION_KIND = "action"
 TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
                 "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
                 "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
-                "after each switch drain_batches run untimed (the side's prefetch depth and one worker round; without "
-                "SIGSTOP, enough more rounds to outlast the other side's last fills, sized from one round of each side "
-                "timed before the windows, a pace and not a figure); windows of at least measure.action_window_s, "
+                "each side first runs untimed alone (its prefetch depth, one worker round and warmup_batches); "
+                "after each switch drain_batches run untimed (one worker round: the batches half-made when the side "
+                "was stopped; without SIGSTOP, its prefetch depth and enough more rounds to outlast the other side's "
+                "last fills, sized from one round of each side timed before the windows, a pace and not a figure); "
+                "windows of at least measure.action_window_s, "
                 "pairs added until the gain's 95% CI is within ± measure.ci_target; gain = variant / baseline - 1 "
                 "per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
@@ -135,6 +139,8 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
     """Variant (A) against baseline (B) at ``spec``'s settings (its model, batch and workers; the monitor
     tags its samples with ``spec``'s trial id), ABBA windows on one step (see the module)."""
     step = make_step(ctx, spec)
+    pf = max(base.prefetch_factor, alt.prefetch_factor)
+    depth = prefetch_depth(spec.num_workers or 0, pf)  # batches a side has dispatched when it is stopped
     its: dict = {}
     pauses: dict = {}
     try:
@@ -147,7 +153,8 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
             if on != state["alt"]:
                 pauses[state["alt"]].stop()
                 pauses[on].resume()
-                state["unclocked"] = drain if PAUSABLE else 0  # batches made across the stop: their clocks hold it
+                # the batches dispatched before the stop (half-made ones among them): their clocks hold it
+                state["unclocked"] = depth if PAUSABLE else 0
             state["alt"] = on
 
         clocks = {False: _StageSums(base.dataset), True: _StageSums(alt.dataset)}
@@ -161,8 +168,10 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
 
-        drain = _drain(one, switch, spec, max(base.prefetch_factor, alt.prefetch_factor), step.clock.sync)
-        paired = alternating(one, switch, action_policy(ctx.measure), clock=ctx.clock,
+        drain = _start(one, switch, pauses, spec, depth, pf, step.clock.sync)
+        policy = action_policy(ctx.measure)  # the variant's warm-up: as long as the baseline's start
+        policy = policy.model_copy(update={"warmup_batches": policy.warmup_batches + depth})
+        paired = alternating(one, switch, policy, clock=ctx.clock,
                              drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
                              sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
                              half_width=ctx.measure.ci_target)
@@ -180,8 +189,8 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
 class _StageSums:
     """One side's worker stage clocks (read, decode, each transform, collate) over the batches it ran after
     warm-up: what a sample cost its workers on each side, to set beside the prediction (which removed a share
-    of the baseline's worker time). A stopped worker's wall clocks hold the stop, so the batches drained after
-    a switch (in flight across it) are left out. Nothing for a user's loader or a dataset without clocks."""
+    of the baseline's worker time). A stopped worker's wall clocks hold the stop, so the batches a side had
+    dispatched when it was stopped (its prefetch depth: the ones under way among them) are left out. Nothing for a user's loader or a dataset without clocks."""
 
     def __init__(self, dataset):
         self.names = list(dataset.stage_names) if getattr(dataset, "stage_timing", False) else None
@@ -212,15 +221,22 @@ def action_policy(measure):
                                       "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs)})
 
 
-def _drain(one, switch, spec: TrialSpec, pf: int, sync) -> int:
-    """Untimed batches after each switch: the side's own batches made before it (its prefetch depth) and one
-    round. Where workers cannot be stopped, then enough of its batches to outlast the other side's last fills
-    (prefetch_factor batches per worker at the other side's pace: the slower side's time per batch over the
-    faster's, from one timed start-up each)."""
+def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync) -> int:
+    """Each side's start, untimed, and the batches to run untimed after each switch (returned).
+
+    With SIGSTOP: the variant is stopped and the baseline runs its prefetch depth and one round (a fresh
+    worker's first batches, made once); the variant's own start is the windows' warm-up. After a switch,
+    one round: a side stopped and continued goes on where it was, its ready batches made in its own time,
+    and the one batch a worker had under way is half-made (its clocks hold the stop). Where workers cannot
+    be stopped, both sides start here, each with one round timed after, and the drain is the prefetch depth
+    and enough rounds to outlast the other side's last fills (prefetch_factor batches per worker at the other
+    side's pace: the slower side's time per batch over the faster's)."""
     rounds = max(spec.num_workers or 1, 1)
-    depth = prefetch_depth(spec.num_workers or 0, pf)
     if PAUSABLE:
-        return depth + rounds
+        pauses[True].stop()  # the variant's workers wait (state["alt"] is False: the baseline's turn)
+        for _ in range(depth + rounds):
+            one()
+        return rounds
     per_batch = []
     for side in (False, True):  # the baseline, then the variant: each started and timed once, untimed after
         switch(side)
