@@ -81,10 +81,12 @@ def _multi_run_parsers(sub) -> None:
     merge.add_argument("run_dirs", nargs="+", help="each node's run folder, node 0's first")
     merge.add_argument("--out-dir", default="out")
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
-    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment"],
+    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment",
+                                         "action-trials"],
                        help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
                             "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
-                            "the GPU pipeline's per-sample against its batched transforms, ms per batch")
+                            "the GPU pipeline's per-sample against its batched transforms, ms per batch; "
+                            "action-trials: action trials on workloads of known cost, measured against the truth")
     bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
     bench.add_argument("config", nargs="?", help="sweep-speed: experiment YAML (loader.num_workers unset; default: "
                                                  "the defaults); soak: folder for the runs (default: a temporary one)")
@@ -95,6 +97,8 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument("--batch", type=int, default=256, help="gpu-augment: images per batch")
     bench.add_argument("--device", help="gpu-augment: where the pipeline runs (default: cuda where there is one)")
     bench.add_argument("--times", type=int, default=3, help="repeat: runs of the same config, back to back")
+    bench.add_argument("--workers", type=int, default=4, help="action-trials: the loaders' workers")
+    bench.add_argument("--pairs", type=int, default=6, help="action-trials: pairs of windows a trial")
     bench.add_argument("--out-dir", default="out/bench")
     bench.add_argument("--steps", type=int, default=200, help="watch-overhead: the script's steps per run, passed "
                                                              "as --steps N")
@@ -387,6 +391,12 @@ def cmd_bench(args) -> int:
         print(render_watch_overhead(watch_overhead(args.config, args.script_args, args.steps, max(args.repeats, 2),
                                                    args.out_dir, args.progress or PROGRESS,
                                                    log=lambda text: print(text, file=sys.stderr))), end="")
+        return 0
+    if args.which == "action-trials":
+        from pipeprof.checks.action_known import action_trials, render_action_trials
+
+        print(render_action_trials(action_trials(args.workers, args.pairs, max(args.repeats, 1),
+                                                 log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "repeat":
         print(render_repeat(repeat(args.config, args.overrides, args.times, args.out_dir,

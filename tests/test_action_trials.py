@@ -11,13 +11,13 @@ import pandas as pd
 import psutil
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import pipeprof
 from pipeprof import config as C
 from pipeprof.analysis.action_trials import Facts, best_measured, combine, plan
 from pipeprof.analysis.advice import actions
-from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, burn_loader
+from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, WaitDataset, burn_loader
 from pipeprof.measure.loader import PAUSABLE, Pause, shutdown, worker_pids
 from pipeprof.measure.monitors import Monitor
 from pipeprof.trials import TrialContext, TrialSpec
@@ -27,21 +27,6 @@ from pipeprof.trials.skeleton import collate_user
 QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 2, "windows": 4, "max_windows": 6,
          "max_trial_s": 20, "ci_target": 0.1, "cpu_reference_s": 0, "action_window_s": 0.3, "action_pairs": 2,
          "action_max_pairs": 3}
-
-
-class WaitDataset(Dataset):
-    """Samples that each take ``wait_s`` of wall time and no CPU (a read of known latency): with one worker
-    the loader makes exactly 1 / wait_s samples/s, whatever else the machine's cores are doing."""
-
-    def __init__(self, wait_s: float, n: int = 256):
-        self.wait_s, self.n = wait_s, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int):
-        time.sleep(self.wait_s)
-        return torch.zeros(3, 8, 8, dtype=torch.uint8), i % 10
 
 
 @pytest.mark.alone  # measured rates (and, in the run, the verdict that lets the action run)
@@ -387,11 +372,13 @@ def test_a_missed_prediction_shows_what_a_sample_cost_the_workers_on_each_side()
     assert _worker_cost(missed | {"worker_us_per_sample": None}) == ""  # a user's loader: no clocks
 
 
-def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dataset):
+@pytest.mark.parametrize("advised", [True, False])
+def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dataset, advised):
     """Before the action trials the GPU pipeline runs alone (its cpu_pipeline trial: workers read bytes, the
     training process decodes and augments; on a CPU-only machine on the CPU device, as tests build it). Its
     action is then predicted as the step and it taking turns on one device, 1 / (1/step + 1/alone), against
-    the measured rate; with that gain it goes ahead of a smaller predicted one (uint8, +5%)."""
+    the measured rate; with that gain it goes ahead of a smaller predicted one (uint8, +5%). Where the sweep's
+    advice had no entry for it (``advised`` False: no decode share to name), the prediction adds one."""
     from pipeprof.analysis import GROUP_KEYS
     from pipeprof.analysis.action_trials import Planned
     from pipeprof.data.sources import source_class
@@ -404,8 +391,9 @@ def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dat
                              "samples_per_s_ci95_high": 11.0}
     ceiling = TrialSpec("gpu_ceiling", batch_size=4, model="fixed", precision="fp32", mode="train",
                         image_size=64).columns() | {"status": "ok", "samples_per_s": 2000.0}  # the step, as stored
-    g = {k: base[k] for k in GROUP_KEYS} | {"recommended_workers": 1, "actions": [
-        {"id": "uint8", "gain_frac": 0.05}, {"id": "gpu_pipeline", "gain_frac": None, "basis": "not predicted"}]}
+    advice = [{"id": "gpu_pipeline", "gain_frac": None, "basis": "not predicted"}] if advised else []
+    g = {k: base[k] for k in GROUP_KEYS} | {"recommended_workers": 1, "actions": [{"id": "uint8", "gain_frac": 0.05},
+                                                                                  *advice]}
     run = SimpleNamespace(trials=pd.DataFrame([ceiling, base]), meta={"action_trials": {}})
     todo = [(0, spec, Planned("uint8", "uint8", {})), (0, spec, Planned("gpu_pipeline", "gpu", {}))]
     src = source_class("files")(tiny_dataset)
@@ -417,7 +405,9 @@ def test_the_gpu_pipeline_is_measured_alone_first_and_predicted_from_it(tiny_dat
     (alone,) = run.meta["action_trials"]["gpu_pipeline_alone"]
     assert alone["status"] == "ok" and alone["kind"] == "cpu_pipeline" and alone["augment_device"] == "cuda"
     assert alone["trial_id"] == "cpu_pipeline/standard/gpu-augment/files/bs4/w1" and alone["samples_per_s"] > 10
+    assert len(g["actions"]) == 2  # the sweep's entry, or the one the prediction added
     entry = g["actions"][1]
+    assert entry["id"] == "gpu_pipeline" and entry.get("action") == (None if advised else "gpu")  # the plan's words
     expected = 1 / (1 / 2000.0 + 1 / alone["samples_per_s"])
     assert entry["predicted_samples_per_s"] == pytest.approx(expected)
     assert entry["gain_frac"] == pytest.approx(expected / 10.0 - 1) and not entry["within_noise"]
@@ -438,3 +428,23 @@ def test_gpu_pipeline_prediction_is_the_step_and_the_pipeline_in_turn():
     assert p["predicted_samples_per_s"] == pytest.approx(3260.4, abs=0.5)  # 1 / (1/4,704 + 1/10,625)
     assert p["gain_frac"] == pytest.approx(3260.4 / 3758 - 1, abs=1e-3) and p["within_noise"]
     assert not gpu_pipeline_prediction(row(0.05), 10625.0)["within_noise"]
+
+
+def test_the_action_trials_benchmark_sets_each_side_beside_its_rate_alone():
+    """``bench action-trials``' row: each side's error against its rate alone, the gain the sides alone make
+    against the trial's interval, and the model's known rates (4 workers of 12 ms and 4 ms samples, batches
+    of 8 into a 10 ms step: 333 and 800 samples/s, the step capping the variant)."""
+    from pipeprof.checks.action_known import _row, render_action_trials
+
+    trial = {"window_rates": [660.0, 640.0], "baseline_window_rates": [330.0, 320.0], "action_gain_frac": 1.0,
+             "action_gain_ci95_low": 0.9, "action_gain_ci95_high": 1.1, "baseline_samples_per_s": 325.0,
+             "samples_per_s": 650.0, "drain_batches": 4, "pairs": 2}
+    row = _row("to the step", 0, 4, 0.004, trial, 8.0, {"b": 312.5, "a": 625.0})
+    assert row["base_err"] == pytest.approx(0.04) and row["alt_err"] == pytest.approx(0.04)
+    assert row["gain_alone"] == pytest.approx(1.0) and row["inside"] and row["half_width"] == pytest.approx(0.1)
+    assert row["pair_gain_sd"] == pytest.approx(0.0)  # both pairs +100%
+    assert (row["known_base"], row["known_alt"]) == (pytest.approx(4 / 0.012), pytest.approx(800))
+    outside = _row("to the step", 1, 4, 0.004, trial, 8.0, {"b": 300.0, "a": 750.0})
+    assert not outside["inside"]  # +150% alone, outside +90% to +110%
+    text = render_action_trials(pd.DataFrame([row, outside]))
+    assert "-13.3% to +8.3%" in text and "inside the trial's interval in 1 of 2 trials" in text

@@ -45,7 +45,8 @@ LAYERS = {
     14.5: ["watch", "watch.boot.sitecustomize", "watch.channel", "watch.hook", "watch.pause", "watch.records",
            "watch.procs", "watch.tune", "watch.answer", "watch.folder", "watch.live", "watch.page", "watch.session"],
     # checks/ and the command line
-    15: ["checks", "checks.sizing", "checks.validate", "checks.bench", "checks.watch_overhead", "cli", "", "__main__"],
+    15: ["checks", "checks.sizing", "checks.validate", "checks.bench", "checks.watch_overhead", "checks.action_known",
+         "cli", "", "__main__"],
 }
 # The role folders, each of whose __init__ says what lives there and what it may import.
 # checks.calibrate (workloads of known cost, named by import path in configs) and measure.confounders

@@ -7,6 +7,8 @@
   CPU (a sleep), the way a GPU step leaves the host free. With batch ``b`` and
   ``s`` seconds per step the accelerator bound is ``b / s`` samples/s.
   :class:`BurnStepModel` is the same step burning one core: a CPU step of known cost.
+* :class:`WaitDataset` — each sample waits a set wall time without CPU (a read of known
+  latency): ``w / c`` samples/s on any number of cores (the action trials' benchmark).
 
 So ``min(w / c, b / s)`` is the expected end-to-end rate and the binding side is
 the expected verdict; tests and ``pipeprof validate`` assert both.
@@ -47,6 +49,21 @@ class BurnDataset(Dataset):
     def __getitem__(self, index: int):
         burn(self.cost_s)
         return torch.full((3, self.side, self.side), index % 256, dtype=torch.uint8), index % 10
+
+
+class WaitDataset(Dataset):
+    """``n`` tiny uint8 images that each take ``wait_s`` of wall time and no CPU (a read of known latency):
+    ``w`` workers make exactly ``w / wait_s`` samples/s, whatever else the machine's cores are doing."""
+
+    def __init__(self, wait_s: float, n: int = 4096):
+        self.wait_s, self.n = wait_s, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(self.wait_s)
+        return torch.zeros(3, 8, 8, dtype=torch.uint8), i % 10
 
 
 class FixedStepModel(nn.Module):

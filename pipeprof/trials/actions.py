@@ -41,7 +41,8 @@ ACTION_KIND = "action"
 TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
                 "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
                 "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
-                "each side first runs untimed alone (its prefetch depth, one worker round and warmup_batches); "
+                "each side first runs untimed alone (its prefetch depth and one worker round; the variant's, the "
+                "windows' warm-up, warmup_batches more); "
                 "after each switch drain_batches run untimed (one worker round: the batches half-made when the side "
                 "was stopped; without SIGSTOP, its prefetch depth and enough more rounds to outlast the other side's "
                 "last fills, sized from one round of each side timed before the windows, a pace and not a figure); "
@@ -169,21 +170,23 @@ def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant
             return len(batch["label"])
 
         drain = _start(one, switch, pauses, spec, depth, pf, step.clock.sync)
-        policy = action_policy(ctx.measure)  # the variant's warm-up: as long as the baseline's start
-        policy = policy.model_copy(update={"warmup_batches": policy.warmup_batches + depth})
-        paired = alternating(one, switch, policy, clock=ctx.clock,
+        paired = alternating(one, switch, action_policy(ctx.measure, depth), clock=ctx.clock,
                              drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
                              sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
                              half_width=ctx.measure.ci_target)
     finally:
-        ctx.monitor.track_workers([])
-        for side, it in its.items():
-            if side in pauses:  # a stopped worker cannot exit
-                pauses[side].resume()
-            shutdown(it)
+        _close(ctx, its, pauses)
     return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side) | {
         "drain_batches": drain, "paused_workers": PAUSABLE} | clocks[True].columns() | clocks[False].columns(
         "baseline_")
+
+
+def _close(ctx: TrialContext, its: dict, pauses: dict) -> None:
+    ctx.monitor.track_workers([])
+    for side, it in its.items():
+        if side in pauses:  # a stopped worker cannot exit
+            pauses[side].resume()
+        shutdown(it)
 
 
 class _StageSums:
@@ -211,12 +214,14 @@ class _StageSums:
             f"{prefix}worker_us_per_sample": float(self.sums.sum()) / self.samples * 1e6}
 
 
-def action_policy(measure):
+def action_policy(measure, depth: int = 0):
     """The sweep's policy with the action trial's windows and pairs (``measure.action_*``): windows of at
     least ``action_window_s`` (4 sweep windows when unset), ``action_pairs`` pairs planned and up to
-    ``action_max_pairs`` (and ``max_trial_s``) while the gain's 95% interval is wider than ± ``ci_target``."""
+    ``action_max_pairs`` (and ``max_trial_s``) while the gain's 95% interval is wider than ± ``ci_target``;
+    the variant's warm-up ``depth`` batches longer, as long as the baseline's start (``_start``)."""
     window_s = measure.action_window_s if measure.action_window_s is not None else 4 * measure.window_s
-    return measure.model_copy(update={"window_s": max(measure.window_s, window_s),
+    return measure.model_copy(update={"warmup_batches": measure.warmup_batches + depth,
+                                      "window_s": max(measure.window_s, window_s),
                                       "windows": 2 * measure.action_pairs,
                                       "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs)})
 

@@ -1,0 +1,122 @@
+"""``pipeprof bench action-trials``: action trials against each side run on its own, on workloads of known cost.
+
+Samples that each wait a known wall time and use no CPU (``calibrate.WaitDataset``: a read of known
+latency) on ``workers`` workers, and a step of known duration (``calibrate.FixedStepModel``): a side makes
+about ``min(workers / wait, batch / step)`` samples/s (``calibrate.expected_rate``) on any machine, however busy
+its cores; the main process's own handling of a batch comes on top of the step. Each case is a real action
+trial (``trials.actions.action_trial``: two running loaders, the side not timed stopped, ABBA windows, a drain
+after each switch), and beside it each side alone: one loader, the same step, windows after its warm-up,
+no switch and no stop (``continuous``). The order alternates per repeat. Per trial it prints each side's rate
+in the action trial against its continuous one (the error), the gain against the continuous rates' ratio
+with the trial's 95% interval, the pairs, the trial's time, the spread of the per-pair gains, and the
+model's known rates for scale.
+
+What it checks: a drain too short for what a stopped side had under way would show as action-trial rates
+above the continuous ones (a window starting with work done before it); a side whose stop leaves its queue
+other than it runs, as a gain off the continuous one. The case ``to the step`` is that one: its variant is
+capped by the step, so its queue is full when it is stopped, while the baseline's is empty.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from pipeprof import config as C
+from pipeprof.measure.confounders import torch_threads
+from pipeprof.measure.monitors import Monitor
+from pipeprof.trials import TrialContext, TrialSpec
+from pipeprof.measure.loader import prefetch_depth, shutdown
+from pipeprof.measure.windows import summarize_rates, window
+from pipeprof.trials.actions import Variant, action_trial
+from pipeprof.trials.skeleton import collate_user, make_step, open_loader
+from .calibrate import FixedStepModel, WaitDataset, expected_rate
+
+BATCH, STEP_S = 8, 0.010  # the step caps a side at 800 samples/s
+BASE_WAIT_S = 0.012
+CASES = {"faster input": 0.008, "to the step": 0.004}  # the variant's wait a sample
+# windows of several worker rounds (a round of 4 workers is 96 ms on the baseline), pairs fixed so that the
+# spread is read over the same count in every trial
+MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.5, "window_batches": 2, "ci_target": 0.05,
+           "cpu_reference_s": 0, "max_trial_s": 60, "action_window_s": 0.5}
+
+
+def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
+                  log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row per trial: each case of :data:`CASES` ``repeats`` times, each beside its two sides run
+    continuously (those first in odd repeats, after the trial in even ones)."""
+    measure = C.MeasureConfig(**MEASURE, action_pairs=pairs, action_max_pairs=pairs)
+    rows = []
+    with Monitor(hz=10, gpu=False) as monitor, torch_threads(1):
+        ctx = TrialContext(torch.device("cpu"), None, measure, monitor, num_classes=10,
+                           models={"fixed": lambda: FixedStepModel(STEP_S, 10)})
+        for i in range(repeats):
+            for case, wait_s in CASES.items():
+                log(f"repeat {i + 1}/{repeats}: {case}")
+                spec = TrialSpec("action", num_workers=workers, batch_size=BATCH, model="fixed", precision="fp32",
+                                 mode="train", action=case)
+                sides = (WaitDataset(BASE_WAIT_S), WaitDataset(wait_s))
+                alone = {} if i % 2 else {w: continuous(ctx, spec, d, 2 * pairs) for w, d in zip("ba", sides)}
+                t0 = time.perf_counter()
+                row = action_trial(ctx, spec, *(Variant(d, collate_user, False, 2) for d in sides))
+                trial_s = time.perf_counter() - t0
+                alone = alone or {w: continuous(ctx, spec, d, 2 * pairs) for w, d in zip("ba", sides)}
+                rows.append(_row(case, i, workers, wait_s, row, trial_s, alone))
+    return pd.DataFrame(rows)
+
+
+def continuous(ctx: TrialContext, spec: TrialSpec, dataset, windows: int) -> float:
+    """Samples/s of one loader feeding the step without a switch or a stop: the median of ``windows``
+    windows (of the action trial's length) after the same start an action trial's side gets (its prefetch
+    depth, one worker round and ``warmup_batches``)."""
+    step = make_step(ctx, spec)
+    it = open_loader(ctx, spec, dataset, collate_user)
+    try:
+        def one() -> int:
+            batch = next(it)
+            step.run(batch["image"], batch["label"])
+            return len(batch["label"])
+        for _ in range(prefetch_depth(spec.num_workers, 2) + spec.num_workers + ctx.measure.warmup_batches):
+            one()
+        step.clock.sync()
+        rates = [window(one, ctx.clock, step.clock.sync, ctx.clock(), ctx.measure.action_window_s,
+                        ctx.measure.window_batches, spec.num_workers).rate for _ in range(windows)]
+    finally:
+        shutdown(it)
+    return summarize_rates(rates)["samples_per_s"]
+
+
+def _row(case: str, repeat: int, workers: int, wait_s: float, row: dict, trial_s: float, alone: dict) -> dict:
+    gains = [a / b - 1 for a, b in zip(row["window_rates"], row["baseline_window_rates"])]
+    lo, hi = row["action_gain_ci95_low"], row["action_gain_ci95_high"]
+    gain = alone["a"] / alone["b"] - 1
+    return {"case": case, "repeat": repeat + 1, "drain": row["drain_batches"], "pairs": row["pairs"],
+            "trial_s": trial_s, "base_alone": alone["b"], "base": row["baseline_samples_per_s"],
+            "base_err": row["baseline_samples_per_s"] / alone["b"] - 1, "alt_alone": alone["a"],
+            "alt": row["samples_per_s"], "alt_err": row["samples_per_s"] / alone["a"] - 1, "gain_alone": gain,
+            "gain": row["action_gain_frac"], "gain_lo": lo, "gain_hi": hi,
+            "half_width": (hi - lo) / 2 if lo is not None else None,
+            "pair_gain_sd": statistics.stdev(gains) if len(gains) > 1 else None,
+            "inside": lo is not None and lo <= gain <= hi,
+            "known_base": expected_rate(BASE_WAIT_S, workers, BATCH, STEP_S)[0],
+            "known_alt": expected_rate(wait_s, workers, BATCH, STEP_S)[0]}
+
+
+def render_action_trials(df: pd.DataFrame) -> str:
+    def pct(v) -> str:
+        return "-" if v is None or v != v else f"{v:+.1%}"
+
+    out = df.assign(**{c: df[c].map(pct) for c in ("base_err", "alt_err", "gain_alone", "gain", "gain_lo", "gain_hi")},
+                    **{c: df[c].map(lambda v: f"{v:,.0f}") for c in ("base_alone", "base", "alt_alone", "alt",
+                                                                      "known_base", "known_alt")},
+                    **{c: df[c].map(lambda v: "-" if v is None or v != v else f"{v:.1%}")
+                       for c in ("half_width", "pair_gain_sd")}, trial_s=df["trial_s"].map(lambda v: f"{v:.1f}"))
+    summary = (f"\nside rates in the action trials against the same sides run on their own: "
+               f"{df[['base_err', 'alt_err']].min().min():+.1%} to {df[['base_err', 'alt_err']].max().max():+.1%}; "
+               f"the gain from the sides on their own inside the trial's interval in {int(df['inside'].sum())} of "
+               f"{len(df)} trials; the interval's half-width {df['half_width'].min():.1%} to "
+               f"{df['half_width'].max():.1%} after {int(df['pairs'].min())}-{int(df['pairs'].max())} pairs\n")
+    return out.to_string(index=False) + "\n" + summary
