@@ -65,14 +65,19 @@ def test_the_handoff_trial_measures_what_a_hand_written_loop_passes(tmp_path):
     # untimed first: the first loader of a fresh process (early in a test worker's life, where the alone tests
     # run) pays for its first worker start and shared-memory pages; it once read 1,988 against the trial's 2,850
     hand_loop(windows=1, seconds=0.1)
-    for i in range(2):  # A B B A: the machine's drift falls on both
-        if i == 0:
+    # A B B A: the machine's drift falls on both. On this 2-core machine one round's means differ by -5% to +9%
+    # (a hand loop read 1,484 against 2,158 two rounds earlier on a busy day), so a round more than 7% apart is followed
+    # by a second, and the 10% holds for all of them together (not for a second chance alone)
+    for i in range(4):
+        if i in (0, 2):
             hand.append(hand_loop())
         row = handoff_trial(tmp_path / str(i))
         assert row["status"] == "ok" and row["kind"] == "handoff"
         trial.append(row["samples_per_s"])
-        if i == 1:
+        if i in (1, 3):
             hand.append(hand_loop())
+        if i == 1 and abs(statistics.mean(trial) / statistics.mean(hand) - 1) <= 0.07:
+            break
     assert statistics.mean(trial) == pytest.approx(statistics.mean(hand), rel=0.10)
     assert row["sample_kb"] == pytest.approx(3 * 224 * 224 * 4 / 1e3)
     assert len(row["window_rates"]) == row["windows"] >= 3
