@@ -193,7 +193,8 @@ class _StageSums:
     """One side's worker stage clocks (read, decode, each transform, collate) over the batches it ran after
     warm-up: what a sample cost its workers on each side, to set beside the prediction (which removed a share
     of the baseline's worker time). A stopped worker's wall clocks hold the stop, so the batches a side had
-    dispatched when it was stopped (its prefetch depth: the ones under way among them) are left out. Nothing for a user's loader or a dataset without clocks."""
+    dispatched when it was stopped (its prefetch depth: the ones under way among them) are left out. Nothing
+    for a user's loader or a dataset without clocks."""
 
     def __init__(self, dataset):
         self.names = list(dataset.stage_names) if getattr(dataset, "stage_timing", False) else None
