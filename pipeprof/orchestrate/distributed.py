@@ -26,6 +26,7 @@ records the ranks it ran; ``pipeprof merge`` joins the nodes' folders (see ``mer
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -130,7 +131,8 @@ def _follow(proc: subprocess.Popen, ctx: TrialContext, limit_s: float) -> str:
                 ctx.monitor.track_workers([c.pid for c in psutil.Process(proc.pid).children(recursive=True)])
             except psutil.NoSuchProcess:
                 pass
-            time.sleep(0.5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.5)  # back as soon as the job ends, not up to half a second later
     except KeyboardInterrupt:
         _kill_group(proc)
         raise
