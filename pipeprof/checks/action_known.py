@@ -27,16 +27,17 @@ import torch
 
 from pipeprof import config as C
 from pipeprof.measure.confounders import torch_threads
-from pipeprof.measure.monitors import Monitor
-from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.measure.loader import prefetch_depth, shutdown
+from pipeprof.measure.monitors import Monitor
 from pipeprof.measure.windows import summarize_rates, window
+from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.actions import Variant, action_trial
 from pipeprof.trials.skeleton import collate_user, make_step, open_loader
 from .calibrate import FixedStepModel, WaitDataset, expected_rate
 
 BATCH, STEP_S = 8, 0.010  # the step caps a side at 800 samples/s
 BASE_WAIT_S = 0.012
+PF = 2  # prefetch_factor of every loader here
 CASES = {"faster input": 0.008, "to the step": 0.004}  # the variant's wait a sample
 # windows of several worker rounds (a round of 4 workers is 96 ms on the baseline), pairs fixed so that the
 # spread is read over the same count in every trial
@@ -61,7 +62,7 @@ def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
                 sides = (WaitDataset(BASE_WAIT_S), WaitDataset(wait_s))
                 alone = {} if i % 2 else {w: continuous(ctx, spec, d, 2 * pairs) for w, d in zip("ba", sides)}
                 t0 = time.perf_counter()
-                row = action_trial(ctx, spec, *(Variant(d, collate_user, False, 2) for d in sides))
+                row = action_trial(ctx, spec, *(Variant(d, collate_user, False, PF) for d in sides))
                 trial_s = time.perf_counter() - t0
                 alone = alone or {w: continuous(ctx, spec, d, 2 * pairs) for w, d in zip("ba", sides)}
                 rows.append(_row(case, i, workers, wait_s, row, trial_s, alone))
@@ -79,7 +80,7 @@ def continuous(ctx: TrialContext, spec: TrialSpec, dataset, windows: int) -> flo
             batch = next(it)
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
-        for _ in range(prefetch_depth(spec.num_workers, 2) + spec.num_workers + ctx.measure.warmup_batches):
+        for _ in range(prefetch_depth(spec.num_workers, PF) + spec.num_workers + ctx.measure.warmup_batches):
             one()
         step.clock.sync()
         rates = [window(one, ctx.clock, step.clock.sync, ctx.clock(), ctx.measure.action_window_s,
