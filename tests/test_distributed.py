@@ -14,8 +14,8 @@ import torch
 
 import pipeprof
 from pipeprof import config as C
-from pipeprof.cli import main
 from pipeprof.analysis.scaling import scaling
+from pipeprof.cli import main
 from pipeprof.orchestrate.distributed import launch_command, launch_env, split_cpus
 from pipeprof.results import load_run
 from pipeprof.trials import TrialSpec
