@@ -66,8 +66,8 @@ def test_the_handoff_trial_measures_what_a_hand_written_loop_passes(tmp_path):
     # run) pays for its first worker start and shared-memory pages; it once read 1,988 against the trial's 2,850
     hand_loop(windows=1, seconds=0.1)
     # A B B A: the machine's drift falls on both. On this 2-core machine one round's means differ by -5% to +9%
-    # (a hand loop read 1,484 against 2,158 two rounds earlier on a busy day), so a round more than 7% apart
-    # is followed by a second, and the 10% holds for all of them together (not for a second chance alone)
+    # (on a busy day a hand loop read 1,484 where the one a trial before it read 2,158), so a round more than
+    # 7% apart is followed by a second, and the 10% holds for all of them together (not a second chance alone)
     for i in range(4):
         if i in (0, 2):
             hand.append(hand_loop())
