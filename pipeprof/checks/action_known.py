@@ -5,8 +5,8 @@ latency) on ``workers`` workers, and a step of known duration (``calibrate.Fixed
 about ``min(workers / wait, batch / step)`` samples/s (``calibrate.expected_rate``) on any machine, however busy
 its cores; the main process's own handling of a batch comes on top of the step. Each case is a real action
 trial (``trials.actions.action_trial``: two running loaders, the side not timed stopped, ABBA windows, a drain
-after each switch), and beside it each side alone: one loader, the same step, windows after its warm-up,
-no switch and no stop (``continuous``). The order alternates per repeat. Per trial it prints each side's rate
+after each switch), and beside it each side alone: the sweep's own ``end_to_end`` trial of it (one loader,
+the same step, its warm-up and windows, no switch and no stop: ``continuous``). The order alternates per repeat. Per trial it prints each side's rate
 in the action trial against its continuous one (the error), the gain against the continuous rates' ratio
 with the trial's 95% interval, the pairs, the trial's time, the spread of the per-pair gains, and the
 model's known rates for scale.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from typing import Callable
 
 import pandas as pd
@@ -27,22 +28,21 @@ import torch
 
 from pipeprof import config as C
 from pipeprof.measure.confounders import torch_threads
-from pipeprof.measure.loader import prefetch_depth, shutdown
 from pipeprof.measure.monitors import Monitor
-from pipeprof.measure.windows import summarize_rates, window
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.actions import Variant, action_trial
-from pipeprof.trials.skeleton import collate_user, make_step, open_loader
+from pipeprof.trials.kinds import run_trial
+from pipeprof.trials.skeleton import collate_user
 from .calibrate import FixedStepModel, WaitDataset, expected_rate
 
 BATCH, STEP_S = 8, 0.010  # the step caps a side at 800 samples/s
 BASE_WAIT_S = 0.012
-PF = 2  # prefetch_factor of every loader here
+PF = 2  # prefetch_factor of the action trials' loaders, the sweep's default (the sides alone use ctx's)
 CASES = {"faster input": 0.008, "to the step": 0.004}  # the variant's wait a sample
 # windows of several worker rounds (a round of 4 workers is 96 ms on the baseline), pairs fixed so that the
-# spread is read over the same count in every trial
-MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.5, "window_batches": 2, "ci_target": 0.05,
-           "cpu_reference_s": 0, "max_trial_s": 60, "action_window_s": 0.5}
+# spread is read over the same count in every trial; the sides alone get 6-12 windows of the same length
+MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.5, "window_batches": 2, "windows": 6, "max_windows": 12,
+           "ci_target": 0.05, "cpu_reference_s": 0, "max_trial_s": 60, "action_window_s": 0.5}
 
 
 def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
@@ -52,7 +52,7 @@ def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
     measure = C.MeasureConfig(**MEASURE, action_pairs=pairs, action_max_pairs=pairs)
     rows = []
     with Monitor(hz=10, gpu=False) as monitor, torch_threads(1):
-        ctx = TrialContext(torch.device("cpu"), None, measure, monitor, num_classes=10,
+        ctx = TrialContext(torch.device("cpu"), None, measure, monitor, num_classes=10, step_threads=1,
                            models={"fixed": lambda: FixedStepModel(STEP_S, 10)})
         for i in range(repeats):
             for case, wait_s in CASES.items():
@@ -60,34 +60,19 @@ def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
                 spec = TrialSpec("action", num_workers=workers, batch_size=BATCH, model="fixed", precision="fp32",
                                  mode="train", action=case)
                 sides = (WaitDataset(BASE_WAIT_S), WaitDataset(wait_s))
-                alone = {} if i % 2 else {w: continuous(ctx, spec, d, 2 * pairs) for w, d in zip("ba", sides)}
+                alone = {} if i % 2 else {w: continuous(ctx, spec, d) for w, d in zip("ba", sides)}
                 t0 = time.perf_counter()
                 row = action_trial(ctx, spec, *(Variant(d, collate_user, False, PF) for d in sides))
                 trial_s = time.perf_counter() - t0
-                alone = alone or {w: continuous(ctx, spec, d, 2 * pairs) for w, d in zip("ba", sides)}
+                alone = alone or {w: continuous(ctx, spec, d) for w, d in zip("ba", sides)}
                 rows.append(_row(case, i, workers, wait_s, row, trial_s, alone))
     return pd.DataFrame(rows)
 
 
-def continuous(ctx: TrialContext, spec: TrialSpec, dataset, windows: int) -> float:
-    """Samples/s of one loader feeding the step without a switch or a stop: the median of ``windows``
-    windows (of the action trial's length) after the same start an action trial's side gets (its prefetch
-    depth, one worker round and ``warmup_batches``)."""
-    step = make_step(ctx, spec)
-    it = open_loader(ctx, spec, dataset, collate_user)
-    try:
-        def one() -> int:
-            batch = next(it)
-            step.run(batch["image"], batch["label"])
-            return len(batch["label"])
-        for _ in range(prefetch_depth(spec.num_workers, PF) + spec.num_workers + ctx.measure.warmup_batches):
-            one()
-        step.clock.sync()
-        rates = [window(one, ctx.clock, step.clock.sync, ctx.clock(), ctx.measure.action_window_s,
-                        ctx.measure.window_batches, spec.num_workers).rate for _ in range(windows)]
-    finally:
-        shutdown(it)
-    return summarize_rates(rates)["samples_per_s"]
+def continuous(ctx: TrialContext, spec: TrialSpec, dataset) -> float:
+    """Samples/s of one side on its own: the sweep's own ``end_to_end`` trial of ``dataset`` at ``spec``'s
+    settings (one loader feeding the same step, its warm-up, its windows; no switch, no stop)."""
+    return run_trial(replace(ctx, user_dataset=dataset), replace(spec, kind="end_to_end", action=None))["samples_per_s"]
 
 
 def _row(case: str, repeat: int, workers: int, wait_s: float, row: dict, trial_s: float, alone: dict) -> dict:
