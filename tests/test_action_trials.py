@@ -33,8 +33,8 @@ QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches"
 def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline():
     """12 ms per sample against 6 ms, two workers, a 2 ms step per batch of 8: 167 against 333 samples/s,
     a gain of +100%, read pair by pair with its interval (the worker's own handling of a sample, well under
-    a millisecond, is inside the 15% allowed). Each side's workers are stopped in the other's turn, so a
-    window after a switch starts with the batches they had half-made: one round drained, two batches."""
+    a millisecond, is inside the 15% allowed). Each side's workers are stopped in the other's turn and go on
+    where they were at their own: one round (two batches) runs untimed after each switch."""
     with Monitor(hz=10, gpu=False) as mon:
         # 0.6 s windows (12-13 batches of the slow side at two workers) and up to 4 pairs: at one worker, a 0.3 s
         # window's one-batch granularity once put the interval's low end at +46%
@@ -50,7 +50,7 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
     assert row["action_gain_frac"] == pytest.approx(1.0, abs=0.25) and row["pairs"] >= 2
     assert 0.5 < row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
     assert len(row["window_rates"]) == len(row["baseline_window_rates"]) == row["pairs"]
-    assert row["paused_workers"] and row["drain_batches"] == 2  # one round: the batches half-made at the stop
+    assert row["paused_workers"] and row["drain_batches"] == 2  # one round of two workers
 
 
 def cpu_s(pid: int) -> tuple[float, str]:

@@ -403,8 +403,8 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
 
     Its own, unless it says more workers would help (resource ``workers``) while a larger count was
     measured: the recommendation is the smallest count within reach of the best, so a larger one gained
-    too little to recommend (under 5%, or not separable from it), and "more workers" is refuted by measurement. The answer then names
-    what binds at the fastest larger count, and its basis says why. On the H200 two machine starts
+    too little to recommend (under 5%, or not separable from it), and "more workers" is refuted by
+    measurement. The answer then names what binds at the fastest larger count, and its basis says why. On the H200 two machine starts
     answered "too few workers" at 14 (16 measured, tied) and "cores full" at 16: one word now."""
     at = mine[mine["num_workers"] == recommended] if len(mine) else mine
     if at.empty:
@@ -416,8 +416,7 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     other = more.loc[more["samples_per_s"].idxmax()].copy()
     if other["resource"] == "workers":
         return row
-    rate = at.iloc[0]["samples_per_s"]
     other["verdict_basis"] = (f"more workers were measured and did not help: {int(other['num_workers'])} workers ran "
-                              f"at {other['samples_per_s']:,.0f} samples/s against {rate:,.0f} at {recommended} (not "
-                              f"enough to recommend them), and there {other['verdict_basis']}")
+                              f"at {other['samples_per_s']:,.0f} samples/s against {row['samples_per_s']:,.0f} at "
+                              f"{recommended} (not enough to recommend them), and there {other['verdict_basis']}")
     return other

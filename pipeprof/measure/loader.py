@@ -91,11 +91,10 @@ class Pause:
 
     Two loaders timed in turn share the cores: without a pause, the one not timed keeps filling its
     prefetch queues (pf batches a worker) after the switch, on the cores the timed one needs. Stopped,
-    its workers hold their half-made batches until their turn, and finish them then, in a drain of one
-    round. Whatever ends the trial must :meth:`resume` first (a stopped worker cannot
-    exit, and the interpreter's exit joins its daemonic workers): the trial's ``finally`` does, and so
-    does an exit hook for a trial abandoned in its thread. Only a training process killed outright
-    (SIGKILL) leaves its workers stopped.
+    its workers hold their half-made batches until their turn and go on with them then. Whatever ends the
+    trial must :meth:`resume` first (a stopped worker cannot exit, and the interpreter's exit joins its
+    daemonic workers): the trial's ``finally`` does, and so does an exit hook for a trial abandoned in its
+    thread. Only a training process killed outright (SIGKILL) leaves its workers stopped.
     """
 
     def __init__(self, iterator):

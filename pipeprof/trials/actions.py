@@ -11,10 +11,13 @@ the training process does to its batches before the step. While one side is time
 are stopped (``measure.loader.Pause``: SIGSTOP, then SIGCONT at its turn), so they take no core from the
 side being timed. Each side is first run untimed on its own (the baseline while the variant is stopped,
 then the variant as the windows' warm-up), so a fresh worker's first batches fall in no window. A stopped
-side keeps its queue as it was: its batches ready at the switch are its steady state, not a surplus, and
-what it had not finished is one batch a worker, half-made. So after each switch one worker round runs
-untimed (``drain``), not the whole prefetch depth. Where workers cannot be stopped (no SIGSTOP), the
-other side's last fills run on after a switch and the drain outlasts them instead.
+side goes on where it was: its ready batches, and the half-made ones its workers had under way, were begun
+in its own turn, as the end of any window leaves them in steady running, so they are no surplus to drain.
+After each switch one worker round runs untimed (``drain``) for what the switch itself adds (the moments
+between a window's end and the stop, caches the other side used), not the whole prefetch depth
+(``pipeprof bench action-trials`` sets the sides' rates beside each side run on its own). Where workers
+cannot be stopped (no SIGSTOP), the other side's last fills run on after a switch and the drain outlasts
+them instead.
 
 To add an action: a builder ``fn(ctx, spec, params) -> Variant`` in :data:`VARIANTS` under the id the
 analysis plans it by (``analysis.action_trials``).
@@ -43,10 +46,10 @@ TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with i
                 "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
                 "each side first runs untimed alone (its prefetch depth and one worker round; the variant's, the "
                 "windows' warm-up, warmup_batches more); "
-                "after each switch drain_batches run untimed (one worker round: the batches half-made when the side "
-                "was stopped; without SIGSTOP, its prefetch depth and enough more rounds to outlast the other side's "
-                "last fills, sized from one round of each side timed before the windows, a pace and not a figure); "
-                "windows of at least measure.action_window_s, "
+                "after each switch drain_batches run untimed (one worker round, for what the switch adds: a stopped "
+                "side goes on where it was; without SIGSTOP, its prefetch depth and enough more rounds to outlast the "
+                "other side's last fills, sized from one round of each side timed before the windows, a pace and "
+                "not a figure); windows of at least measure.action_window_s, "
                 "pairs added until the gain's 95% CI is within ± measure.ci_target; gain = variant / baseline - 1 "
                 "per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
@@ -232,9 +235,9 @@ def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync
 
     With SIGSTOP: the variant is stopped and the baseline runs its prefetch depth and one round (a fresh
     worker's first batches, made once); the variant's own start is the windows' warm-up. After a switch,
-    one round: a side stopped and continued goes on where it was, its ready batches made in its own time,
-    and the one batch a worker had under way is half-made (its clocks hold the stop). Where workers cannot
-    be stopped, both sides start here, each with one round timed after, and the drain is the prefetch depth
+    one round: a side stopped and continued goes on where it was (its ready and half-made batches begun in
+    its own turn; the half-made ones' clocks hold the stop, which the stage sums leave out). Where workers
+    cannot be stopped, both sides start here, each with one round timed after, and the drain is the prefetch depth
     and enough rounds to outlast the other side's last fills (prefetch_factor batches per worker at the other
     side's pace: the slower side's time per batch over the faster's)."""
     rounds = max(spec.num_workers or 1, 1)
