@@ -6,7 +6,8 @@ about ``min(workers / wait, batch / step)`` samples/s (``calibrate.expected_rate
 its cores; the main process's own handling of a batch comes on top of the step. Each case is a real action
 trial (``trials.actions.action_trial``: two running loaders, the side not timed stopped, ABBA windows, a drain
 after each switch), and beside it each side alone: the sweep's own ``end_to_end`` trial of it (one loader,
-the same step, its warm-up and windows, no switch and no stop: ``continuous``). The order alternates per repeat. Per trial it prints each side's rate
+the same step, its warm-up and windows, no switch and no stop: ``continuous``), just before the trial and
+just after it, averaged. Per trial it prints each side's rate
 in the action trial against its continuous one (the error), the gain against the continuous rates' ratio
 with the trial's 95% interval, the pairs, the trial's time, the spread of the per-pair gains, and the
 model's known rates for scale.
@@ -47,8 +48,8 @@ MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.5, "window_batche
 
 def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
                   log: Callable[[str], None] = print) -> pd.DataFrame:
-    """One row per trial: each case of :data:`CASES` ``repeats`` times, each beside its two sides run
-    continuously (those first in odd repeats, after the trial in even ones)."""
+    """One row per trial: each case of :data:`CASES` ``repeats`` times, each side's rate on its own the mean of
+    one run just before the trial and one just after (the machine's drift falls on both, as in A B B A)."""
     measure = C.MeasureConfig(**MEASURE, action_pairs=pairs, action_max_pairs=pairs)
     rows = []
     with Monitor(hz=10, gpu=False) as monitor, torch_threads(1):
@@ -60,11 +61,11 @@ def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
                 spec = TrialSpec("action", num_workers=workers, batch_size=BATCH, model="fixed", precision="fp32",
                                  mode="train", action=case)
                 sides = (WaitDataset(BASE_WAIT_S), WaitDataset(wait_s))
-                alone = {} if i % 2 else {w: continuous(ctx, spec, d) for w, d in zip("ba", sides)}
+                before = {w: continuous(ctx, spec, d) for w, d in zip("ba", sides)}
                 t0 = time.perf_counter()
                 row = action_trial(ctx, spec, *(Variant(d, collate_user, False, PF) for d in sides))
                 trial_s = time.perf_counter() - t0
-                alone = alone or {w: continuous(ctx, spec, d) for w, d in zip("ba", sides)}
+                alone = {w: (before[w] + continuous(ctx, spec, d)) / 2 for w, d in zip("ab", reversed(sides))}
                 rows.append(_row(case, i, workers, wait_s, row, trial_s, alone))
     return pd.DataFrame(rows)
 
