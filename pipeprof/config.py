@@ -390,6 +390,12 @@ class MeasureConfig(_Strict):
     # what the budget leaves out is listed as not tried with this reason. On the H200 the default run's
     # action trials took 54-66 s for 4-5 pairs each, and with 120 s its whole runs took 251 and 266 s
     actions_max_s: float = Field(120.0, gt=0)
+    # the adaptive search's fine end: no bisection step starts that would end past this many seconds into the
+    # run (per group searched: the k-th group, k times it); the bound, the knee and the probe just below the
+    # top are always measured. On the H200 box the default run's bisection took 31 s a step, and two of them
+    # put its answer at 216 s; with the trial just after and the analysis, 150 s answers within 3 minutes.
+    # None: no limit
+    answer_max_s: Optional[float] = Field(150.0, gt=0)
 
 
 class DistributedConfig(_Strict):

@@ -122,7 +122,55 @@ def _group_search(e2e_rate, r1, step):
         measured.append((spec.kind, spec.num_workers))
         rate = e2e_rate(spec.num_workers) if spec.kind == "end_to_end" else r1 * max(spec.num_workers, 1)
         return {"status": "ok", "samples_per_s": rate, "num_workers": spec.num_workers, "gpus": 1}
-    return _search_group(run, specs, step, 2, []), measured
+    return _search_group(run, specs, step, 2, [])[0], measured
+
+
+def test_the_bisection_stops_where_its_next_step_would_pass_the_answers_time_budget():
+    """The H200 default run's curve (step 4,686/s, 262/s a worker, 16 cores; rates with their intervals):
+    the search measures 16 (the first guess), 14 (the probe below) and bisects to 12, then 13. Each trial
+    takes 10 s of a fake clock, so a step (the loader alone and end to end at a count) 20 s. With 30 s
+    left after 16 and 14, 12 still starts; with 10 s it does not, and the step left out is returned. A
+    budget already spent still measures the guess and the probe: only the fine end is ever cut."""
+    from pipeprof.orchestrate.search import _search_group
+    from pipeprof.trials import TrialSpec
+
+    curve = {16: (3196, 0.078), 14: (3487, 0.133), 12: (2629, 0.008), 13: (2869, 0.106)}
+
+    def search(ends_at):
+        now, measured = [0.0], []
+
+        def run(spec):
+            now[0] += 10.0
+            measured.append((spec.kind, spec.num_workers))
+            if spec.kind == "cpu_pipeline":
+                return {"status": "ok", "samples_per_s": 262.0 * spec.num_workers, "num_workers": spec.num_workers}
+            rate, half = curve[spec.num_workers]
+            return {"status": "ok", "samples_per_s": rate, "samples_per_s_ci95_low": rate * (1 - half),
+                    "samples_per_s_ci95_high": rate * (1 + half), "num_workers": spec.num_workers, "gpus": 1}
+        specs = {k: TrialSpec(k, num_workers=1) for k in ("end_to_end", "cpu_pipeline")}
+        points, cut = _search_group(run, specs, 4686.0, 16, [], ends_at, clock=lambda: now[0])
+        return sorted(points), cut, [w for k, w in measured if k == "end_to_end"]
+
+    assert search(None) == ([12, 13, 14, 16], None, [16, 14, 12, 13])
+    # 10 s (cpu_pipeline at 1) + 20 s (16) + 20 s (14): 50 s in; a step takes 20 s
+    assert search(80.0)[:2] == ([12, 14, 16], {"workers": 13, "step_s": 20.0, "left_s": 10.0})
+    assert search(60.0) == ([14, 16], {"workers": 12, "step_s": 20.0, "left_s": 10.0}, [16, 14])
+    assert search(0.0)[0] == [14, 16]
+
+
+def test_a_stopped_bisection_is_recorded_with_its_budget_and_the_counts_it_left():
+    from pipeprof.orchestrate.search import _record_group
+    from pipeprof.trials import TrialSpec
+
+    record = {"measured_workers": {}, "skipped": [], "inferred": []}
+    points = {16: Point(16, 3196.0, 2947.0, 3445.0), 14: Point(14, 3487.0, 3023.0, 3951.0)}
+    _record_group(record, TrialSpec("end_to_end", num_workers=1), points, {"samples_per_s": 262.0}, 4686.0, 16,
+                  {"workers": 12, "step_s": 31.0, "left_s": 4.0, "budget_s": 150.0})
+    (stopped,) = record["stopped"]
+    assert stopped["next_workers"] == 12 and "measure.answer_max_s: 150 s" in stopped["reason"]
+    reasons = {r["trial"].split(" workers")[0].split()[-1]: r["reason"] for r in record["skipped"]}
+    # between the floor (ceil(0.9 x 3,487 / (1.15 x 262)) - 1 = 10) and 14: left by the budget; below: out of reach
+    assert reasons["12"] == stopped["reason"] and reasons["8"].startswith("cannot be the answer")
 
 
 def test_zero_workers_is_measured_when_its_inferred_rate_rivals_the_best():

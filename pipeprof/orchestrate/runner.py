@@ -163,7 +163,8 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
     """The trials, the status, then the analysis, each saved as it lands; then, the answer given, the
     action trials (``orchestrate.actions``)."""
     try:
-        interrupted = _measure(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None), kept)
+        interrupted = _measure(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None), kept,
+                               started)
     except KeyboardInterrupt:  # outside the sweep's loop (the CPU reference, the monitor): the same stop
         interrupted = True
     run.meta |= {"status": "interrupted" if interrupted else "complete", "finished": time.time(),
@@ -178,6 +179,8 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
         run.save_meta()
         raise
     judge(run)
+    # when the answer was ready, from this session's start: the sweep ended at wall_s, the analysis took the rest
+    run.meta["answer_after_s"] = time.time() - started
     run.save_meta()
     if on_answer is not None:
         on_answer(run)
@@ -211,8 +214,9 @@ def _reopen(run: Run, plan: Plan, log) -> tuple[Run, dict]:
     return run, kept
 
 
-def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) -> bool:
-    """The CPU reference, the sweep, the CPU reference again; True when interrupted."""
+def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict, started: float) -> bool:
+    """The CPU reference, the sweep, the CPU reference again; True when interrupted. ``started``: this
+    session's start (the search's time budget counts from it)."""
     cores, ref_s = plan.machine["cores"]["usable"], plan.cfg.measure.cpu_reference_s
     if ref_s > 0 and "cpu_reference" not in run.meta:  # before the monitor and the trials, so nothing else
         # competes for the cores; a resumed run keeps the one its first session measured
@@ -222,7 +226,7 @@ def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) 
     if plan.sources and "decode_costs" not in run.meta:  # both decoders on the run's files: the decoder action's basis
         run.meta["decode_costs"] = decode_costs(next(iter(plan.sources.values())))
         run.meta["timed_regions"]["decode_costs"] = DECODE_TIMED_REGION
-    interrupted = _sweep(run, plan, models, loss_fn, progress, kept)
+    interrupted = _sweep(run, plan, models, loss_fn, progress, kept, started)
     if ref_s > 0 and not interrupted:
         ref = run.meta["cpu_reference"]
         ref["end"] = reference.measure(int(cores), ref_s)
@@ -230,7 +234,7 @@ def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) 
     return interrupted
 
 
-def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) -> bool:
+def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict, started: float) -> bool:
     """Every planned trial under the monitor, each row saved as it lands; True when interrupted."""
     cfg, cuda = plan.cfg, plan.cfg.device == "cuda"
     with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
@@ -244,7 +248,7 @@ def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict) ->
             rows, interrupted, run.meta["search"] = run_adaptive(ctx, cfg, plan.probe, user, timeline_of,
                                                                  on_row=run.save_trials,
                                                                  user_loader=plan.user_loader is not None,
-                                                                 kept=kept)
+                                                                 kept=kept, started=started)
         else:
             rows, interrupted = run_sweep(ctx, plan.specs, timeline_of, on_row=run.save_trials, progress=progress,
                                           kept=kept)

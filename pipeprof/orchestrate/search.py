@@ -25,6 +25,7 @@ default (``sweep: adaptive``); ``sweep: exhaustive`` / ``--exhaustive`` runs the
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from typing import Callable, NamedTuple, Optional
 
@@ -69,15 +70,29 @@ def _flat(points: dict[int, Point]) -> bool:
     return top.low <= prev.high or top.rate < (2 - NEAR_BEST) * prev.rate
 
 
+class Step(NamedTuple):
+    """The next count to measure and why: ``guess`` (S / r1), ``double``, ``probe`` (just below the most
+    workers that reach the best) or ``bisect`` (toward the smallest count within 5% of the best)."""
+
+    workers: int
+    why: str
+
+
 def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, cores: int) -> Optional[int]:
     """The next worker count to measure, or None when the answer is found."""
+    step = plan_next(points, step_rate, per_worker, cores)
+    return step.workers if step is not None else None
+
+
+def plan_next(points: dict[int, Point], step_rate: float, per_worker: float, cores: int) -> Optional[Step]:
+    """The next step (:func:`next_workers` with its reason), or None when the answer is found."""
     if not points:
-        return first_guess(step_rate, per_worker, cores)
+        return Step(first_guess(step_rate, per_worker, cores), "guess")
     best = max(points.values(), key=lambda p: p.rate)
     top = max(points)
     reached = best.rate >= NEAR_BEST * step_rate
     if not reached and top < cores and not _flat(points) and len(points) < MAX_POINTS:
-        return min(2 * top, cores)
+        return Step(min(2 * top, cores), "double")
     good = [w for w, p in points.items() if p.rate >= NEAR_BEST * best.rate]
     upper = min(good)
     below = below_of(upper)
@@ -86,7 +101,7 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
         # reached: one probe just below says whether all are needed. The knee is usually there (S / r1 is where
         # a linear curve meets the step), so a curve that bends there is answered without bisecting the whole
         # range below it (the H200 box: 15 and 16 good, then 7, 11 and 13 measured where 14 alone settled it)
-        return below
+        return Step(below, "probe")
     if upper == below_of(top) and _still_rising(points[upper], points[top]):
         return None  # the probe just below the top ties with it, yet cannot be told from a curve still rising
         # in proportion to the workers: whether the knee lies lower is beyond what the windows resolve
@@ -95,7 +110,7 @@ def next_workers(points: dict[int, Point], step_rate: float, per_worker: float, 
         return None
     if lower in points and points[lower].high >= points[upper].low:
         return None  # the bracket's ends cannot be told apart: bisecting between them would chase noise
-    return (lower + upper) // 2
+    return Step((lower + upper) // 2, "bisect")
 
 
 def floor_of(points: dict[int, Point], per_worker: float) -> int:
@@ -142,22 +157,32 @@ def _point(row: dict) -> Optional[Point]:
 
 
 def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: float, cores: int,
-                  skipped: list) -> dict[int, Point]:
+                  skipped: list, ends_at: Optional[float] = None,
+                  clock: Callable[[], float] = time.time) -> tuple[dict[int, Point], Optional[dict]]:
     """One group's search; ``specs`` maps kind -> its spec at 1 worker (per rank). Rates are per GPU
-    and ``cores`` a rank's share, so N GPUs search the workers of one rank like one GPU does."""
+    and ``cores`` a rank's share, so N GPUs search the workers of one rank like one GPU does.
+
+    ``ends_at`` (``clock`` time): no bisection step starts that would end after it, by the longest step so
+    far. Returns the points and the step so left out (None: the search ran to its end)."""
     one = run(specs[TrialKind.CPU_PIPELINE.value]) if TrialKind.CPU_PIPELINE.value in specs else {}
     per_worker = (one.get("samples_per_s") or 0.0) / specs[TrialKind.END_TO_END.value].gpus
     points: dict[int, Point] = {}
-    storage_done = False
-    w = next_workers(points, step_rate, per_worker, cores)
-    while w is not None:
-        row = _measure_at(run, specs, w, per_worker, storage_done, skipped)
+    storage_done, longest, cut = False, 0.0, None
+    step = plan_next(points, step_rate, per_worker, cores)
+    while step is not None:
+        left = ends_at - clock() if ends_at is not None else math.inf
+        if step.why == "bisect" and left < longest:  # the fine end of the curve, never its bound or knee
+            cut = {"workers": step.workers, "step_s": longest, "left_s": max(left, 0.0)}
+            break
+        t0 = clock()
+        row = _measure_at(run, specs, step.workers, per_worker, storage_done, skipped)
+        longest = max(longest, clock() - t0)
         storage_done = True
         p = _point(row)
         if p is None:  # a failed trial ends the search: its row says why
             break
-        points[w] = p
-        w = next_workers(points, step_rate, per_worker, cores)
+        points[step.workers] = p
+        step = plan_next(points, step_rate, per_worker, cores)
     zero = zero_workers_rate(per_worker, step_rate)
     if points and specs[TrialKind.END_TO_END.value].gpus == 1 and zero >= NEAR_BEST * max(
             p.rate for p in points.values()):
@@ -166,7 +191,7 @@ def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: floa
         p = _point(run(_at(specs[TrialKind.END_TO_END.value], 0)))  # the loader alone at 0 adds nothing here
         if p is not None:
             points[0] = p
-    return points
+    return points, cut
 
 
 def zero_workers_rate(per_worker: float, step_rate: float) -> float:
@@ -220,8 +245,11 @@ def _step_key(s: TrialSpec) -> tuple:
 
 
 def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_row: Callable = lambda rows: None,
-                 user_loader: bool = False, kept: Optional[dict] = None) -> tuple[list[dict], bool, dict]:
+                 user_loader: bool = False, kept: Optional[dict] = None,
+                 started: Optional[float] = None) -> tuple[list[dict], bool, dict]:
     """Search every end-to-end setting; returns (rows, interrupted, the search record for run.json).
+
+    ``started`` (this session's ``time.time()``): the k-th group's bisection ends by ``k × answer_max_s``.
 
     ``kept``: rows of an earlier session of this run by ``spec_key`` (``--resume``): the search runs
     again from the start and takes a kept row for a trial it asks for instead of measuring it; every
@@ -246,11 +274,14 @@ def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_ro
         # per GPU: an N-GPU ceiling is the job's total
         steps = {_step_key(c): (run(c).get("samples_per_s") or math.inf) / c.gpus for c in ceilings}
         most: dict = {}  # pipeline -> the most workers its search measured
-        for specs in groups:
+        budget = cfg.measure.answer_max_s
+        for k, specs in enumerate(groups, start=1):
             e2e = specs[TrialKind.END_TO_END.value]
             step, cores = steps.get(_step_key(e2e), math.inf), max(ctx.cores // e2e.gpus, 1)
-            points = _search_group(run, dict(specs), step, cores, record["skipped"])
-            _record_group(record, e2e, points, done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}), step, cores)
+            ends_at = started + k * budget if started is not None and budget else None
+            points, cut = _search_group(run, dict(specs), step, cores, record["skipped"], ends_at)
+            _record_group(record, e2e, points, done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}), step, cores,
+                          cut and cut | {"budget_s": k * budget})
             most[_pipe(e2e)] = max([most.get(_pipe(e2e), 1), *points])
         for spec in once:  # the overhead checks, at the most workers measured for their pipeline
             run(_at(spec, most.get(_pipe(spec), 1)))
@@ -259,15 +290,29 @@ def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_ro
     return rows, False, record
 
 
-def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, step: float, cores: int) -> None:
-    """What the search measured for one group, what it skipped (and why), and what it inferred."""
+def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, step: float, cores: int,
+                  cut: Optional[dict] = None) -> None:
+    """What the search measured for one group, what it skipped (and why), and what it inferred; ``cut``:
+    the bisection step the answer's time budget left out (:func:`_search_group`)."""
     label = _label(e2e)
     record["measured_workers"][label] = sorted(points)
     r1 = one_worker.get("samples_per_s")
     per = (r1 or 0.0) / e2e.gpus  # the search's per-GPU units
     floor = floor_of(points, per)
-    record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})", "reason": _why_not(w, floor, per, points)}
-                          for w in default_workers(cores) if w not in points]
+    stopped = None
+    if cut:
+        stopped = (f"not measured: the bisection toward the smallest count within 5% of the best stopped before "
+                   f"{cut['workers']} workers, which would have ended past the answer's time budget "
+                   f"(measure.answer_max_s: {cut['budget_s']:g} s into the run; {cut['left_s']:.0f} s were left, "
+                   f"a step took up to {cut['step_s']:.0f} s); the answer's re-draws give the counts the "
+                   "measurements allow")
+        record.setdefault("stopped", []).append({"group": label, "next_workers": cut["workers"], "reason": stopped})
+    upper = min((w for w, p in points.items() if p.rate >= NEAR_BEST * max(q.rate for q in points.values())),
+                default=0)
+    record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})",
+                           "reason": stopped if stopped and floor < w < upper else _why_not(w, floor, per, points)}
+                          for w in sorted({*default_workers(cores), *([cut["workers"]] if cut else [])})
+                          if w not in points]
     if 0 not in points and r1 and e2e.gpus == 1:
         rate = zero_workers_rate(r1, step)
         record["inferred"].append({"group": label, "trial_kind": TrialKind.END_TO_END.value, "model": e2e.model,
