@@ -282,6 +282,35 @@ def test_measured_beside_predicted_ranked_by_what_was_measured():
     assert (n["measured"], n["status"]) == (False, "no pair")
 
 
+def test_an_absolute_prediction_is_checked_at_the_trials_own_baseline():
+    """The H200's heavy run: the GPU pipeline predicted at 2,747 samples/s from the GPU's time, +38% on the
+    sweep's 1,996; its trial measured 2,986 against a baseline of 1,855, +61% (+45% to +76%). Read at the
+    trial's baseline the prediction is +48%, inside. A ratio (uint8: a share of the workers' cost saved) is
+    the same at any baseline: its gain is checked as predicted."""
+    from pipeprof.analysis.advice import gpu_pipeline_prediction
+    from pipeprof.report.console import _measured_line
+
+    row = pd.Series({"step_bound_samples_per_s": 4697.0, "samples_per_s": 1996.0})
+    gpu = {"id": "gpu_pipeline", "action": "g"} | gpu_pipeline_prediction(row, 6619.0, "alone/x")
+    assert gpu["predicted_samples_per_s"] == pytest.approx(2747, abs=1) and gpu["gain_frac"] == pytest.approx(
+        0.376, abs=0.001)
+    uint8 = {"id": "uint8", "action": "u", "gain_frac": 0.16, "predicted_samples_per_s": 2315.0, "basis": "b"}
+    trial = {"status": "ok", "samples_per_s": 2986.0, "baseline_samples_per_s": 1855.0, "action_gain_frac": 0.604,
+             "action_gain_ci95_low": 0.449, "action_gain_ci95_high": 0.759, "pairs": 5, "trial_id": "action/g"}
+    u_trial = trial | {"samples_per_s": 2094.0, "baseline_samples_per_s": 1739.0, "action_gain_frac": 0.185,
+                       "action_gain_ci95_low": 0.093, "action_gain_ci95_high": 0.278}
+    out = {a["id"]: a for a in combine([gpu, uint8], plan(group(), ROW, GPU), {"gpu_pipeline": trial,
+                                                                                "uint8": u_trial})}
+    g, u = out["gpu_pipeline"], out["uint8"]
+    assert g["predicted_gain_at_trial_frac"] == pytest.approx(2747 / 1855 - 1, abs=0.001) and g["agrees"]
+    assert "predicted +38%, +48% at the trial's baseline" in _measured_line("→", g)
+    assert u["predicted_gain_at_trial_frac"] == 0.16 and u["agrees"]
+    assert "at the trial's baseline" not in _measured_line("→", u)
+    # the same absolute prediction against a baseline as fast as the sweep's: +38%, outside +45%..+76%
+    same = combine([gpu], plan(group(), ROW, GPU), {"gpu_pipeline": trial | {"baseline_samples_per_s": 1996.0}})
+    assert [a["agrees"] for a in same if a["id"] == "gpu_pipeline"] == [False]
+
+
 def test_a_users_dataloader_is_rebuilt_with_other_knobs():
     knobs = with_knobs(burn_loader, pin_memory=True, prefetch_factor=4, persistent_workers=True)
     dl = knobs(2)

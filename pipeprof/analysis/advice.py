@@ -297,6 +297,7 @@ def gpu_pipeline_prediction(row: pd.Series, alone: float, trial_id: str = "") ->
     predicted = 1 / (1 / step + 1 / alone)
     gain = predicted / now - 1
     return {"predicted_samples_per_s": predicted, "gain_frac": gain, "within_noise": abs(gain) <= 2 * _noise_frac(row),
+            "absolute": True,
             "basis": (f"the step and the GPU pipeline take turns on one GPU: 1 / (1/{step:,.0f} + 1/{alone:,.0f}) = "
                       f"{predicted:,.0f} samples/s, against {now:,.0f} now; the GPU pipeline alone measured "
                       f"{alone:,.0f} samples/s ({trial_id or 'its cpu_pipeline trial'}), the step alone {step:,.0f}")}
@@ -359,7 +360,7 @@ def _ranked(out: list[dict], base: float, now: float, row: pd.Series) -> list[di
             # the same batches still pass the training process's hand-off, a measured limit of its own (an
             # absolute rate, so read against the measured rate): cv2 on the H200 was predicted +21% from the
             # workers' time and measured +16% (+10% to +21%), at 3,710/s against a hand-off of 3,832
-            a["gain_frac"] = max(handoff / now - 1, 0.0)
+            a["gain_frac"], a["absolute"] = max(handoff / now - 1, 0.0), True
             a["basis"] += (f"; capped at the loader's hand-off, which the same float32 batches still pass: "
                            f"{handoff:,.0f} samples/s (the handoff trial)")
         a["predicted_samples_per_s"] = now * (1 + a["gain_frac"]) if a["gain_frac"] is not None else None
