@@ -306,6 +306,11 @@ def test_an_absolute_prediction_is_checked_at_the_trials_own_baseline():
     assert "predicted +38%, +48% at the trial's baseline" in _measured_line("→", g)
     assert u["predicted_gain_at_trial_frac"] == 0.16 and u["agrees"]
     assert "at the trial's baseline" not in _measured_line("→", u)
+    from pipeprof.report.html import _action_row
+    from pipeprof.report.summary import actions as stored
+    (gr, ur) = [_action_row(a) for a in stored(SimpleNamespace(meta={"analysis": {"groups": [
+        group(model="resnet50", precision="bf16", preset="heavy", batch_size=256) | {"actions": [g, u]}]}}))]
+    assert gr[3] == "+38%, +48% at the trial's baseline" and ur[3] == "+16%"
     # the same absolute prediction against a baseline as fast as the sweep's: +38%, outside +45%..+76%
     same = combine([gpu], plan(group(), ROW, GPU), {"gpu_pipeline": trial | {"baseline_samples_per_s": 1996.0}})
     assert [a["agrees"] for a in same if a["id"] == "gpu_pipeline"] == [False]

@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from pipeprof.analysis import groups
-from .summary import answer_lines, gain_interval, shape
+from .summary import answer_lines, at_trial_words, gain_interval, shape
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -217,9 +217,7 @@ def _measured_line(head: str, a: dict) -> str:
     ci = f", {ci}" if ci else ", one pair: no interval"
     verdict = ("verified" if a.get("verified") else "not shown to help") + (
         f"; unstable: {a['unstable_reason']}" if a.get("unstable") else "")
-    at = a.get("predicted_gain_at_trial_frac")
-    rebased = f", {at:+.0%} at the trial's baseline" if at is not None and round(at, 2) != round(a["gain_frac"] or 0, 2) \
-        else ""
+    rebased = at_trial_words(a.get("gain_frac"), a.get("predicted_gain_at_trial_frac"))
     predicted = f"; predicted {a['gain_frac']:+.0%}{rebased} ({a['basis']})" if a.get("gain_frac") is not None else ""
     return (f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
             f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}"

@@ -16,7 +16,7 @@ import yaml
 
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
-from .summary import actions, answers, best_action_line, confidence_line, gain_interval, rate, review_table, why
+from .summary import actions, answers, at_trial_words, best_action_line, confidence_line, gain_interval, rate, review_table, why
 
 REPORT = "report.html"
 CSS = """
@@ -102,7 +102,8 @@ def _action_row(a) -> list:
     """One row of "What would help": the prediction beside the measurement, or labelled a prediction."""
     finding = a.gain_frac is None and not a.tried and not a.why_not_tried  # "the GPU is the limit"
     predicted = "finding" if finding else (
-        "–" if a.gain_frac is None else f"{a.gain_frac:+.0%}" + (" (within noise)" if a.within_noise else ""))
+        "–" if a.gain_frac is None else f"{a.gain_frac:+.0%}" + at_trial_words(a.gain_frac, a.gain_at_trial)
+        + (" (within noise)" if a.within_noise else ""))
     if a.measured:
         measured = f"{rate(a.measured_samples_per_s)} ({rate(a.baseline_samples_per_s)})"
         gain = f"{a.measured_gain_frac:+.0%} ({gain_interval(*a.measured_gain_ci95) or 'one pair: no interval'})"

@@ -193,6 +193,14 @@ class Action(NamedTuple):
     why_not_tried: Optional[str] = None
     error: Optional[str] = None
     unstable: Optional[str] = None  # why the measured gain's interval is wider than the target, else None
+    gain_at_trial: Optional[float] = None  # the predicted gain read at the action trial's own baseline
+
+
+def at_trial_words(gain: Optional[float], at: Optional[float]) -> str:
+    """', +48% at the trial's baseline' where an absolute prediction reads otherwise there (else '')."""
+    if gain is None or at is None or round(at, 2) == round(gain, 2):
+        return ""
+    return f", {at:+.0%} at the trial's baseline"
 
 
 def actions(run) -> list[Action]:
@@ -202,7 +210,7 @@ def actions(run) -> list[Action]:
                    a.get("measured_samples_per_s"), a.get("baseline_samples_per_s"), a.get("measured_gain_frac"),
                    (a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")), a.get("verified"),
                    a.get("why_not_tried"), a.get("error") and f"{a.get('status')}: {a.get('error')}",
-                   a.get("unstable_reason") if a.get("unstable") else None)
+                   a.get("unstable_reason") if a.get("unstable") else None, a.get("predicted_gain_at_trial_frac"))
             for g in run.meta.get("analysis", {}).get("groups", []) for a in g.get("actions", [])]
 
 
