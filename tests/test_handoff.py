@@ -53,7 +53,8 @@ def hand_loop(windows: int = 5, seconds: float = 0.5) -> float:
 
 def handoff_trial(tmp_path) -> dict:
     run = pipeprof.profile(BigFloats(), model=FixedStepModel(0.001), batch_size=BATCH, num_workers=[WORKERS],
-                           trials=["handoff"], measure=MEASURE | {"window_s": 0.5, "windows": 3, "cpu_reference_s": 0},
+                           trials=["handoff"], measure=MEASURE | {"window_s": 0.5, "windows": 5, "max_windows": 5,
+                                                                  "cpu_reference_s": 0},
                            out_dir=str(tmp_path), threads=1, device="cpu", log=lambda *a: None,
                            config={"loader": {"pin_memory": False}})
     (row,) = run.trials.to_dict("records")
@@ -65,19 +66,20 @@ def test_the_handoff_trial_measures_what_a_hand_written_loop_passes(tmp_path):
     # untimed first: the first loader of a fresh process (early in a test worker's life, where the alone tests
     # run) pays for its first worker start and shared-memory pages; it once read 1,988 against the trial's 2,850
     hand_loop(windows=2, seconds=0.1)
-    # A B B A: the machine's drift falls on both. On this 2-core machine one round's means differ by -5% to +9%
-    # (on a busy day a hand loop read 1,484 where the one a trial before it read 2,158), so a round more than
-    # 7% apart is followed by a second, and the 10% holds for all of them together (not a second chance alone)
-    for i in range(4):
-        if i in (0, 2):
+    # A B B A: the machine's drift falls on both. On this 2-core machine one round's means differ by -11% to +12%
+    # (on a busy day a hand loop read 1,484 where the one a trial before it read 2,158; both sides time 5
+    # windows of 0.5 s, each moving about 10%), so while the rounds so far are more than 7% apart another
+    # follows, up to three, and the 10% holds for all of them together (not a second chance alone)
+    for i in range(6):
+        if i % 2 == 0:
             hand.append(hand_loop())
         row = handoff_trial(tmp_path / str(i))
         assert row["status"] == "ok" and row["kind"] == "handoff"
         trial.append(row["samples_per_s"])
-        if i in (1, 3):
+        if i % 2 == 1:
             hand.append(hand_loop())
-        if i == 1 and abs(statistics.mean(trial) / statistics.mean(hand) - 1) <= 0.07:
-            break
+            if abs(statistics.mean(trial) / statistics.mean(hand) - 1) <= 0.07:
+                break
     assert statistics.mean(trial) == pytest.approx(statistics.mean(hand), rel=0.10)
     assert row["sample_kb"] == pytest.approx(3 * 224 * 224 * 4 / 1e3)
-    assert len(row["window_rates"]) == row["windows"] >= 3
+    assert len(row["window_rates"]) == row["windows"] == 5
