@@ -392,9 +392,9 @@ class MeasureConfig(_Strict):
     actions_max_s: float = Field(120.0, gt=0)
     # the adaptive search's fine end: no bisection step starts that would end past this many seconds into the
     # run (per group searched: the k-th group, k times it); the bound, the knee and the probe just below the
-    # top are always measured. On the H200 box the default run's bisection took 31 s a step, and two of them
-    # put its answer at 216 s; with the trial just after and the analysis, 150 s answers within 3 minutes.
-    # None: no limit
+    # top are always measured. On the H200 box a default run whose bisection went on to 12 and 13 workers
+    # answered at 216 s; with this budget three runs answered at 142-170 s (a step there took 46-49 s, the
+    # search's own record). None: no limit
     answer_max_s: Optional[float] = Field(150.0, gt=0)
 
 

@@ -179,7 +179,8 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
         run.save_meta()
         raise
     judge(run)
-    # when the answer was ready, from this session's start: the sweep ended at wall_s, the analysis took the rest
+    # when the answer was ready, from this session's start (a run not resumed: its sweep ended at wall_s, the
+    # analysis took the rest)
     run.meta["answer_after_s"] = time.time() - started
     run.save_meta()
     if on_answer is not None:

@@ -93,8 +93,7 @@ def plan_next(points: dict[int, Point], step_rate: float, per_worker: float, cor
     reached = best.rate >= NEAR_BEST * step_rate
     if not reached and top < cores and not _flat(points) and len(points) < MAX_POINTS:
         return Step(min(2 * top, cores), "double")
-    good = [w for w, p in points.items() if p.rate >= NEAR_BEST * best.rate]
-    upper = min(good)
+    upper = smallest_good(points)
     below = below_of(upper)
     if not reached and below > 0 and below not in points and len(points) < MAX_POINTS and _probe_below(points, upper):
         # the loader binds at the most workers measured, or at the first guess below a top that only doubling
@@ -111,6 +110,12 @@ def plan_next(points: dict[int, Point], step_rate: float, per_worker: float, cor
     if lower in points and points[lower].high >= points[upper].low:
         return None  # the bracket's ends cannot be told apart: bisecting between them would chase noise
     return Step((lower + upper) // 2, "bisect")
+
+
+def smallest_good(points: dict[int, Point]) -> int:
+    """The fewest workers measured within 5% of the best rate (the top of the bisection's bracket)."""
+    best = max(p.rate for p in points.values())
+    return min(w for w, p in points.items() if p.rate >= NEAR_BEST * best)
 
 
 def floor_of(points: dict[int, Point], per_worker: float) -> int:
@@ -163,8 +168,8 @@ def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: floa
     and ``cores`` a rank's share, so N GPUs search the workers of one rank like one GPU does.
 
     ``ends_at`` (``clock`` time): no bisection step starts that would end after it, judged by the step before
-    (the first one also reads the storage: on the H200 box 49 s against 35 s for the next). Returns the points
-    and the step so left out (None: the search ran to its end)."""
+    (not the longest: the first one also reads the storage). Returns the points and the step so left out
+    (None: the search ran to its end)."""
     one = run(specs[TrialKind.CPU_PIPELINE.value]) if TrialKind.CPU_PIPELINE.value in specs else {}
     per_worker = (one.get("samples_per_s") or 0.0) / specs[TrialKind.END_TO_END.value].gpus
     points: dict[int, Point] = {}
@@ -308,8 +313,7 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
                    f"the step before took {cut['step_s']:.0f} s); the answer's re-draws give the counts the "
                    "measurements allow")
         record.setdefault("stopped", []).append({"group": label, "next_workers": cut["workers"], "reason": stopped})
-    upper = min((w for w, p in points.items() if p.rate >= NEAR_BEST * max(q.rate for q in points.values())),
-                default=0)
+    upper = smallest_good(points) if points else 0
     record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})",
                            "reason": stopped if stopped and floor < w < upper else _why_not(w, floor, per, points)}
                           for w in sorted({*default_workers(cores), *([cut["workers"]] if cut else [])})

@@ -16,7 +16,8 @@ import yaml
 
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
-from .summary import actions, answers, at_trial_words, best_action_line, confidence_line, gain_interval, rate, review_table, why
+from .summary import (actions, answers, at_trial_words, best_action_line, confidence_line, gain_interval, rate,
+                      review_table, why)
 
 REPORT = "report.html"
 CSS = """
