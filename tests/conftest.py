@@ -3,10 +3,19 @@ worker process behind.
 
 The suite runs on two xdist workers (README: ``pytest -q -n 2 --maxschedchunk 1``). Many tests measure real
 DataLoader workers and real CPU work, and a test running beside them would load the cores they time (the
-monitor even counts its processes as foreign load). So the workers share the machine through a reader/writer
-lock (``CoreLock``): an ordinary test holds it shared, beside any other ordinary test; a test marked ``alone``
-holds it exclusively, with no other test running anywhere. Waiting writers go first, so an ``alone`` test
-never starves. Without xdist (``-n 0``, ``-p no:xdist``, one file run by hand) the lock does nothing.
+monitor even counts its processes as foreign load). So the workers share the machine through a lock per CPU
+(``CoreLock``), taken in one of three modes:
+
+- shared: an ordinary test holds every CPU's lock shared, beside any other ordinary test;
+- exclusive: a test marked ``alone`` holds every CPU's lock exclusively, with no other test running anywhere;
+- lane: a test marked ``one_core`` holds its xdist worker's own CPU exclusively and runs pinned to it (its
+  threads, and every process it starts, inherit the mask), beside another ``one_core`` test pinned to the other
+  CPU. The monitor counts load on the run's own CPUs only (``Monitor.cpus``), so the neighbour is not foreign
+  load, and the run sees one usable core, as a user's run inside ``taskset -c N`` does.
+
+Waiting writers go first (a turnstile), so an ``alone`` test never starves. Without xdist (``-n 0``,
+``-p no:xdist``, one file run by hand), or on a machine of one CPU, the lock does nothing and ``one_core`` tests
+run unpinned.
 
 Which tests are ``alone`` (the rule; when unsure, ``alone``):
 
@@ -15,21 +24,27 @@ Which tests are ``alone`` (the rule; when unsure, ``alone``):
   sizing or core count, a search decision taken on measured rates, a sampling interval or count per second,
   or a wall-clock bound tight enough that a second test on the other core could break it (within about 10x
   of what the work takes); and a test that asserts the monitor saw no foreign load.
+- ``one_core`` instead of ``alone``: such a test whose work fits one core and whose expected values hold on a
+  machine of one core, by construction: the time is known sleeps (a step, a read, a time-out) with at most a
+  small known CPU cost beside them, or the expected answer is computed from the usable cores (``validate``'s
+  cases). Not a test that needs two processes to burn CPU at once (on one core they would take turns), nor one
+  whose answer depends on there being two cores (a worker search doubles only up to the usable cores).
 - shared: logic on tables of known content, errors and their messages, files and folders, signals, kills and
   resumes, report rendering, config validation, distributed plumbing; runs whose measured figures no assertion
   reads beyond "> 0" or a bound that holds at any speed (a share within 0-1); and tests that only read what a
-  measurement saved under the exclusive lock (``measured_once``: the run folder of ``cpu_run_dir``). A
-  wall-clock bound of 10x and more over the work is a hang guard, not a timing check: shared.
+  measurement saved under a lock of its own (``measured_once``). A wall-clock bound of 10x and more over the
+  work is a hang guard, not a timing check: shared.
 
 A module that times throughout is marked with ``pytestmark = pytest.mark.alone``, single tests with
-``@pytest.mark.alone``. A fixture that measures a run several tests read makes it with ``measured_once``:
-under the exclusive lock, and once for the test run, not once per worker.
+``@pytest.mark.alone`` (or ``one_core``). A fixture that measures a run several tests read makes it with
+``measured_once``: under the exclusive lock (or in a lane), and once for the test run, not once per worker.
 
-Order: under xdist every worker sorts the tests alike (``phase``): the ``alone`` ones first, then the shared
-ones that read a run measured once, then the other shared ones; ``--maxschedchunk 1`` hands them out in that
-order a test or two at a time. So both workers take the ``alone`` tests in turn, then run the shared ones in
-parallel: one switch between the two kinds, not a wait for the other worker's test at every ``alone`` one
-(``pytest -n 2`` alone hands each worker a long run of consecutive tests: correct, only slower).
+Order: under xdist every worker sorts the tests alike (``phase``): the ``alone`` ones first; then, in lanes,
+the first reader of each run measured in a lane (``cpu_run_dir``: one worker measures it while the other runs
+``one_core`` tests) and the ``one_core`` tests; then the shared ones, the other readers of those runs last.
+``--maxschedchunk 1`` hands them out in that order a test or two at a time, so both workers take the ``alone``
+tests in turn, then the lanes side by side, then the shared ones in parallel (``pytest -n 2`` alone hands each
+worker a long run of consecutive tests: correct, only slower).
 """
 from __future__ import annotations
 
@@ -51,44 +66,72 @@ import pytest  # noqa: E402
 
 from pipeprof.config import MeasureConfig  # noqa: E402
 
-class CoreLock:
-    """A machine-wide reader/writer lock on two files (``fcntl.flock``) in a folder the xdist workers of one run
-    share. Readers and writers first take the turnstile, briefly; a writer keeps it while it waits for the
-    readers to finish, so no new reader starts meanwhile (writer-preferring: an ``alone`` test cannot starve).
-    ``hold`` nests: an exclusive hold inside a shared one drops the shared lock first (an upgrade in place
-    could deadlock against the other worker's) and takes it back after."""
 
-    def __init__(self, folder: Path):
+def _pin(cpus: set[int]) -> None:
+    """Every thread of this process on ``cpus`` (``sched_setaffinity(0)`` moves only the calling thread; an
+    intra-op pool started by an earlier test would stay on the other CPU)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+            pass
+
+
+class CoreLock:
+    """A machine-wide lock per CPU (``fcntl.flock`` on files in a folder the xdist workers of one run share),
+    taken shared, exclusive or as a lane (see the module). Every taker first holds the turnstile, and keeps it
+    while it waits, so no new taker gets in meanwhile (an ``alone`` test cannot starve); the CPUs' locks are
+    taken in one order, so two takers cannot each hold what the other waits for. ``hold`` nests: another mode
+    inside a hold drops the outer one first (an upgrade in place could deadlock against the other worker's) and
+    takes it back after."""
+
+    def __init__(self, folder: Path, worker: int):
         folder.mkdir(parents=True, exist_ok=True)
-        self.rw = open(folder / "cores.lock", "a+")  # noqa: SIM115 - held for the worker's life
+        self.cpus = sorted(os.sched_getaffinity(0))
+        self.locks = [open(folder / f"cpu{c}.lock", "a+") for c in self.cpus]  # noqa: SIM115 - held for life
         self.turnstile = open(folder / "turnstile.lock", "a+")  # noqa: SIM115
+        self.lane = worker % len(self.cpus) if len(self.cpus) > 1 else None  # this worker's CPU, by index
         self.mode: str | None = None
 
     def _take(self, mode: str) -> None:
+        if mode == "lane" and self.lane is None:
+            mode = "exclusive"  # one CPU: a lane is the whole machine
         fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         try:
-            fcntl.flock(self.rw, fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH)
+            if mode == "lane":
+                fcntl.flock(self.locks[self.lane], fcntl.LOCK_EX)
+            else:
+                for lock in self.locks:
+                    fcntl.flock(lock, fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH)
         finally:
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        if mode == "lane":
+            _pin({self.cpus[self.lane]})
         self.mode = mode
 
     def _drop(self) -> None:
-        fcntl.flock(self.rw, fcntl.LOCK_UN)
+        if self.mode == "lane":
+            _pin(set(self.cpus))
+        for lock in self.locks:
+            fcntl.flock(lock, fcntl.LOCK_UN)
         self.mode = None
 
     @contextlib.contextmanager
-    def hold(self, mode: str):
+    def hold(self, mode: str | None):
+        """``mode`` for the block (None: nothing held, e.g. while waiting for another worker's measurement)."""
         before = self.mode
-        if before == mode or before == "exclusive":
+        if before == mode or (before == "exclusive" and mode is not None):
             yield
             return
         if before is not None:
             self._drop()
-        self._take(mode)
+        if mode is not None:
+            self._take(mode)
         try:
             yield
         finally:
-            self._drop()
+            if self.mode is not None:
+                self._drop()
             if before is not None:
                 self._take(before)
 
@@ -97,7 +140,7 @@ class _NoLock:
     """Not under xdist: one test at a time anyway."""
 
     @contextlib.contextmanager
-    def hold(self, mode: str):
+    def hold(self, mode: str | None):
         yield
 
 
@@ -115,51 +158,65 @@ def pytest_configure(config):
         # xdist gives each local worker <the controller's basetemp>/popen-gwN: the parent is the run's own folder
         SHARED = (Path(config.option.basetemp).parent if config.option.basetemp else
                   Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}") / "shared"
-        CORES = CoreLock(SHARED)
+        CORES = CoreLock(SHARED, int(config.workerinput["workerid"].removeprefix("gw")))
 
 
-def is_alone(item) -> bool:
-    return item.get_closest_marker("alone") is not None
+
+def mode_of(item) -> str:
+    return ("exclusive" if item.get_closest_marker("alone") else
+            "lane" if item.get_closest_marker("one_core") else "shared")
 
 
-def phase(item) -> int:
-    """0: alone; 1: shared, reading a run measured once (measured as the alone tests end, not in the middle of
-    the shared ones, where the exclusive lock would wait for the other worker's test); 2: the other shared."""
-    return 0 if is_alone(item) else 1 if MEASURED & set(item.fixturenames) else 2
+# fixtures made by measured_once that shared tests read, and the lock each is measured under
+MEASURED = {"cpu_run_dir": "lane", "raised": "lane"}
+
+
+def phase(item, first_readers: set) -> int:
+    """0: alone; 1: lanes (the first reader of each run measured in a lane, then the one_core tests); 2: the
+    other shared tests; 3: the other readers of measured runs (by then measured: they only read)."""
+    mode = mode_of(item)
+    if mode == "exclusive":
+        return 0
+    if item.nodeid in first_readers or mode == "lane":
+        return 1
+    return 3 if set(MEASURED) & set(item.fixturenames) else 2
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):  # before xdist's worker reports the order it collected
     if hasattr(session.config, "workerinput"):  # the same stable order on every worker
-        session.items.sort(key=phase)
+        first = {next(i.nodeid for i in session.items if name in i.fixturenames)
+                 for name in MEASURED if any(name in i.fixturenames for i in session.items)}
+        session.items.sort(key=lambda i: (phase(i, first), i.nodeid not in first))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Setup, call and teardown (the module and session fixtures set up for this test included) under the lock."""
-    with CORES.hold("exclusive" if is_alone(item) else "shared"):
+    with CORES.hold(mode_of(item)):
         return (yield)
 
 
-def measured_once(name: str, make, tmp_path_factory):
-    """``make(folder)``'s value, measured under the exclusive lock and once for the whole test run: under xdist the
-    first worker to need it measures it in the folder the workers share and leaves it there pickled; the other
-    reads the pickle. For a fixture whose run several tests read (or whose data: the storage sweep's JPEGs)."""
+def measured_once(name: str, make, tmp_path_factory, mode: str = "exclusive"):
+    """``make(folder)``'s value, measured under the lock in ``mode`` (exclusive, or lane: pinned to one CPU) and
+    once for the whole test run: under xdist the first worker to need it measures it in the folder the workers
+    share and leaves it there pickled; the other waits for it, holding no lock meanwhile, then reads the pickle.
+    For a fixture whose run several tests read (or whose data: the storage sweep's JPEGs)."""
     if SHARED is None:
-        with CORES.hold("exclusive"):
+        with CORES.hold(mode):
             return make(tmp_path_factory.mktemp(name))
     done = SHARED / f"{name}.pickle"
     if not done.exists():
-        with CORES.hold("exclusive"):
+        # one maker at a time per name; the waiter gives up its own lock first, or it could hold a CPU the maker
+        # needs while it waits for the maker
+        with CORES.hold(None), open(SHARED / f"{name}.making", "a+") as making:
+            fcntl.flock(making, fcntl.LOCK_EX)
             if not done.exists():  # the other worker may have measured it while this one waited
-                value = make(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=SHARED)))
+                with CORES.hold(mode):
+                    value = make(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=SHARED)))
                 done.with_suffix(".tmp").write_bytes(pickle.dumps(value))
                 done.with_suffix(".tmp").rename(done)  # whole, or not there
     return pickle.loads(done.read_bytes())
-
-
-# fixtures made by measured_once that shared tests read: those tests run just after the alone ones (``phase``)
-MEASURED = {"cpu_run_dir"}
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +261,8 @@ def shard_dir(tiny_dataset, tmp_path_factory):
 def cpu_run_dir(tmp_path_factory):
     """One real (tiny) ``pipeprof run`` on synthetic JPEGs, mobilenet_v3_small on the CPU, 0 and 1 workers, the
     overhead checks and a CPU reference: the run folder that test_run_folder and test_report_html read. Measured
-    alone and once per test run (``measured_once``): its readers only read it."""
+    once per test run, in a lane (``measured_once``): its readers check what the run records and how its figures
+    agree with each other, not a rate, and the run sees one usable core (its thread counts follow)."""
     from pipeprof.cli import main
 
     def make(out: Path) -> Path:
@@ -216,7 +274,7 @@ def cpu_run_dir(tmp_path_factory):
         (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
         return path
 
-    return measured_once("cpu_run", make, tmp_path_factory)
+    return measured_once("cpu_run", make, tmp_path_factory, MEASURED["cpu_run_dir"])
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 import pipeprof
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, expected_rate
 
-pytestmark = pytest.mark.alone  # measured rates and wait shares against known ones (conftest)
+# measured rates and wait shares against known ones (conftest)
 
 # ``pipeprof validate``'s test policy (test_validate.FAST): 0.4-s windows hold 5 or more batches of every case
 # here, windows are added while the 95% interval is wider than +-10% (the 15% tolerance's noise), up to 6
@@ -25,6 +25,7 @@ def e2e(tmp_path, workers, step_s, cost_s=0.01, batch=8):
     return run.trials.set_index("num_workers")
 
 
+@pytest.mark.one_core  # loading in the training process at 0 workers, one worker at 1, a 5 ms sleeping step
 def test_cpu_bound_case_runs_at_the_workers_rate(tmp_path):
     rows = e2e(tmp_path, [0, 1], step_s=0.005)
     for w in (0, 1):
@@ -35,6 +36,7 @@ def test_cpu_bound_case_runs_at_the_workers_rate(tmp_path):
     assert rows.loc[1, "data_wait_frac"] > 0.6 and rows.loc[0, "data_wait_frac"] > 0.8
 
 
+@pytest.mark.one_core  # one worker with 4 ms a sample beside an 80 ms sleeping step
 def test_slow_step_makes_it_step_bound_with_little_data_wait(tmp_path):
     rows = e2e(tmp_path, [1], step_s=0.08, cost_s=0.004)
     expected, side = expected_rate(0.004, 1, 8, 0.08)

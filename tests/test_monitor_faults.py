@@ -9,7 +9,7 @@ import pytest
 from pipeprof.measure import monitors
 from pipeprof.measure.monitors import Monitor
 
-pytestmark = pytest.mark.alone  # samples counted over a timed sleep (conftest)
+pytestmark = pytest.mark.one_core  # samples counted over a timed sleep (conftest)
 
 
 @pytest.fixture

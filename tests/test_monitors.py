@@ -33,7 +33,7 @@ def _monitor_threads():
     return [t for t in threading.enumerate() if t.name == "pipeprof-monitor"]
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a monitor over a sleep
 def test_rate_trial_switch_and_clean_stop():
     mon = Monitor(hz=50, gpu=False)
     mon.set_trial("a", "warmup")
@@ -59,7 +59,7 @@ def test_rate_trial_switch_and_clean_stop():
     assert not _monitor_threads()
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a monitor over a sleep
 def test_columns_and_sample_cost():
     with Monitor(hz=50, gpu=False) as mon:
         time.sleep(0.4)
@@ -102,7 +102,7 @@ def test_tracked_worker_cpu_and_drop():
     assert (dead["workers_cpu_pct"] == 0).all()
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a monitor over a sleep
 def test_track_workers_ignores_bad_pids_and_clears():
     import os
 

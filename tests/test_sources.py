@@ -152,7 +152,7 @@ def test_url_missing_object_is_404(http_base):
         source.read(0)
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_url_refused_connection_fails_fast():
     base = f"http://{LOOPBACK}:{free_port()}"
     t0 = time.perf_counter()
@@ -206,7 +206,7 @@ def test_url_sessions_in_parent_do_not_stall_workers(http_base, memory_source):
     assert elapsed - baseline < 2.0  # three stalled sessions would add about 3 s
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_url_silent_server_times_out():
     """A server that accepts but never answers must not hang a trial."""
     with socket.socket() as listener:
@@ -227,7 +227,7 @@ def memory_source(tiny_dataset):
     return MemorySource(FileSource(tiny_dataset))
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_throttle_caps_bandwidth_in_one_process(memory_source):
     source = ThrottledSource(memory_source, mb_s=5)
     indices = list(range(len(source))) * 2  # ~2.6 MB
@@ -238,7 +238,7 @@ def test_throttle_caps_bandwidth_in_one_process(memory_source):
     assert time.perf_counter() - t0 == pytest.approx(expected, rel=0.25)
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_throttle_cap_is_shared_by_workers(memory_source):
     """Two workers together get the cap, not twice it: the bucket lives in shared memory."""
     source = ThrottledSource(memory_source, mb_s=5)
@@ -250,7 +250,7 @@ def test_throttle_cap_is_shared_by_workers(memory_source):
     assert rate == pytest.approx(5.0, rel=0.25), f"{rate:.2f} MB/s with 2 workers, cap 5"
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_throttle_latency_per_read(memory_source):
     source = ThrottledSource(memory_source, latency_ms=20)
     t0 = time.perf_counter()
@@ -259,7 +259,7 @@ def test_throttle_latency_per_read(memory_source):
     assert 0.2 <= time.perf_counter() - t0 < 0.6
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_throttle_reads_per_second(memory_source):
     source = ThrottledSource(memory_source, reads_s=50)
     t0 = time.perf_counter()

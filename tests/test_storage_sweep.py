@@ -143,7 +143,7 @@ def jpeg_folder(tmp_path_factory):
     def make(tmp):
         make_dataset(tmp / "ds", images=64, classes=4, seed=3, workers=1)
         return tmp / "ds"
-    return measured_once("jpeg_folder", make, tmp_path_factory)
+    return measured_once("jpeg_folder", make, tmp_path_factory, "lane")
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,8 @@ def raw_config(tmp, folder, sources, **extra) -> dict:
 # --------------------------------------------------------------------------- the sweep over sources
 
 
-# the two runs below are measured, once for the test run (conftest.measured_once); the tests reading them are alone
+# the two runs below are measured, once for the test run (conftest.measured_once): the storage_fetch sweep in a lane
+# (raw reads of two workers fit one core; its readers are one_core), the throttle demo alone
 @pytest.fixture(scope="module")
 def storage_run(jpeg_folder, request, tmp_path_factory):
     def make(tmp):
@@ -181,7 +182,7 @@ def storage_run(jpeg_folder, request, tmp_path_factory):
         raw = raw_config(tmp, jpeg_folder, sources, trials=["storage_fetch"])
         raw["data"]["cache"] = ["warm", "cold"]
         return pipeprof.run(C.build(raw), log=lambda *a: None)
-    return measured_once("storage_run", make, tmp_path_factory)
+    return measured_once("storage_run", make, tmp_path_factory, "lane")
 
 
 def fetch_rows(run) -> pd.DataFrame:
@@ -189,7 +190,7 @@ def fetch_rows(run) -> pd.DataFrame:
     return df[df["kind"] == "storage_fetch"].set_index(["source", "cache_state"])
 
 
-@pytest.mark.alone
+@pytest.mark.one_core
 def test_storage_fetch_row_per_source_and_cache_state(storage_run):
     df = fetch_rows(storage_run)
     assert (df["status"] == "ok").all(), df["error"].dropna().tolist()
@@ -210,7 +211,7 @@ def test_storage_fetch_row_per_source_and_cache_state(storage_run):
     assert df.loc[("url", "n/a"), "source_kind"] == "url" and pd.isna(df.loc[("url", "n/a"), "disk_read_frac"])
 
 
-@pytest.mark.alone
+@pytest.mark.one_core
 def test_run_json_records_sources_and_dataset_against_ram(storage_run, jpeg_folder):
     meta = json.loads((storage_run.path / "run.json").read_text())
     storage = meta["storage"]
@@ -229,7 +230,7 @@ def test_run_json_records_sources_and_dataset_against_ram(storage_run, jpeg_fold
     assert "cache_state" in meta["timed_regions"] and "read_latency_ms" in meta["timed_regions"]
 
 
-@pytest.mark.alone
+@pytest.mark.one_core
 def test_cold_reads_come_from_disk_and_stay_in_the_first_pass(storage_run):
     df = fetch_rows(storage_run)
     cold, warm = df.loc[("files", "cold")], df.loc[("files", "warm")]
@@ -269,7 +270,7 @@ def tempfile_dir(parent):
     return Path(tempfile.mkdtemp(prefix="pipeprof-test-", dir=parent))
 
 
-@pytest.mark.alone
+@pytest.mark.one_core
 def test_shards_via_the_sweep_are_read_shard_by_shard(storage_run):
     df = fetch_rows(storage_run)
     assert df.loc[("shards", "warm"), "access_order"].startswith("sequential")
@@ -310,7 +311,7 @@ class IndexedBytes(RawBytesDataset):
         return index, len(self.source.read(index))
 
 
-@pytest.mark.alone
+@pytest.mark.one_core
 def test_sequential_shards_read_with_real_workers(storage_run):
     source = ShardSource(storage_run.meta["storage"]["sources"]["shards"]["location"])
     it = iter(build_loader(IndexedBytes(source), batch_size=2, num_workers=2, collate_fn=list))

@@ -214,7 +214,7 @@ def test_samples_the_loader_batches_pass_with_their_facts():
                               collate_user).shape == (1, 5, 5)
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a time cap of 1 s
 def test_a_getitem_that_blocks_is_refused_after_the_cap():
     release = threading.Event()
     t0 = time.monotonic()

@@ -21,7 +21,7 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.results import load_run
 from pipeprof.watch.records import Batch, windows
 
-from conftest import measured_once
+from conftest import MEASURED, measured_once
 
 # the tests that read rates, wait shares, verdicts or intervals of watched runs are alone; the runs several tests
 # read are measured once, under the exclusive lock (conftest)
@@ -247,17 +247,19 @@ def raised(tmp_path_factory):
         (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_MARK'] = 'chained'\n")
         watched = _watch(tmp, [], [sys.executable, "train.py"], _site_env(tmp))
         return watched, _run_folder(tmp), tmp
-    return measured_once("raised", make, tmp_path_factory)
+    return measured_once("raised", make, tmp_path_factory, MEASURED["raised"])
 
 
 @pytest.fixture(scope="module")
-def plain(raised):
-    """The same loop, in the same folder, run plainly without pipeprof: its exit status and output, no timing."""
+def plain(raised, tmp_path_factory):
+    """The same loop, in the same folder, run plainly without pipeprof: its exit status and output, no timing (run
+    once for the test run: two tests read it)."""
     tmp = raised[2]
-    return subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=_site_env(tmp))
+    return measured_once("plain", lambda _: subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True,
+                                                           timeout=120, env=_site_env(tmp)), tmp_path_factory, "shared")
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a 100 ms sleeping step, 0.2 ms of CPU a sample on one worker
 def test_step_bound_loop(raised):
     watched, run, _ = raised
     row = run.trials[run.trials["kind"] == "end_to_end"].iloc[0]

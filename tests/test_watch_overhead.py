@@ -51,7 +51,7 @@ def test_overhead_is_the_mean_of_each_pairs_cost_with_its_interval():
     assert "| 1 | 10.00 | 9.80 | +2.00% | 1.0% / 2.0% |" in render_watch_overhead(df)
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a 20 ms sleep a step
 def test_a_script_of_known_step_cost_plain_and_watched(tmp_path):
     """50 steps/s by construction (a 20 ms sleep per step): both modes read it from the progress lines,
     the watched one through ``pipeprof watch``; the start-up before the first progress line is outside."""

@@ -43,7 +43,7 @@ class BlocksInMain(Dataset):
         return torch.full((3, 8, 8), index % 256, dtype=torch.uint8), index % 4
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a time cap of 3 s on a dataset that blocks
 def test_a_dataset_that_blocks_at_0_workers_is_a_timeout_row_with_its_stack_and_the_sweep_goes_on(tmp_path,
                                                                                                     monkeypatch):
     monkeypatch.setattr(sweep, "SETUP_MARGIN_S", 1.0)  # the cap: max_trial_s 2 s + 1 s
