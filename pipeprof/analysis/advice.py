@@ -273,7 +273,8 @@ def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: floa
     """Decode and augment on the GPU (augment.device: cuda): the workers keep their reads only. No gain is
     predicted from the sweep: the GPU's own decode/augment time, which competes with the step, is measured by
     nothing in it (counting it free predicted +46% on the H200, where the trial's pipeline ran 46% slower). The
-    action trials measure the GPU pipeline alone first and predict from it (:func:`gpu_pipeline_prediction`)."""
+    action trials measure the GPU pipeline beside a stand-in for the step first and predict from it
+    (:func:`gpu_pipeline_prediction`)."""
     if device != "cuda" or not shares.get("decode"):
         return None
     moved = 1 - shares.get("read", 0)
@@ -282,25 +283,33 @@ def _gpu_pipeline(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: floa
     return ("gpu_pipeline", "decode (nvJPEG) and augment on the GPU (augment.device: cuda): workers only read",
             None, f"not predicted: it frees the workers' decode, transforms and collate ({moved:.0%} of their "
                   "time), but the GPU's decode/augment time beside the step is known only from measuring its "
-                  "pipeline alone, which the action trials do first")
+                  "pipeline beside a stand-in for the step, which the action trials do first")
 
 
-def gpu_pipeline_prediction(row: pd.Series, alone: float, trial_id: str = "") -> dict:
+def gpu_pipeline_prediction(row: pd.Series, beside: dict) -> dict:
     """The GPU pipeline's predicted rate and gain at the baseline ``row`` (an end-to-end row with its step
-    bound joined on) from its own rate alone (``alone``: its ``cpu_pipeline`` trial, workers reading bytes,
-    the GPU decoding and augmenting): the step and it run on one GPU in one stream, in turn, so a sample
-    costs the sum of their times, 1 / (1/step + 1/alone). On the H200 that gave 3,255 against 3,407
-    measured (standard) and 3,050 against 3,065 (heavy); on another start 2,698 against 3,001 (heavy,
-    inside the action trial's interval). An absolute prediction, read against the row's measured rate (as
-    the hand-off's cap is); within the noise as :func:`actions` marks its own."""
+    bound joined on), read off its pipeline measured beside a stand-in for the step (``beside``: its
+    ``cpu_pipeline`` row, workers reading bytes, the device kept busy the step's own time before each batch:
+    ``trials.device_side.StandIn``). End to end the host decodes and queues the next batch while the device
+    runs the step, so a batch costs the step's time plus the pipeline's own device time, not plus its time
+    alone: on the H200 the standard preset's pipeline took 34 ms a batch alone and 23 ms end to end, and
+    1 / (1/step + 1/alone) gave 2,862 against 3,274-3,322 measured (heavy: 2,777 against 2,811-2,873). The
+    stand-in has no host side: a step whose own launches outlast the device's work is not in it. An absolute
+    prediction, read against the row's measured rate (as the hand-off's cap is); within the noise as
+    :func:`actions` marks its own."""
     step, now = float(row["step_bound_samples_per_s"]), float(row["samples_per_s"])
-    predicted = 1 / (1 / step + 1 / alone)
+    predicted = float(beside["samples_per_s"])
     gain = predicted / now - 1
+    device = [beside.get(k) for k in ("device_decode_ms_mean", "device_augment_ms_mean")]
+    own = (f"; its own device time {sum(device):.1f} ms a batch (decode {device[0]:.1f}, augment {device[1]:.1f}), "
+           f"the host's {beside['device_pipeline_host_ms_mean']:.1f} ms" if None not in device
+           and beside.get("device_pipeline_host_ms_mean") is not None else "")
     return {"predicted_samples_per_s": predicted, "gain_frac": gain, "within_noise": abs(gain) <= 2 * _noise_frac(row),
             "absolute": True,
-            "basis": (f"the step and the GPU pipeline take turns on one GPU: 1 / (1/{step:,.0f} + 1/{alone:,.0f}) = "
-                      f"{predicted:,.0f} samples/s, against {now:,.0f} now; the GPU pipeline alone measured "
-                      f"{alone:,.0f} samples/s ({trial_id or 'its cpu_pipeline trial'}), the step alone {step:,.0f}")}
+            "basis": (f"the GPU pipeline beside a stand-in for the step (the device kept busy "
+                      f"{beside.get('stand_in_step_ms') or 0:.1f} ms a batch, the step's own time at {step:,.0f} "
+                      f"samples/s) ran at {predicted:,.0f} samples/s ({beside.get('trial_id') or 'its cpu_pipeline trial'})"
+                      f"{own}; against {now:,.0f} now")}
 
 
 def _remove_storage_bound(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, base: float,

@@ -91,6 +91,9 @@ class TrialContext:
     sample_policy: SamplePolicy = SamplePolicy()  # bad samples and outsize images (config data.on_bad_sample ...)
     cores: int = 1  # usable cores of the run (affinity and cgroup aware)
     step_threads: Optional[int] = None  # model.threads: the CPU step's threads; None: confounders.step_threads
+    # a trial whose workers read bytes: device time queued before each batch's decode, standing in for a step of
+    # that length (``device_side.StandIn``); 0 outside the GPU pipeline's prediction (``orchestrate.actions``)
+    stand_in_step_s: float = 0.0
     models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
     sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep
     source_info: dict = field(default_factory=dict)  # source label -> columns every trial on it carries
