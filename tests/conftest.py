@@ -26,9 +26,12 @@ Which tests are ``alone`` (the rule; when unsure, ``alone``):
   of what the work takes); and a test that asserts the monitor saw no foreign load.
 - ``one_core`` instead of ``alone``: such a test whose work fits one core and whose expected values hold on a
   machine of one core, by construction: the time is known sleeps (a step, a read, a time-out) with at most a
-  small known CPU cost beside them, or the expected answer is computed from the usable cores (``validate``'s
-  cases). Not a test that needs two processes to burn CPU at once (on one core they would take turns), nor one
-  whose answer depends on there being two cores (a worker search doubles only up to the usable cores).
+  small known CPU cost beside them, the expected answer is computed from the usable cores (``validate``'s
+  cases), or two sides are measured alike in turn on the same core and only their ratio is checked (the
+  hand-off trial against a hand-written loop). Not a test that needs two processes to burn CPU at once at a
+  known rate (on one core they take turns: two workers of 6 ms sleeps beside a 2 ms step read 275 of 333
+  samples/s there), nor one whose answer depends on there being two cores (a worker search doubles only up
+  to the usable cores; a CPU step beside a worker).
 - shared: logic on tables of known content, errors and their messages, files and folders, signals, kills and
   resumes, report rendering, config validation, distributed plumbing; runs whose measured figures no assertion
   reads beyond "> 0" or a bound that holds at any speed (a share within 0-1); and tests that only read what a
@@ -40,8 +43,9 @@ A module that times throughout is marked with ``pytestmark = pytest.mark.alone``
 ``measured_once``: under the exclusive lock (or in a lane), and once for the test run, not once per worker.
 
 Order: under xdist every worker sorts the tests alike (``phase``): the ``alone`` ones first; then, in lanes,
-the first reader of each run measured in a lane (``cpu_run_dir``: one worker measures it while the other runs
-``one_core`` tests) and the ``one_core`` tests; then the shared ones, the other readers of those runs last.
+the first reader of each run measured in a lane (``MEASURED``: ``cpu_run_dir``, one worker measures it while
+the other runs ``one_core`` tests), the other ``one_core`` tests, and the other readers of those runs; then the
+shared ones, the other readers of those runs last.
 ``--maxschedchunk 1`` hands them out in that order a test or two at a time, so both workers take the ``alone``
 tests in turn, then the lanes side by side, then the shared ones in parallel (``pytest -n 2`` alone hands each
 worker a long run of consecutive tests: correct, only slower).
@@ -167,19 +171,24 @@ def mode_of(item) -> str:
             "lane" if item.get_closest_marker("one_core") else "shared")
 
 
-# fixtures made by measured_once that shared tests read, and the lock each is measured under
-MEASURED = {"cpu_run_dir": "lane", "raised": "lane"}
+# fixtures made by measured_once in a lane, whose readers are ordered around them (``phase``); the lock each is
+# measured under
+MEASURED = {"cpu_run_dir": "lane", "raised": "lane", "storage_run": "lane"}
 
 
-def phase(item, first_readers: set) -> int:
-    """0: alone; 1: lanes (the first reader of each run measured in a lane, then the one_core tests); 2: the
-    other shared tests; 3: the other readers of measured runs (by then measured: they only read)."""
-    mode = mode_of(item)
+def phase(item, first_readers: set) -> tuple[int, int]:
+    """(0, 0): alone. (1, ...): the lanes: first the first reader of each run measured in a lane, then the
+    one_core tests that read none, then its other one_core readers (by then it is measured: a reader that came
+    while it was measured would wait, its lane idle). (2, 0): the other shared tests; (3, 0): the other shared
+    readers of measured runs."""
+    mode, reads = mode_of(item), bool(set(MEASURED) & set(item.fixturenames))
     if mode == "exclusive":
-        return 0
-    if item.nodeid in first_readers or mode == "lane":
-        return 1
-    return 3 if set(MEASURED) & set(item.fixturenames) else 2
+        return 0, 0
+    if item.nodeid in first_readers:
+        return 1, 0
+    if mode == "lane":
+        return 1, 2 if reads else 1
+    return (3, 0) if reads else (2, 0)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -187,7 +196,7 @@ def pytest_collection_finish(session):  # before xdist's worker reports the orde
     if hasattr(session.config, "workerinput"):  # the same stable order on every worker
         first = {next(i.nodeid for i in session.items if name in i.fixturenames)
                  for name in MEASURED if any(name in i.fixturenames for i in session.items)}
-        session.items.sort(key=lambda i: (phase(i, first), i.nodeid not in first))
+        session.items.sort(key=lambda i: phase(i, first))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -19,7 +19,8 @@ from pipeprof.measure.loader import shutdown
 from pipeprof.measure.windows import steady_state
 from pipeprof.stats import mean_ci95
 
-pytestmark = pytest.mark.alone  # a trial's rate against a hand-timed loop's (conftest)
+# a trial's rate against a hand-timed loop's (conftest), both on one worker: on one core they share it alike
+pytestmark = pytest.mark.one_core
 
 BATCH, WORKERS = 32, 1
 MEASURE = {"warmup_batches": 6, "warmup_s": 0.3, "warmup_max_s": 2, "window_batches": 3}  # both sides' warm-up

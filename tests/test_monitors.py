@@ -171,7 +171,7 @@ def _burn_window(tracked: bool) -> tuple[float, dict]:
     return max(x or 0.0 for x in idle), summarize(df, "burn", t0, t1)
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a burner of one core on the run's own CPU
 def test_untracked_process_is_foreign_load():
     _, s = _burn_window(tracked=False)
     assert s["monitor_samples"] > 8
@@ -181,7 +181,7 @@ def test_untracked_process_is_foreign_load():
     assert s["usable_cores"] == len(os.sched_getaffinity(0))
 
 
-@pytest.mark.alone
+@pytest.mark.one_core  # a burner of one core on the run's own CPU
 def test_tracked_worker_is_run_load_not_foreign():
     idle_foreign, s = _burn_window(tracked=True)
     assert s["run_cores_mean"] > 0.5
