@@ -126,25 +126,37 @@ def test_workers_that_fill_the_cores_are_never_told_to_multiply():
 def test_more_workers_measured_and_no_faster_refute_too_few_workers():
     """The H200 run F: at 14 workers the cores have room (14.1-15.4 of 16 busy) and the workers compute 95%: alone,
     "more workers would help". But 16 workers were measured, tied (3,121 against 3,358, intervals overlapping),
-    and there the cores are full. The answer at 14 names the cores, with why; so do its re-draws (run E,
-    answering at 16, said "cores full" too). A larger count that was not measured leaves "workers" standing."""
-    def table(with_16: bool):
+    and there the cores are full. The answer at 14 names the cores, which are within their interval of binding
+    there, on 14's own side, with why; so do its re-draws (run E, answering at 16, said "cores full" too). Run
+    M: the same, but at 16 the step waited for data 2.5% of the time, its host side short of cores (there
+    2,774 against a 4,700 ceiling, 14 at 2,512 ± 31%; here 3,300, tied with 14): taking 16's verdict said
+    "step-bound, its host short of cores" where the run before it on the same start, cores first at 14, said
+    "input-bound, cores full". Both say the latter now.
+    A larger count that was not measured leaves "workers" standing."""
+    def table(with_16: bool, wait_16: float = 0.08, rate_16: float = 3121.0):
         rows = [trial("gpu_ceiling", 4700.0) | windows([4690, 4700, 4710]), trial("cpu_pipeline", 3170.0, 14)]
         rows.append(e2e_row(14, 3358.0, 0.3, busy=14.7, workers_cpu=1330.0, ci=0.12, usable_busy_cores_ci95_low=14.1,
                             usable_busy_cores_ci95_high=15.4) | windows([3000, 3358, 3700]))
         if with_16:
             rows += [trial("cpu_pipeline", 3200.0, 16),
-                     e2e_row(16, 3121.0, 0.08, busy=15.6, workers_cpu=1500.0, ci=0.10, usable_busy_cores_ci95_low=15.4,
-                             usable_busy_cores_ci95_high=15.9) | windows([2900, 3121, 3400])]
+                     e2e_row(16, rate_16, wait_16, busy=15.6, workers_cpu=1500.0, ci=0.10, usable_busy_cores_ci95_low=15.4,
+                             usable_busy_cores_ci95_high=15.9) | windows([0.93 * rate_16, rate_16, 1.08 * rate_16])]
         return frame(*rows)
 
-    g = analyse(table(True), cores=16, draws=30)["groups"][0]
-    assert g["recommended_workers"] == 14 and 16 in g["tied_with_best"]
-    assert (g["side_at_recommended"], g["resource_at_recommended"]) == ("input", "cores")
-    assert g["basis_at_recommended"].startswith("more workers were measured and did not help: 16 workers ran at "
-                                                "3,121 samples/s against 3,358 at 14 (not enough to recommend them), "
-                                                "and there ")
-    assert g["confidence"]["resource"] == "cores"
+    for wait_16, rate_16, side_16 in ((0.08, 3121.0, "input"), (0.025, 3300.0, "step")):
+        t = table(True, wait_16, rate_16)
+        g = analyse(t, cores=16, draws=30)["groups"][0]
+        at_16 = [v for v in analyse(t, cores=16, draws=30)["verdicts"] if v["num_workers"] == 16][0]
+        assert (at_16["side"], at_16["resource"]) == (side_16, "cores")  # what 16 says of itself
+        assert g["recommended_workers"] == 14 and 16 in g["tied_with_best"]
+        assert (g["side_at_recommended"], g["resource_at_recommended"]) == ("input", "cores")
+        assert g["basis_at_recommended"].startswith(
+            f"more workers were measured and did not help: 16 workers ran at {rate_16:,.0f} samples/s against 3,358 "
+            "at 14 (not enough to recommend them), and at 14, within its interval of its limit: 14.1-15.4 of 16 "
+            "usable cores busy"), g["basis_at_recommended"]
+        assert g["basis_at_recommended"].endswith("more workers cannot help (the cores are full); more cores or a "
+                                                  "cheaper pipeline may: see the ranked actions")
+        assert (g["confidence"]["side"], g["confidence"]["resource"]) == ("input", "cores")
     alone = analyse(table(False), cores=16, draws=30)["groups"][0]
     assert alone["resource_at_recommended"] == "workers" and "more workers would help" in alone["basis_at_recommended"]
 

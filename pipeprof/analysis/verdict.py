@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+import numpy as np
 import pandas as pd
 
 from .bounds import (BALANCED, _clean, _known, at_handoff, classify, cpu_curve, curves, groups, predict,
@@ -56,6 +57,7 @@ GPU_PIPELINE_SHARE = 0.25
 STEP_SIDE = {"gpu-bound", "step-bound"}
 INPUT_SIDE = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
 INPUT_RESOURCES = ("storage", "cores", "handoff", "workers")  # the order a clear binding is named in
+ALSO = "; also within its interval of its limit: "  # joins the resources that may bind too to a basis
 VERDICT_OF = {("input", "storage"): "io-bound", ("input", "cores"): "cores-bound",
               ("input", "handoff"): "loader-bound", ("input", "workers"): "cpu-bound",
               ("input", "unattributed"): "input-bound", ("step", "gpu"): "gpu-bound", ("step", "gpu-pipeline"): "gpu-bound", ("step", "step"): "step-bound",
@@ -248,7 +250,7 @@ def input_resource(ev: Evidence, bounds: dict, row: pd.Series, from_bounds: str 
             return res, [], f"from the isolated bounds ({from_bounds}){missing}: {ADVICE[res]}"
         return "unattributed", [], f"{ADVICE['unattributed']}{missing}"
     first, others = clear[0], [r for r in rs if r is not clear[0] and r.state != NO]
-    also = "".join(f"; also within its interval of its limit: {r.text}" for r in others)
+    also = "".join(f"{ALSO}{r.text}" for r in others)
     return first.resource, [r.resource for r in others], f"{first.text}: {ADVICE[first.resource]}{also}"
 
 
@@ -404,8 +406,12 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     Its own, unless it says more workers would help (resource ``workers``) while a larger count was
     measured: the recommendation is the smallest count within reach of the best, so a larger one gained
     too little to recommend (under 5%, or not separable from it), and "more workers" is refuted by
-    measurement. The answer then names what binds at the fastest larger count, and its basis says why. On the H200 two machine starts
-    answered "too few workers" at 14 (16 measured, tied) and "cores full" at 16: one word now."""
+    measurement. The answer then names the next resource within its interval of binding at the recommended
+    count itself, on its own side; only where there is none, what binds at the fastest larger count. Its
+    basis says why. On the H200 two machine starts answered "too few workers" at 14 (16 measured, tied) and
+    "cores full" at 16; and two runs on one start, both with the cores within their interval at 14, answered
+    "input-bound, cores full" (cores the first resource at 14) and "step-bound, its host short of cores"
+    (workers first at 14, and 16's own side taken): one answer now."""
     at = mine[mine["num_workers"] == recommended] if len(mine) else mine
     if at.empty:
         return None
@@ -416,7 +422,21 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     other = more.loc[more["samples_per_s"].idxmax()].copy()
     if other["resource"] == "workers":
         return row
-    other["verdict_basis"] = (f"more workers were measured and did not help: {int(other['num_workers'])} workers ran "
-                              f"at {other['samples_per_s']:,.0f} samples/s against {row['samples_per_s']:,.0f} at "
-                              f"{recommended} (not enough to recommend them), and there {other['verdict_basis']}")
-    return other
+    why = (f"more workers were measured and did not help: {int(other['num_workers'])} workers ran at "
+           f"{other['samples_per_s']:,.0f} samples/s against {row['samples_per_s']:,.0f} at {recommended} (not "
+           "enough to recommend them)")
+    also = [r for r in (row["also"] if isinstance(row.get("also"), (list, tuple, np.ndarray)) else [])]
+    nearest = next((r for r in also if r != "workers"), None)
+    if nearest is None:
+        other["verdict_basis"] = f"{why}, and there {other['verdict_basis']}"
+        return other
+    # the basis lists the resources within their interval in the order of ``also``, each after this joiner
+    texts = str(row["verdict_basis"]).split(ALSO)[1:]
+    text = texts[also.index(nearest)] if len(texts) == len(also) else ""
+    own = row.copy()
+    own["resource"], own["also"] = nearest, [r for r in also if r != nearest]
+    own["verdict"] = VERDICT_OF.get((row["side"], nearest), row["verdict"])
+    advice = ADVICE.get(nearest, nearest)
+    own["verdict_basis"] = (f"{why}, and at {recommended}, within its interval of its limit: {text}: {advice}"
+                            if text else f"{why}: {advice}")
+    return own

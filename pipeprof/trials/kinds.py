@@ -281,7 +281,11 @@ KINDS: dict[TrialKind, Kind] = {
                                   "dataset_samples, in_first_pass); windows then aim at window_s from the warm-up's "
                                   "rate", step=False, loader=True, own_source=True),
     TrialKind.CPU_PIPELINE: Kind(cpu_pipeline, "next(loader) only: read, decode, augment, collate in workers (or main "
-                                 "when 0 workers), plus pinning when pin_memory is on; no model", step=False,
+                                 "when 0 workers), plus pinning when pin_memory is on; no model (augment_device "
+                                 "cuda: the workers read bytes and the training process decodes and augments on the "
+                                 "device, windows closed by device sync; for the GPU pipeline's prediction a spin "
+                                 "kernel of stand_in_step_ms is queued before each batch, standing in for the step)",
+                                 step=False,
                                  loader=True, pipeline=True),
     TrialKind.MONITOR_OVERHEAD: Kind(monitor_overhead, "cpu_pipeline at the most workers on one loader, the "
                                      "monitor's sampling paused and resumed between windows (ABBA; the batches in "
