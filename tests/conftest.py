@@ -14,8 +14,8 @@ monitor even counts its processes as foreign load). So the workers share the mac
   load, and the run sees one usable core, as a user's run inside ``taskset -c N`` does.
 
 Waiting writers go first (a turnstile), so an ``alone`` test never starves. Without xdist (``-n 0``,
-``-p no:xdist``, one file run by hand), or on a machine of one CPU, the lock does nothing and ``one_core`` tests
-run unpinned.
+``-p no:xdist``, one file run by hand) the lock does nothing and ``one_core`` tests run unpinned; on a machine of
+one CPU a lane is the whole machine (exclusive).
 
 Which tests are ``alone`` (the rule; when unsure, ``alone``):
 
@@ -163,7 +163,6 @@ def pytest_configure(config):
         SHARED = (Path(config.option.basetemp).parent if config.option.basetemp else
                   Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}") / "shared"
         CORES = CoreLock(SHARED, int(config.workerinput["workerid"].removeprefix("gw")))
-
 
 
 def mode_of(item) -> str:
