@@ -144,9 +144,8 @@ def test_more_workers_measured_and_no_faster_refute_too_few_workers():
         return frame(*rows)
 
     for wait_16, rate_16, side_16 in ((0.08, 3121.0, "input"), (0.025, 3300.0, "step")):
-        t = table(True, wait_16, rate_16)
-        g = analyse(t, cores=16, draws=30)["groups"][0]
-        at_16 = [v for v in analyse(t, cores=16, draws=30)["verdicts"] if v["num_workers"] == 16][0]
+        out = analyse(table(True, wait_16, rate_16), cores=16, draws=30)
+        g, (at_16,) = out["groups"][0], [v for v in out["verdicts"] if v["num_workers"] == 16]
         assert (at_16["side"], at_16["resource"]) == (side_16, "cores")  # what 16 says of itself
         assert g["recommended_workers"] == 14 and 16 in g["tied_with_best"]
         assert (g["side_at_recommended"], g["resource_at_recommended"]) == ("input", "cores")

@@ -66,8 +66,8 @@ def handoff_trial(tmp_path) -> dict:
 
 def test_the_handoff_trial_measures_what_a_hand_written_loop_passes(tmp_path):
     hand, trial = [], []
-    # untimed first: the first loader of a fresh process (early in a test worker's life, where the alone tests
-    # run) pays for its first worker start and shared-memory pages; it once read 1,988 against the trial's 2,850
+    # untimed first: the first loader of a fresh process (this test once ran early in a test worker's life)
+    # pays for its first worker start and shared-memory pages; it once read 1,988 against the trial's 2,850
     hand_loop(windows=2, seconds=0.1)
     # A B B A: the machine's drift falls on both; each trial is read against the hand loop beside it (two ratios a
     # round). On this 2-core machine each side's 5 windows of 0.5 s move about 10% from one measurement to the

@@ -425,7 +425,7 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     why = (f"more workers were measured and did not help: {int(other['num_workers'])} workers ran at "
            f"{other['samples_per_s']:,.0f} samples/s against {row['samples_per_s']:,.0f} at {recommended} (not "
            "enough to recommend them)")
-    also = [r for r in (row["also"] if isinstance(row.get("also"), (list, tuple, np.ndarray)) else [])]
+    also = list(row["also"]) if isinstance(row.get("also"), (list, tuple, np.ndarray)) else []
     nearest = next((r for r in also if r != "workers"), None)
     if nearest is None:
         other["verdict_basis"] = f"{why}, and there {other['verdict_basis']}"

@@ -39,7 +39,7 @@ MIN_ACTION_S = 40.0
 # the two largest predicted gains share the budget (the answer's first lines name the best measured): the
 # first may take half of it, not all, and the second what the first left; the rest get what is left then
 SHARED_BY = 2
-ALONE_MAX_S = 30.0  # the GPU pipeline beside the stand-in step, before the action trials: a sweep trial's windows
+BESIDE_MAX_S = 30.0  # the GPU pipeline beside the stand-in step, before the action trials: a sweep trial's windows
 
 
 def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
@@ -180,13 +180,13 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, base
         step = base.get("step_bound_samples_per_s") if base is not None else None
         if step is None or step != step:  # no step ceiling measured: nothing to set the pipeline beside
             continue
-        alone = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, augment_device="cuda")
+        beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, augment_device="cuda")
         stand_in_s = spec.batch_size / step  # the step's own time a batch, from its ceiling
-        log(f"the GPU pipeline at {alone.num_workers} workers (they read bytes), beside a stand-in for the step "
+        log(f"the GPU pipeline at {beside.num_workers} workers (they read bytes), beside a stand-in for the step "
             f"({stand_in_s * 1e3:.1f} ms a batch), to predict its action")
         capped = replace(ctx, stand_in_step_s=stand_in_s, measure=ctx.measure.model_copy(
-            update={"max_trial_s": min(ctx.measure.max_trial_s, ALONE_MAX_S)}))
-        row = {k: _plain(v) for k, v in run_one(capped, alone, lambda tid, t0, t1: summarize(
+            update={"max_trial_s": min(ctx.measure.max_trial_s, BESIDE_MAX_S)}))
+        row = {k: _plain(v) for k, v in run_one(capped, beside, lambda tid, t0, t1: summarize(
             monitor.timeline(), tid, t0, t1)).items()}
         run.meta["action_trials"].setdefault("gpu_pipeline_alone", []).append(row)
         if row.get("status") != "ok" or not row.get("samples_per_s"):
@@ -198,8 +198,8 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, base
             entry = {"id": "gpu_pipeline", "action": p.action}
             actions.append(entry)
         entry.update(gpu_pipeline_prediction(base, row))
-        log(f"  the GPU pipeline beside the stand-in: {row['samples_per_s']:,.0f} samples/s: predicted end to end "
-            f"{entry['predicted_samples_per_s']:,.0f} ({entry['gain_frac']:+.0%})")
+        log(f"  the GPU pipeline beside the stand-in: {row['samples_per_s']:,.0f} samples/s, its predicted rate end "
+            f"to end ({entry['gain_frac']:+.0%})")
     return _by_predicted_gain(todo, groups)
 
 
