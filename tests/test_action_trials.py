@@ -53,6 +53,31 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
     assert row["paused_workers"] and row["drain_batches"] == 2  # one round of two workers
 
 
+@pytest.mark.alone  # measured rates
+def test_two_variants_in_one_rotation_each_read_against_the_shared_baseline():
+    """Three loaders on one step, A1 B A2 | A2 B A1: 12 ms per sample (the baseline, 167 samples/s at two workers)
+    against 6 ms (333/s, +100%) and 8 ms (250/s, +50%); each variant's gain against the baseline window of its
+    own cycle, the baseline's windows the same in both rows, and the two variants' own rates apart."""
+    from pipeprof.trials.actions import action_trials
+    with Monitor(hz=10, gpu=False) as mon:
+        quick = QUICK | {"action_window_s": 0.6, "action_max_pairs": 4}
+        ctx = TrialContext(torch.device("cpu"), None, C.MeasureConfig(**quick), mon, num_classes=10,
+                           models={"fixed": lambda: FixedStepModel(0.002, 10)})
+        spec = TrialSpec("action", num_workers=2, batch_size=8, model="fixed", precision="fp32", mode="train",
+                         action="cheaper")
+        one, two = action_trials(ctx, spec, Variant(WaitDataset(0.012), collate_user, False, 2),
+                                 [Variant(WaitDataset(wait), collate_user, False, 2) for wait in (0.006, 0.008)])
+    for row, wait in ((one, 0.006), (two, 0.008)):
+        assert row["samples_per_s"] == pytest.approx(2 / wait, rel=0.15), row
+        assert row["baseline_samples_per_s"] == pytest.approx(2 / 0.012, rel=0.15)
+        gain = 0.012 / wait - 1
+        assert row["action_gain_frac"] == pytest.approx(gain, abs=0.25 * gain) and row["pairs"] >= 2
+        assert row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
+        assert row["rotated_with"] == 1 and row["drain_batches"] == 2
+    assert one["baseline_window_rates"] == two["baseline_window_rates"] and one["pairs"] == two["pairs"]
+    assert one["action_gain_ci95_low"] > two["action_gain_ci95_high"] - 0.25  # +100% and +50% told apart
+
+
 def cpu_s(pid: int) -> tuple[float, str]:
     """A process's CPU seconds so far (user + system), and its state."""
     proc = psutil.Process(pid)
@@ -162,7 +187,7 @@ def test_the_configs_actions_are_measure_predict_or_a_list_of_known_action_ids()
 def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_why_not():
     """The H200 default run: uint8 predicted +22%, the decoder +15%, the GPU pipeline not predicted; a budget
     that ends after the first trial leaves the others planned, with the budget as their reason."""
-    from pipeprof.orchestrate.actions import _by_predicted_gain, _out_of_budget, share_of
+    from pipeprof.orchestrate.actions import _by_predicted_gain, _out_of_budget, rotations, share_of
 
     g = group(actions=[{"id": "uint8", "gain_frac": 0.22}, {"id": "decoder", "gain_frac": 0.15},
                        {"id": "gpu_pipeline", "gain_frac": None}])
@@ -175,7 +200,11 @@ def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_wh
     assert why["memory"] == "it relieves storage, and workers binds here"  # not planned: its own reason kept
     # an interrupted run keeps the plans as they were (combine says it was interrupted)
     assert _out_of_budget([(None, planned)], todo, {}, True, 240) == [(None, planned)]
-    # the top two share the budget: the first may take half, the second what the first left, the rest the remainder
+    # the top two, of one group, run in one rotation (which may take all the budget), the others one trial each;
+    # of two groups, the first may take half, the second what the first left, the rest the remainder
+    assert [[p.id for *_, p in t] for t in rotations(todo)] == [["uint8", "decoder"], ["gpu_pipeline"]]
+    apart = [(0, None, todo[0][2]), (1, None, todo[1][2]), (0, None, todo[2][2])]
+    assert [len(t) for t in rotations(apart)] == [1, 1, 1] and rotations(todo[:1]) == [todo[:1]]
     assert [share_of(120, 1, 3), share_of(70, 2, 3), share_of(15, 3, 3), share_of(120, 1, 1)] == [60, 70, 15, 120]
 
 
@@ -203,9 +232,10 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
                      "step_bound_samples_per_s": 5000.0, "decoder": "pil", "stage_share.decode": 0.5,
                      "stage_share.read": 0.05, "stage_us_per_sample.decode": 5000.0})
     ws, rates = np.array([1.0, 2.0]), np.array([100.0, 200.0])
-    costs = {"us_per_sample": {"pil": 2000.0, "cv2": 1000.0}, "samples": 24}
+    costs = {"us_per_sample": {"pil": 2000.0, "cv2": 1000.0}, "samples": 24, "processes": {"pil": 4, "cv2": 4}}
     (dec,) = [a for a in actions(row, ws, rates, 8, "cuda", costs) if a["id"] == "decoder"]
     assert dec["gain_frac"] == pytest.approx(1 / 0.75 - 1) and "1,000 us each against 2,000 us" in dec["basis"]
+    assert "each in 4 processes of one decoder" in dec["basis"]
     assert "assumption" not in dec["basis"]
     # the same float32 batches still pass the hand-off: measured at 240/s, it caps the gain at +20% (from 200/s);
     # uint8 batches are a new hand-off, not capped by it
@@ -220,6 +250,21 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
     # the GPU's own decode/augment cost is unmeasured before its trial: no gain is claimed for it
     assert gpu["gain_frac"] is None and gpu["predicted_samples_per_s"] is None
     assert "known only from measuring its pipeline beside a stand-in for the step" in gpu["basis"]
+
+
+def test_the_decode_probe_times_each_decoder_in_processes_of_its_own(tiny_dataset):
+    """Both decoders on the same samples, each in forked processes that run one decoder and the preset (as a
+    worker does), half the processes each; a source with no readable sample gives no costs."""
+    from pipeprof.data.augment import load_preset
+    from pipeprof.data.sources.files import FileSource
+    from pipeprof.measure.decoders import PROCESSES, decode_costs
+
+    files = FileSource(tiny_dataset)
+    costs = decode_costs(files, samples=6, transform=load_preset("standard", 64), cores=2)
+    assert set(costs["us_per_sample"]) == {"pil", "cv2"} and min(costs["us_per_sample"].values()) > 0
+    assert costs["processes"] == {"pil": PROCESSES // 2, "cv2": PROCESSES // 2} and costs["samples"] == 6
+    assert decode_costs(files, samples=6, decoders=("pil",), cores=1)["processes"] == {"pil": PROCESSES}
+    assert decode_costs(None) is None
 
 
 def test_uint8_prediction_counts_the_hand_off_where_the_cores_are_full():
@@ -503,3 +548,29 @@ def test_the_action_trials_benchmark_sets_each_side_beside_its_rate_alone():
     assert not outside["inside"]  # +150% alone, outside +90% to +110%
     text = render_action_trials(pd.DataFrame([row, outside]))
     assert "-13.3% to +8.3%" in text and "inside the trial's interval in 1 of 2 trials" in text
+
+
+@pytest.mark.one_core  # one worker decoding beside a 5 ms sleeping step; only the two rows' shape and pairing
+def test_a_groups_top_two_actions_run_in_one_rotation_with_a_row_each(tiny_dataset):
+    """The orchestrator's trial of two actions (the other decoder, the data in RAM) on pipeprof's own pipeline:
+    one rotation, one row per action under its own trial id, their baseline windows the same ones."""
+    from pipeprof.analysis.action_trials import Planned
+    from pipeprof.data.sources.files import FileSource
+    from pipeprof.orchestrate.actions import _one
+
+    cfg = C.build({"name": "two", "device": "cpu", "data": {"kind": "folder", "path": str(tiny_dataset)},
+                   "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+                   "loader": {"num_workers": [1], "batch_size": 4}, "measure": QUICK})
+    planned = [Planned("decoder", "decode with cv2", {"decoder": "cv2"}),
+               Planned("memory", "the data in RAM", {"source": "memory-action"})]
+    spec = TrialSpec("end_to_end", model="pipeprof.checks.calibrate:fixed_step_model_5ms", precision="fp32",
+                     mode="train", preset="standard", decoder="pil", source="files", cache_state="warm", batch_size=4,
+                     num_workers=1, image_size=64)
+    with Monitor(hz=10, gpu=False) as mon:
+        ctx = TrialContext.from_config(cfg, torch.device("cpu"), mon, {"files": FileSource(tiny_dataset)}, 1)
+        rows = _one(ctx, None, spec, planned, lambda tid, t0, t1: {}, lambda *a: None)
+    assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("error") for r in rows]
+    assert [r["trial_id"].rsplit("/", 1)[1] for r in rows] == ["decoder", "memory"]
+    assert rows[0]["baseline_window_rates"] == rows[1]["baseline_window_rates"] and rows[0]["pairs"] >= 2
+    assert rows[0]["rotated_with"] == rows[1]["rotated_with"] == 1
+    assert rows[0]["stage_us_per_sample.decode"] != rows[1]["stage_us_per_sample.decode"]  # two pipelines

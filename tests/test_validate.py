@@ -26,8 +26,17 @@ FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "redraws": 10, "window_s
 def test_known_answer_case(tmp_path, name):
     row = run_case(BY_NAME[name], str(tmp_path), measure=FAST)
     assert row["verdict_right"], (row["reported_verdict"], row["expected_verdict"], row["verdict_basis"])
-    assert row["measured_samples_per_s"] == pytest.approx(row["expected_samples_per_s"], rel=0.15)
+    assert row["measured_samples_per_s"] == pytest.approx(row["expected_samples_per_s"], rel=0.15), _noise(row["run"])
     assert row["passed"]
+
+
+def _noise(run_dir: str) -> dict:
+    """What the monitor saw beside the end-to-end trial: a failing rate says whether the machine was busy."""
+    from pipeprof.results import load_run
+    trials = load_run(run_dir).trials
+    e2e = trials[trials["kind"] == "end_to_end"].iloc[0]
+    return {k: e2e.get(k) for k in ("samples_per_s", "samples_per_s_cv", "foreign_cores_mean", "cpu_steal_pct_mean",
+                                    "run_cores_mean", "usable_busy_cores_mean", "compute_ms_p50", "data_wait_frac")}
 
 
 @pytest.mark.parametrize("cores, workers, verdict, rate", [(2, 1, "cpu-bound", 100.0), (16, 2, "cpu-bound", 200.0),

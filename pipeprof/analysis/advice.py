@@ -225,7 +225,13 @@ def _other_decoder(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: flo
     return ("decoder", f"decode with {other} instead of {decoder} (data.decoder: {other}): decode is {share:.0%} "
             "of worker time", _cheaper_cpu(row, ws, rates, share * (1 - ratio), cores),
             f"decode's measured share less {1 - ratio:.0%}: {other} decoded {costs['samples']} of this run's files "
-            f"in {us[other]:,.0f} us each against {us[decoder]:,.0f} us for {decoder}")
+            f"in {us[other]:,.0f} us each against {us[decoder]:,.0f} us for {decoder}{_as_workers(costs)}")
+
+
+def _as_workers(costs: dict) -> str:
+    """How the decoders were timed, where it was as the workers run them (``measure.decoders``)."""
+    procs = costs.get("processes")
+    return f" (each in {min(procs.values())} processes of one decoder and the preset, as workers)" if procs else ""
 
 
 def _cheapen_costliest_stage(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float,

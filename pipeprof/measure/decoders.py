@@ -2,26 +2,50 @@
 
 The workers' stage clocks time only the configured decoder, so the other one's cost is not in the
 sweep. Predicting it from a fixed factor ("a 2x faster decoder") was an assumption; instead both
-decoders decode the same samples of the run's source here, in this one process, alternating sample by
-sample so that the machine's drift falls on both alike. The prediction then scales the workers'
-measured decode time by the ratio of the two (``analysis.advice``), and the action trial checks it.
+decoders decode the same samples of the run's source here, and the prediction scales the workers'
+measured decode time by the ratio of the two (``analysis.advice``); the action trial checks it.
+
+A decode's cost depends on the process it runs in, not only on the bytes: Pillow's buffers come from
+malloc and go back at each free, so how many page faults a decode pays depends on the process's heap.
+In one process that alternated the two decoders sample by sample (as this probe did), Pillow took
+~370 page faults a decode and OpenCV ~115; a process running one decoder and then the preset's
+transforms, as a DataLoader worker does, settles at ~44 and 0. Pillow's time per decode moves with its
+process by up to 1.7x (here two processes alike read 1,500 and 1,900 us). Timed in one process, the
+probe set cv2 29% under pil on the H200 where the workers' own clocks read 21% (the decoder action
+predicted +26%, its trial measured +14%). So each decoder is timed as the workers run it: in
+:data:`PROCESSES` processes forked from this one (as the DataLoader forks its workers), with the workers'
+thread policy, each running one decoder and the preset after each decode (untimed), a few samples
+untimed and then every sample timed; half of them each decoder, side by side as many at once as there are
+cores (the machine's drift and its contention fall on both decoders alike; the workers' cores are full
+when the decoder matters).
 """
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
+from typing import Callable, Optional
 
 from pipeprof.data.decode import DECODERS, DecodeError, get_decoder
 
+WARM = 8  # samples decoded (and transformed) untimed first in each process: its heap's first decodes
+PROCESSES = 8  # in all, half each decoder: each process's state of Pillow's heap is one draw of several
+
 #: What is timed, recorded in run.json beside the figures.
-TIMED_REGION = ("each CPU decoder on the same samples of the run's first source, alternating sample by sample (the "
-                "order swapped every sample) in the main process before the sweep (bytes read outside the clock); us per sample = summed "
-                "perf_counter time / samples")
+TIMED_REGION = ("each CPU decoder on the same samples of the run's first source (bytes read outside the clock), in "
+                f"{PROCESSES} processes forked from the main process before the sweep, half each decoder, as many at once "
+                "as there are usable cores (the workers' thread policy; the first preset's transforms after each "
+                f"decode, untimed), {WARM} samples untimed then every sample timed in each; us per sample = summed "
+                "perf_counter time of the decode calls / decodes timed")
 
 
-def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
-    """``{"us_per_sample": {decoder: us}, "samples": n}`` over ``samples`` evenly spread samples of ``source``
-    (None without a source or when none decodes); its timed region, :data:`TIMED_REGION`, is in run.json's
-    ``timed_regions``."""
+def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Optional[Callable] = None,
+                 cores: Optional[int] = None) -> dict | None:
+    """``{"us_per_sample": {decoder: us}, "samples": n, "processes": {decoder: count}}`` over
+    ``samples`` evenly spread samples of ``source`` (None without a source or when none decodes);
+    ``transform(image=...)``: what a worker does after decoding (the preset); ``cores``: the usable cores (how
+    many processes run at once; default: this process's CPUs). Its timed region, :data:`TIMED_REGION`, is in
+    run.json's ``timed_regions``."""
     if source is None or not len(source):
         return None
     source = getattr(source, "inner", source)  # an emulated slow link: its bytes are the same, its delay not timed
@@ -29,19 +53,66 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS) -> dict | None:
     blobs = [b for i in range(0, len(source), step) if (b := _read(source, i)) is not None][:samples]
     if not blobs:
         return None
-    fns = {name: get_decoder(name) for name in decoders}
-    total, n = dict.fromkeys(fns, 0.0), 0
-    for i, data in enumerate([blobs[0], *blobs]):  # the first pass untimed: libraries load code on first use
-        order = list(fns) if i % 2 else list(fns)[::-1]  # A B, B A: neither decoder always finds the caches warm
+    names = list(decoders)
+    spent: dict[str, list] = {name: [] for name in names}
+    queue = [names[i % len(names)] for i in range(PROCESSES)]
+    width = max(len(names), min(cores or len(os.sched_getaffinity(0)), PROCESSES) // len(names) * len(names))
+    for i in range(0, len(queue), width):  # a round: every decoder in as many processes, side by side
+        for name, got in zip(queue[i:i + width], _side_by_side(queue[i:i + width], blobs, transform)):
+            if got is not None:
+                spent[name].append(got)
+    if not all(spent.values()):
+        return None
+    us = {k: sum(s for s, _ in v) / sum(n for _, n in v) * 1e6 for k, v in spent.items()}
+    return {"us_per_sample": us, "samples": len(blobs), "processes": {k: len(v) for k, v in spent.items()}}
+
+
+def _side_by_side(names: list, blobs: list, transform) -> list:
+    """(seconds, decodes) timed of each decoder in ``names``, each in a forked process, all at once (one after
+    the other in this process where fork is not available); None for one that gave no figure."""
+    if "fork" not in mp.get_all_start_methods():
+        return [_timed_passes(name, blobs, transform, cap=False) for name in names]
+    ctx = mp.get_context("fork")
+    started = []
+    for name in names:
+        here, there = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(name, blobs, transform, there), daemon=True)
+        proc.start()
+        there.close()
+        started.append((proc, here))
+    out = []
+    for proc, here in started:
         try:
-            spent = {name: _timed(fns[name], data) for name in order}
+            out.append(here.recv() if here.poll(120) else None)
+        except EOFError:  # the child died (a decoder that crashed its process): no figure
+            out.append(None)
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+    return out
+
+
+def _child(name: str, blobs: list, transform, conn) -> None:
+    conn.send(_timed_passes(name, blobs, transform, cap=True))
+    conn.close()
+
+
+def _timed_passes(name: str, blobs: list, transform, cap: bool) -> Optional[tuple[float, int]]:
+    if cap:
+        from pipeprof.measure.confounders import cap_worker_threads
+        cap_worker_threads()  # as in a worker: one thread
+    fn, total, n = get_decoder(name), 0.0, 0
+    for i, data in enumerate(blobs[:WARM] + blobs):
+        t0 = time.perf_counter()
+        try:
+            image = fn(data)
         except DecodeError:  # a bad sample is the sweep's to report, not this probe's
             continue
-        if i:
-            total, n = {k: total[k] + spent[k] for k in total}, n + 1
-    if not n:
-        return None
-    return {"us_per_sample": {k: v / n * 1e6 for k, v in total.items()}, "samples": n}
+        if i >= WARM:
+            total, n = total + time.perf_counter() - t0, n + 1
+        if transform is not None:
+            transform(image=image)
+    return (total, n) if n else None
 
 
 def _read(source, index: int) -> bytes | None:
@@ -51,9 +122,3 @@ def _read(source, index: int) -> bytes | None:
         return source.read(index)
     except OSError:  # SourceError is one
         return None
-
-
-def _timed(fn, data: bytes) -> float:
-    t0 = time.perf_counter()
-    fn(data)
-    return time.perf_counter() - t0

@@ -203,7 +203,6 @@ class Paired:
     b: list[Window] = field(default_factory=list)
     planned_pairs: int = 0
     time_capped: bool = False
-    mode: Optional[bool] = None  # the mode the last window ran in (warm-up: A)
     warmup_batches: int = 0
     warmup_wanted: int = 0
 
@@ -239,53 +238,96 @@ class Paired:
             if self.warmup_batches < self.warmup_wanted else []
 
 
-def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, *, drain_batches: int,
-                batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
-                on_phase: Callable[[str], None] = lambda phase: None,
-                sync: Callable[[], None] = lambda: None, half_width: Optional[float] = None) -> Paired:
-    """Warm up, then time windows with ``set_mode(True)`` (A) and ``set_mode(False)`` (B) in ABBA order.
+@dataclass
+class Rotated:
+    """Windows of a baseline (side 0) and one or two variants (sides 1 and 2) measured in rotation, one cycle
+    after another: one variant A B | B A | A B ... (ABBA); two A1 B A2 | A2 B A1 | A1 B A2 ... Each variant's
+    window is next to its cycle's baseline window, before it in one cycle and after it in the next, so a steady
+    drift cancels over two cycles as in ABBA; with two variants the baseline window is shared (three windows for
+    two pairs, not four), and a cycle begins on the side the last one ended on (no switch, no drain there).
+
+    ``cycles``: whole cycles, each a dict side -> its window. ``planned_pairs``: the cycles the policy asked
+    for; ``time_capped``: ``max_trial_s`` stopped them; warm-up ran ``warmup_batches`` of the ``warmup_wanted``
+    untimed batches (fewer: cut short by the cap). ``side``: the side the last window ran on (warm-up: the first
+    cycle's first)."""
+
+    variants: int
+    cycles: list[dict[int, Window]] = field(default_factory=list)
+    planned_pairs: int = 0
+    time_capped: bool = False
+    side: Optional[int] = None
+    warmup_batches: int = 0
+    warmup_wanted: int = 0
+
+    def __post_init__(self):
+        if self.variants not in (1, 2):
+            raise ValueError(f"a rotation has one or two variants beside its baseline, not {self.variants}")
+
+    def order(self, cycle: int) -> list[int]:
+        """The sides of cycle ``cycle`` (from 0) in the order they run."""
+        first = [1, 0] if self.variants == 1 else [1, 0, 2]
+        return first if cycle % 2 == 0 else first[::-1]
+
+    def paired(self, variant: int = 1) -> Paired:
+        """``variant``'s windows against the baseline's, pair by pair (the baseline window of its cycle)."""
+        return Paired(a=[c[variant] for c in self.cycles], b=[c[0] for c in self.cycles],
+                      planned_pairs=self.planned_pairs, time_capped=self.time_capped,
+                      warmup_batches=self.warmup_batches, warmup_wanted=self.warmup_wanted)
+
+
+def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, **kw) -> Paired:
+    """Warm up, then time windows with ``set_mode(True)`` (A) and ``set_mode(False)`` (B) in ABBA order: a
+    :func:`rotating` of one variant (A) against its baseline (B); ``kw`` as there."""
+    return rotating(step, lambda side: set_mode(side == 1), 1, policy, **kw).paired(1)
+
+
+def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants: int, policy, *, drain_batches: int,
+             batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
+             on_phase: Callable[[str], None] = lambda phase: None,
+             sync: Callable[[], None] = lambda: None, half_width: Optional[float] = None) -> Rotated:
+    """Warm up, then time the windows of a baseline (``set_side(0)``) and ``variants`` variants (``set_side(1)``,
+    ``set_side(2)``) in cycles (:class:`Rotated`: ABBA with one variant).
 
     After each switch ``drain_batches`` batches are run untimed: a loader's workers have that
-    many batches in flight, made under the previous mode. A window in the mode of the one before it
+    many batches in flight, made under the previous side. A window on the side of the one before it
     (the middle of A B B A) follows no switch and needs no drain: half the drains of draining before
-    every window, so more pairs fit the same time. Alternating on one loader at one
-    setting cancels the machine's slow drift, which two separate trials would mix into the
+    every window, so more pairs fit the same time. Alternating on one step at one
+    setting cancels the machine's slow drift, which separate trials would mix into the
     difference. ``sync`` closes each window (a device step's queued work counts in its window).
-    ``max(2, windows // 2)`` pairs are planned; more are added, up to
-    ``max_windows // 2``, while the cost's 95% half-width is wider than ``half_width`` (default
+    ``max(2, windows // 2)`` cycles are planned; more are added, up to
+    ``max_windows // 2``, while any variant's 95% half-width of its cost is wider than ``half_width`` (default
     ``ci_target / 2``: an overhead is read against a rate that itself has ± ``ci_target``).
 
-    ``max_trial_s`` bounds it all: warm-up stops at half of it; a new pair starts only while the
-    time left is at least what the previous pair took, and a pair's second window only before the
-    cap (an unfinished pair is dropped), so the cap is passed by at most one window (and its drain).
+    ``max_trial_s`` bounds it all: warm-up stops at half of it; a new cycle starts only while the
+    time left is at least what the previous cycle took, and a cycle's next window only before the
+    cap (an unfinished cycle is dropped), so the cap is passed by at most one window (and its drain).
     """
     on_phase("warmup")
     t0 = clock()
-    p = Paired(planned_pairs=Paired.plan(policy)[0], warmup_wanted=policy.warmup_batches + drain_batches)
-    set_mode(True)
-    p.mode = True
-    _paired_warmup(step, policy, p, clock, t0)
+    r = Rotated(variants, planned_pairs=Paired.plan(policy)[0], warmup_wanted=policy.warmup_batches + drain_batches)
+    r.side = r.order(0)[0]
+    set_side(r.side)
+    _paired_warmup(step, policy, r, clock, t0)
     on_phase("measure")
-    last_pair_s = 0.0
+    last_cycle_s = 0.0
     half = policy.ci_target / 2 if half_width is None else half_width
-    while _more_pairs(p, policy, half):
-        t_pair = clock()
-        left = policy.max_trial_s - (t_pair - t0)
-        if left <= 0 or left < last_pair_s:
-            p.time_capped = True
+    while _more_cycles(r, policy, half):
+        t_cycle = clock()
+        left = policy.max_trial_s - (t_cycle - t0)
+        if left <= 0 or left < last_cycle_s:
+            r.time_capped = True
             break
-        done = _one_pair(step, set_mode, policy, p, clock, t0, drain_batches, batch_multiple, sync)
-        if len(done) < 2:
-            p.time_capped = True
+        done = _one_cycle(step, set_side, policy, r, clock, t0, drain_batches, batch_multiple, sync)
+        if done is None:
+            r.time_capped = True
             break
-        for mode, w in done:
-            (p.a if mode else p.b).append(w)
-        last_pair_s = clock() - t_pair
+        r.cycles.append(done)
+        last_cycle_s = clock() - t_cycle
     on_phase("done")
-    return p
+    return r
 
 
-def _paired_warmup(step, policy, p: Paired, clock, t0: float) -> None:
+def _paired_warmup(step, policy, p: Rotated, clock, t0: float) -> None:
     while p.warmup_batches < p.warmup_wanted or clock() - t0 < policy.warmup_s:
         step()
         p.warmup_batches += 1
@@ -293,30 +335,32 @@ def _paired_warmup(step, policy, p: Paired, clock, t0: float) -> None:
             break
 
 
-def _one_pair(step, set_mode, policy, p: Paired, clock, t0: float, drain_batches: int,
-              batch_multiple: int, sync=lambda: None) -> list[tuple[bool, Window]]:
-    """The next pair's windows, in ABBA order: one alone when the cap came before the second."""
-    done = []
-    for mode in ((True, False) if len(p.a) % 2 == 0 else (False, True)):
+def _one_cycle(step, set_side, policy, r: Rotated, clock, t0: float, drain_batches: int,
+               batch_multiple: int, sync=lambda: None) -> Optional[dict[int, Window]]:
+    """The next cycle's windows by side; None when the cap came before its last window."""
+    done: dict[int, Window] = {}
+    for side in r.order(len(r.cycles)):
         if done and clock() - t0 >= policy.max_trial_s:
-            break  # no time for this pair's second window
-        set_mode(mode)
-        for _ in range(drain_batches if mode != p.mode else 0):
+            return None  # no time for this cycle's next window
+        set_side(side)
+        for _ in range(drain_batches if side != r.side else 0):
             step()
-        p.mode = mode
+        r.side = side
         sync()  # the drained batches' device work is not the window's
-        done.append((mode, window(step, clock, sync, clock(), policy.window_s, policy.window_batches,
-                                  batch_multiple)))
+        done[side] = window(step, clock, sync, clock(), policy.window_s, policy.window_batches, batch_multiple)
     return done
 
 
-def _more_pairs(p: Paired, policy, half_width: float) -> bool:
-    """The planned pairs first; then more, up to the most, while the cost's half-width > ``half_width``."""
+def _more_cycles(r: Rotated, policy, half_width: float) -> bool:
+    """The planned cycles first; then more, up to the most, while a variant's cost half-width > ``half_width``."""
     planned, most = Paired.plan(policy)
-    n = len(p.a)
+    n = len(r.cycles)
     if n < planned:
         return True
     if n >= most:
         return False
-    c = p.cost()
-    return c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > half_width
+    for v in range(1, r.variants + 1):
+        c = r.paired(v).cost()
+        if c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > half_width:
+            return True
+    return False

@@ -2,8 +2,9 @@
 timed against the baseline, when the answer binds on the input side (config ``actions: measure``).
 
 For every group of the stored analysis, ``analysis.action_trials.plan`` says which actions apply (and why the
-others do not); each applicable one runs as one trial at the recommended worker count
-(``trials.actions``: the variant and the baseline in alternating windows, under the watchdog), its row
+others do not); each applicable one is tried at the recommended worker count (``trials.actions``: the variant
+and the baseline in alternating windows, under the watchdog; the two largest predicted gains of a group in one
+rotation, their baseline windows shared, the others one trial each), its row
 (kind ``action``) goes into run.json's ``action_trials.rows``, apart from the sweep's trials.parquet (the
 analysis and its counts are the sweep's), and the group's actions are stored again with the measurement
 beside the prediction (``analysis.action_trials.combine``). The answer is already saved (and
@@ -29,15 +30,17 @@ from pipeprof.data.sources import source_class
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.trials import TrialContext, TrialSpec
-from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_action
+from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_together
 from pipeprof.trials.watchdog import Leash, run_bounded
 from .sweep import SETUP_MARGIN_S, failure_columns, release, run_one
 
 # less left of the budget than this: no trial starts (on the H200, trials of 20 and 24 s got one pair, which
 # has no interval; trials of 42-66 s got 3-5 pairs)
 MIN_ACTION_S = 40.0
-# the two largest predicted gains share the budget (the answer's first lines name the best measured): the
-# first may take half of it, not all, and the second what the first left; the rest get what is left then
+# the two largest predicted gains share the budget (the answer's first lines name the best measured): of one
+# group, they run in one rotation (their baseline windows shared) that may take all of it; else the first may
+# take half of it, not all, and the second what the first left; the rest get what is left then. On the H200 two
+# trials of 4-6 pairs took 49 and 64 s (21 s of it each one's start): in one rotation the same 120 s hold 8 cycles
 SHARED_BY = 2
 BESIDE_MAX_S = 30.0  # the GPU pipeline beside the stand-in step, before the action trials: a sweep trial's windows
 
@@ -148,21 +151,26 @@ def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_f
         t0 = time.perf_counter()
         try:
             todo = _predict_gpu_pipeline(run, ctx, todo, groups, bases, monitor, log)
-            for n, (i, spec, p) in enumerate(todo, 1):
+            trials = rotations(todo)
+            for n, together in enumerate(trials, 1):
                 left_s = cfg.measure.actions_max_s - (time.perf_counter() - t0)
                 if left_s < MIN_ACTION_S:
                     log(f"action trials: the budget (measure.actions_max_s = {cfg.measure.actions_max_s:g} s) is spent; "
-                        f"{len(todo) - n + 1} not tried")
+                        f"{sum(len(t) for t in trials[n - 1:])} not tried")
                     break
-                log(f"action trial {n}/{len(todo)}: {p.action}, against the baseline at {spec.num_workers} workers")
+                i, spec = together[0][:2]
+                log(f"action trial {n}/{len(trials)}: {' and '.join(p.action for *_, p in together)}, against the "
+                    f"baseline at {spec.num_workers} workers")
+                share = left_s if len(together) == SHARED_BY else share_of(left_s, n, len(trials))
                 capped = replace(ctx, measure=ctx.measure.model_copy(
-                    update={"max_trial_s": min(ctx.measure.max_trial_s, share_of(left_s, n, len(todo)))}))
-                row = _one(capped, plan_, replace(spec, kind=ACTION_KIND, action=p.id), p,
-                           lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
-                out[(i, p.id)] = row
-                run.meta["action_trials"]["rows"].append(row)
-                run.save_meta()  # each row as it lands: an interrupted run keeps what was measured
-                log(_said(p, row))
+                    update={"max_trial_s": min(ctx.measure.max_trial_s, share)}))
+                rows = _one(capped, plan_, spec, [p for *_, p in together],
+                            lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
+                for (i, _, p), row in zip(together, rows):
+                    out[(i, p.id)] = row
+                    run.meta["action_trials"]["rows"].append(row)
+                    log(_said(p, row))
+                run.save_meta()  # each trial's rows as they land: an interrupted run keeps what was measured
         except KeyboardInterrupt:
             return out, True
     return out, False
@@ -209,30 +217,48 @@ def share_of(left_s: float, n: int, count: int) -> float:
     return left_s / (SHARED_BY - n + 1) if n < SHARED_BY and count > n else left_s
 
 
-def _one(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, summarize_monitor, log) -> dict:
-    """One action trial's row: settings, status and error, the paired figures and the monitor's summary."""
+def rotations(todo: list) -> list[list]:
+    """The planned trials as they run: the two largest predicted gains together in one rotation
+    (``trials.actions.action_trials``: their baseline windows shared) where they are of one group (one baseline),
+    each other action in a trial of its own."""
+    if len(todo) >= SHARED_BY and len({i for i, *_ in todo[:SHARED_BY]}) == 1:
+        return [todo[:SHARED_BY]] + [[t] for t in todo[SHARED_BY:]]
+    return [[t] for t in todo]
+
+
+def _one(ctx: TrialContext, plan_, spec: TrialSpec, planned: list[Planned], summarize_monitor, log) -> list[dict]:
+    """One action trial's rows, one per action in ``planned`` (one or two, in one rotation): settings, status and
+    error, the paired figures and the monitor's summary."""
     t0 = time.perf_counter()
+    specs = [replace(spec, kind=ACTION_KIND, action=p.id) for p in planned]
     threads = step_threads("end_to_end", ctx.device.type, ctx.cores, spec.num_workers, ctx.step_threads)
-    row = spec.columns() | {"status": "ok", "error": None, "action_label": p.action, "step_threads": threads}
+    rows = [s.columns() | {"status": "ok", "error": None, "action_label": p.action, "step_threads": threads}
+            for s, p in zip(specs, planned)]
     try:
-        ctx_ = _with_source(ctx, plan_, spec, p, log)
+        ctx_ = ctx
+        for p in planned:
+            ctx_ = _with_source(ctx_, plan_, specs[0], p, log)
         leash = Leash(ctx_.monitor, ctx_.clock)
         watched = replace(ctx_, monitor=leash, clock=leash.clock)
 
-        def body() -> dict:
+        def body() -> list[dict]:
             with torch_threads(threads):
-                return run_action(watched, spec, p.params)
-        row |= run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S, f"action trial {spec.trial_id}")
-        seen = summarize_monitor(spec.trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
-        row |= {k: v for k, v in seen.items() if row.get(k) is None}
+                return run_together(watched, specs[0], [(p.id, p.params) for p in planned])
+        measured = run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S,
+                               f"action trial {specs[0].trial_id}")
+        for row, got in zip(rows, measured):
+            row |= got
+            seen = summarize_monitor(specs[0].trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
+            row |= {k: v for k, v in seen.items() if row.get(k) is None}
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a variant that cannot run is a row with its error, never a crashed run
-        row |= failure_columns(exc, ctx.device)
+        rows = [row | failure_columns(exc, ctx.device) for row in rows]
     finally:
         ctx.monitor.set_trial(None)
         release(ctx.device)
-    return {k: _plain(v) for k, v in (row | {"trial_s": time.perf_counter() - t0}).items()}
+    trial_s = time.perf_counter() - t0
+    return [{k: _plain(v) for k, v in (row | {"trial_s": trial_s}).items()} for row in rows]
 
 
 def _plain(v):

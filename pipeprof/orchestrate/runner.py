@@ -36,6 +36,7 @@ from .resume import differences, kept_rows
 from pipeprof.schema import SCHEMA_VERSION
 from .search import run_adaptive
 from .sweep import expand, preset_probe, run_sweep, trial_heap
+from pipeprof.models import input_size
 from pipeprof.trials import TrialContext, timed_regions
 from pipeprof.trials.skeleton import collate_user
 
@@ -225,7 +226,10 @@ def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict, 
                                      "start": reference.measure(int(cores), ref_s)}
         run.save_meta()
     if plan.sources and "decode_costs" not in run.meta:  # both decoders on the run's files: the decoder action's basis
-        run.meta["decode_costs"] = decode_costs(next(iter(plan.sources.values())))
+        preset = plan.cfg.augment.preset[0]  # what a worker does after decoding: the probe's processes do it too
+        run.meta["decode_costs"] = decode_costs(next(iter(plan.sources.values())),
+                                                transform=load_preset(preset, input_size(plan.cfg.model.name[0])),
+                                                cores=int(cores))
         run.meta["timed_regions"]["decode_costs"] = DECODE_TIMED_REGION
     interrupted = _sweep(run, plan, models, loss_fn, progress, kept, started)
     if ref_s > 0 and not interrupted:

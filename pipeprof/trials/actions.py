@@ -1,16 +1,20 @@
-"""Action trials: an end-to-end variant against its baseline, windows alternated in one trial.
+"""Action trials: an end-to-end variant (or two) against its baseline, windows alternated in one trial.
 
 An action (another decoder, uint8 batches normalised on the GPU, decode and augment on the GPU, the
 data in RAM or in shards, the DataLoader's pinning, prefetch depth or persistent workers) is tried the
 way the overhead checks are measured: both sides run in the same trial, on one step (one model, one
-optimizer, one cuDNN cache), in ABBA windows (``measure.windows.alternating``), so the machine's slow
-drift falls on both and the gain is read pair by pair with its 95% interval.
+optimizer, one cuDNN cache), in ABBA windows (``measure.windows.rotating``), so the machine's slow
+drift falls on both and the gain is read pair by pair with its 95% interval. Two variants share one
+rotation, A1 B A2 | A2 B A1: each cycle's baseline window is paired with both, so two gains take three
+windows a cycle instead of four, and one trial's start instead of two (the orchestrator tries a group's two
+largest predicted gains so: on the H200 each trial's start took about 21 s and a pair 7 s).
 
 Each side is a :class:`Variant`: a loader of its own, opened at the start and kept running, and what
 the training process does to its batches before the step. While one side is timed the other's workers
 are stopped (``measure.loader.Pause``: SIGSTOP, then SIGCONT at its turn), so they take no core from the
 side being timed. Each side is first run untimed on its own (the baseline while the variant is stopped,
-then the variant as the windows' warm-up), so a fresh worker's first batches fall in no window. A stopped
+a second variant likewise, then the first variant as the windows' warm-up), so a fresh worker's first batches
+fall in no window. A stopped
 side goes on where it was: its ready batches, and the half-made ones its workers had under way, were begun
 in its own turn, as the end of any window leaves them in steady running, so they are no surplus to drain.
 After each switch one worker round runs untimed (``drain``) for what the switch itself adds (the moments
@@ -34,15 +38,16 @@ from torch.utils.data import DataLoader, IterableDataset
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.dataset import PipelineDataset
 from pipeprof.measure.loader import PAUSABLE, Pause, prefetch_depth, shutdown, worker_pids
-from pipeprof.measure.windows import alternating, summarize_rates
+from pipeprof.measure.windows import rotating, summarize_rates
 from .columns import stage_columns
 from .device_side import device_side, passthrough
 from .skeleton import collate_for, make_step, open_loader, pipeline_dataset
 from .spec import TrialContext, TrialSpec
 
 ACTION_KIND = "action"
-TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with its own running loader, in ABBA "
-                "windows (next(loader) + the training process's decode/augment if any + copy + step; windows "
+TIMED_REGION = ("one or two end-to-end variants and their baseline on one step, each with its own running loader, "
+                "in ABBA windows (two variants: A1 B A2 | A2 B A1 cycles, rotated_with 1, the cycle's baseline window "
+                "paired with both) (next(loader) + the training process's decode/augment if any + copy + step; windows "
                 "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
                 "each side first runs untimed alone (its prefetch depth and one worker round; the variant's, the "
                 "windows' warm-up, warmup_batches more); "
@@ -50,7 +55,7 @@ TIMED_REGION = ("an end-to-end variant and its baseline on one step, each with i
                 "side goes on where it was; without SIGSTOP, its prefetch depth and enough more rounds to outlast the "
                 "other side's last fills, sized from one round of each side timed before the windows, a pace and "
                 "not a figure); windows of at least measure.action_window_s, "
-                "pairs added until the gain's 95% CI is within ± measure.ci_target; gain = variant / baseline - 1 "
+                "pairs (cycles) added until every variant's gain's 95% CI is within ± measure.ci_target; gain = variant / baseline - 1 "
                 "per pair of windows, mean and 95% CI; "
                 "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
                 "[baseline_]stage_us_per_sample.* and worker_us_per_sample: each side's worker stage clocks (collate "
@@ -140,48 +145,60 @@ def _open(ctx: TrialContext, spec: TrialSpec, v: Variant):
 
 
 def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant) -> dict:
-    """Variant (A) against baseline (B) at ``spec``'s settings (its model, batch and workers; the monitor
-    tags its samples with ``spec``'s trial id), ABBA windows on one step (see the module)."""
+    """Variant (A) against baseline (B) at ``spec``'s settings: :func:`action_trials` of one variant (ABBA)."""
+    return action_trials(ctx, spec, base, [alt])[0]
+
+
+def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[Variant]) -> list[dict]:
+    """One or two variants against the baseline at ``spec``'s settings (its model, batch and workers; the monitor
+    tags its samples with ``spec``'s trial id), on one step, in one rotation of windows
+    (``measure.windows.rotating``: A B B A for one variant; A1 B A2 | A2 B A1 for two, each cycle's baseline
+    window shared, a third fewer windows than two trials and one start instead of two); the columns of each
+    variant, in ``alts``' order (see the module)."""
     step = make_step(ctx, spec)
-    pf = max(base.prefetch_factor, alt.prefetch_factor)
+    sides = [base, *alts]
+    pf = max(v.prefetch_factor for v in sides)
     depth = prefetch_depth(spec.num_workers or 0, pf)  # batches a side has dispatched when it is stopped
     its: dict = {}
     pauses: dict = {}
     try:
-        its[False], its[True] = _open(ctx, spec, base), _open(ctx, spec, alt)
-        ctx.monitor.track_workers(worker_pids(its[False]) + worker_pids(its[True]))
-        state = {"alt": False, "phase": "warmup", "unclocked": 0}
-        pauses.update({side: Pause(it) for side, it in its.items()})  # each side's workers run only in its turn
+        for k, v in enumerate(sides):
+            its[k] = _open(ctx, spec, v)
+        ctx.monitor.track_workers([pid for it in its.values() for pid in worker_pids(it)])
+        state = {"side": 0, "phase": "warmup", "unclocked": 0}
+        pauses.update({k: Pause(it) for k, it in its.items()})  # each side's workers run only in its turn
 
-        def switch(on: bool) -> None:
-            if on != state["alt"]:
-                pauses[state["alt"]].stop()
-                pauses[on].resume()
+        def switch(k: int) -> None:
+            if k != state["side"]:
+                pauses[state["side"]].stop()
+                pauses[k].resume()
                 # the batches dispatched before the stop (half-made ones among them): their clocks hold it
                 state["unclocked"] = depth if PAUSABLE else 0
-            state["alt"] = on
+            state["side"] = k
 
-        clocks = {False: _StageSums(base.dataset), True: _StageSums(alt.dataset)}
+        clocks = [_StageSums(v.dataset) for v in sides]
 
         def one() -> int:
-            side, raw = (alt if state["alt"] else base).side or passthrough, next(its[state["alt"]])
+            k = state["side"]
+            raw = next(its[k])
             if state["phase"] == "measure" and state["unclocked"] <= 0:
-                clocks[state["alt"]].add(raw)
+                clocks[k].add(raw)
             state["unclocked"] -= 1
-            batch = side(raw, state["phase"] == "measure")
+            batch = (sides[k].side or passthrough)(raw, state["phase"] == "measure")
             step.run(batch["image"], batch["label"])
             return len(batch["label"])
 
-        drain = _start(one, switch, pauses, spec, depth, pf, step.clock.sync)
-        paired = alternating(one, switch, action_policy(ctx.measure, depth), clock=ctx.clock,
-                             drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
-                             sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
-                             half_width=ctx.measure.ci_target)
+        drain = _start(one, switch, pauses, spec, depth, pf, step.clock.sync, len(alts))
+        rotated = rotating(one, switch, len(alts), action_policy(ctx.measure, depth), clock=ctx.clock,
+                           drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
+                           sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
+                           half_width=ctx.measure.ci_target)
     finally:
         _close(ctx, its, pauses)
-    return paired_columns(paired, ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(alt.side) | {
-        "drain_batches": drain, "paused_workers": PAUSABLE} | clocks[True].columns() | clocks[False].columns(
+    shared = {"drain_batches": drain, "paused_workers": PAUSABLE, "rotated_with": len(alts) - 1} | clocks[0].columns(
         "baseline_")
+    return [paired_columns(rotated.paired(k), ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(v.side)
+            | shared | clocks[k].columns() for k, v in enumerate(alts, 1)]
 
 
 def _close(ctx: TrialContext, its: dict, pauses: dict) -> None:
@@ -230,25 +247,29 @@ def action_policy(measure, depth: int = 0):
                                       "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs)})
 
 
-def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync) -> int:
+def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync, variants: int = 1) -> int:
     """Each side's start, untimed, and the batches to run untimed after each switch (returned).
 
-    With SIGSTOP: the variant is stopped and the baseline runs its prefetch depth and one round (a fresh
-    worker's first batches, made once); the variant's own start is the windows' warm-up. After a switch,
+    With SIGSTOP: the variants are stopped and the baseline runs its prefetch depth and one round (a fresh
+    worker's first batches, made once), then a second variant the same; the first variant's own start is the
+    windows' warm-up. After a switch,
     one round: a side stopped and continued goes on where it was (its ready and half-made batches begun in
     its own turn; the half-made ones' clocks hold the stop, which the stage sums leave out). Where workers
-    cannot be stopped, both sides start here, each with one round timed after, and the drain is the prefetch depth
-    and enough rounds to outlast the other side's last fills (prefetch_factor batches per worker at the other
-    side's pace: the slower side's time per batch over the faster's)."""
+    cannot be stopped, every side starts here, each with one round timed after, and the drain is the prefetch depth
+    and enough rounds to outlast another side's last fills (prefetch_factor batches per worker at its
+    pace: the slowest side's time per batch over the fastest's)."""
     rounds = max(spec.num_workers or 1, 1)
     if PAUSABLE:
-        pauses[True].stop()  # the variant's workers wait (state["alt"] is False: the baseline's turn)
-        for _ in range(depth + rounds):
-            one()
+        for k in range(1, variants + 1):
+            pauses[k].stop()  # the variants' workers wait (the baseline's turn)
+        for k in [0, *range(2, variants + 1)]:
+            switch(k)
+            for _ in range(depth + rounds):
+                one()
         return rounds
     per_batch = []
-    for side in (False, True):  # the baseline, then the variant: each started and timed once, untimed after
-        switch(side)
+    for k in range(variants + 1):  # the baseline, then each variant: each started and timed once, untimed after
+        switch(k)
         for _ in range(depth + rounds):
             one()
         sync()
@@ -293,7 +314,8 @@ def paired_columns(paired, max_trial_s: float, ci_target: Optional[float] = None
         "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
 
 
-def run_action(ctx: TrialContext, spec: TrialSpec, params: dict) -> dict:
-    """The action trial of ``spec.action`` with ``params`` (what the variant changes) against ``spec``."""
+def run_together(ctx: TrialContext, spec: TrialSpec, actions: list[tuple[str, dict]]) -> list[dict]:
+    """One or two actions, each ``(id, params)``, against ``spec``'s baseline in one rotation (``action_trials``)."""
     base_spec = replace(spec, kind="end_to_end", action=None)
-    return action_trial(ctx, spec, baseline(ctx, base_spec), VARIANTS[spec.action](ctx, base_spec, params))
+    return action_trials(ctx, spec, baseline(ctx, base_spec),
+                         [VARIANTS[action](ctx, base_spec, params) for action, params in actions])
