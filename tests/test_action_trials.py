@@ -254,16 +254,16 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
 
 def test_the_decode_probe_times_each_decoder_in_processes_of_its_own(tiny_dataset):
     """Both decoders on the same samples, each in forked processes that run one decoder and the preset (as a
-    worker does), half the processes each; a source with no readable sample gives no costs."""
+    worker does), as many at once as the cores given, in rounds A B B A; no source gives no costs."""
     from pipeprof.data.augment import load_preset
     from pipeprof.data.sources.files import FileSource
-    from pipeprof.measure.decoders import PROCESSES, decode_costs
+    from pipeprof.measure.decoders import ROUNDS, decode_costs
 
     files = FileSource(tiny_dataset)
     costs = decode_costs(files, samples=6, transform=load_preset("standard", 64), cores=2)
     assert set(costs["us_per_sample"]) == {"pil", "cv2"} and min(costs["us_per_sample"].values()) > 0
-    assert costs["processes"] == {"pil": PROCESSES // 2, "cv2": PROCESSES // 2} and costs["samples"] == 6
-    assert decode_costs(files, samples=6, decoders=("pil",), cores=1)["processes"] == {"pil": PROCESSES}
+    assert costs["processes"] == {"pil": 2 * ROUNDS, "cv2": 2 * ROUNDS} and costs["samples"] == 6
+    assert decode_costs(files, samples=6, decoders=("pil",), cores=3)["processes"] == {"pil": 3 * ROUNDS}
     assert decode_costs(None) is None
 
 

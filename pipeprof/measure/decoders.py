@@ -5,19 +5,20 @@ sweep. Predicting it from a fixed factor ("a 2x faster decoder") was an assumpti
 decoders decode the same samples of the run's source here, and the prediction scales the workers'
 measured decode time by the ratio of the two (``analysis.advice``); the action trial checks it.
 
-A decode's cost depends on the process it runs in, not only on the bytes: Pillow's buffers come from
-malloc and go back at each free, so how many page faults a decode pays depends on the process's heap.
-In one process that alternated the two decoders sample by sample (as this probe did), Pillow took
-~370 page faults a decode and OpenCV ~115; a process running one decoder and then the preset's
-transforms, as a DataLoader worker does, settles at ~44 and 0. Pillow's time per decode moves with its
-process by up to 1.7x (here two processes alike read 1,500 and 1,900 us). Timed in one process, the
-probe set cv2 29% under pil on the H200 where the workers' own clocks read 21% (the decoder action
-predicted +26%, its trial measured +14%). So each decoder is timed as the workers run it: in
-:data:`PROCESSES` processes forked from this one (as the DataLoader forks its workers), with the workers'
-thread policy, each running one decoder and the preset after each decode (untimed), a few samples
-untimed and then every sample timed; half of them each decoder, side by side as many at once as there are
-cores (the machine's drift and its contention fall on both decoders alike; the workers' cores are full
-when the decoder matters).
+A decode's cost depends on the process it runs in and on what runs beside it, not only on the bytes.
+Pillow's buffers come from malloc and go back at each free, so how many page faults a decode pays
+depends on the process's heap: in one process that alternated the two decoders sample by sample (as
+this probe did), Pillow took ~370 page faults a decode and OpenCV ~115; a process running one decoder
+and then the preset's transforms, as a DataLoader worker does, settles at ~44 and 0, and Pillow's time
+per decode moves with its process by up to 1.7x. And a core's speed depends on its neighbours': on the
+H200 box, with the decoders in 8 processes at once on 16 cores, Pillow's decode took what the workers'
+clocks read at 14 workers (2,810 against 2,765 us) but OpenCV's 9% less (1,887 against 2,076). Timed
+in one process, the probe set cv2 29% under pil where the workers' own clocks read 21% (the decoder
+action predicted +26%, its trial measured +14%). So each decoder is timed as the workers run it: in
+processes forked from this one (as the DataLoader forks its workers), with the workers' thread policy,
+each running one decoder and the preset after each decode (untimed), a few samples untimed and then
+every sample timed; as many processes at once as there are usable cores, all of one decoder, in rounds
+A B B A (the machine's drift falls on both decoders alike).
 """
 from __future__ import annotations
 
@@ -29,12 +30,12 @@ from typing import Callable, Optional
 from pipeprof.data.decode import DECODERS, DecodeError, get_decoder
 
 WARM = 8  # samples decoded (and transformed) untimed first in each process: its heap's first decodes
-PROCESSES = 8  # in all, half each decoder: each process's state of Pillow's heap is one draw of several
+ROUNDS = 2  # rounds of each decoder (A B B A), each as many processes as usable cores
 
 #: What is timed, recorded in run.json beside the figures.
 TIMED_REGION = ("each CPU decoder on the same samples of the run's first source (bytes read outside the clock), in "
-                f"{PROCESSES} processes forked from the main process before the sweep, half each decoder, as many at once "
-                "as there are usable cores (the workers' thread policy; the first preset's transforms after each "
+                "processes forked from the main process before the sweep: rounds A B B A of as many processes at "
+                "once as usable cores, each round one decoder (the workers' thread policy; the first preset's transforms after each "
                 f"decode, untimed), {WARM} samples untimed then every sample timed in each; us per sample = summed "
                 "perf_counter time of the decode calls / decodes timed")
 
@@ -44,7 +45,7 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Option
     """``{"us_per_sample": {decoder: us}, "samples": n, "processes": {decoder: count}}`` over
     ``samples`` evenly spread samples of ``source`` (None without a source or when none decodes);
     ``transform(image=...)``: what a worker does after decoding (the preset); ``cores``: the usable cores (how
-    many processes run at once; default: this process's CPUs). Its timed region, :data:`TIMED_REGION`, is in
+    many processes of a decoder run at once; default: this process's CPUs). Its timed region, :data:`TIMED_REGION`, is in
     run.json's ``timed_regions``."""
     if source is None or not len(source):
         return None
@@ -55,12 +56,10 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Option
         return None
     names = list(decoders)
     spent: dict[str, list] = {name: [] for name in names}
-    queue = [names[i % len(names)] for i in range(PROCESSES)]
-    width = max(len(names), min(cores or len(os.sched_getaffinity(0)), PROCESSES) // len(names) * len(names))
-    for i in range(0, len(queue), width):  # a round: every decoder in as many processes, side by side
-        for name, got in zip(queue[i:i + width], _side_by_side(queue[i:i + width], blobs, transform)):
-            if got is not None:
-                spent[name].append(got)
+    width = max(1, cores or len(os.sched_getaffinity(0)))
+    for r in range(ROUNDS):
+        for name in (names if r % 2 == 0 else names[::-1]):  # A B, B A: the drift falls on both alike
+            spent[name] += [got for got in _side_by_side([name] * width, blobs, transform) if got is not None]
     if not all(spent.values()):
         return None
     us = {k: sum(s for s, _ in v) / sum(n for _, n in v) * 1e6 for k, v in spent.items()}
