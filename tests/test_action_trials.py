@@ -242,6 +242,14 @@ def test_decoder_prediction_rests_on_the_measured_decode_costs():
     capped = pd.concat([row, pd.Series({"handoff_samples_per_s": 240.0, "stage_share.Normalize": 0.2})])
     got = {a["id"]: a for a in actions(capped, ws, rates, 8, "cuda", costs)}
     assert got["decoder"]["gain_frac"] == pytest.approx(0.2) and "capped at the loader's hand-off" in got["decoder"]["basis"]
+    # the hand-off is CPU work that moves with the machine: the cap is a ratio, checked at any baseline as it is
+    # (the H200, call 18: capped +15.0%; its trial +15.1% (+10.1% to +20.1%) at a baseline 5% under the sweep's,
+    # where the cap read as an absolute rate was +21%)
+    (dec,) = [a for a in combine([got["decoder"]], plan(group(), ROW, GPU), {"decoder": {
+        "status": "ok", "samples_per_s": 3381.0, "baseline_samples_per_s": 200.0 * 0.95, "action_gain_frac": 0.151,
+        "action_gain_ci95_low": 0.101, "action_gain_ci95_high": 0.201, "pairs": 7, "trial_id": "action/d"}})
+              if a["id"] == "decoder"]
+    assert not dec.get("absolute") and dec["predicted_gain_at_trial_frac"] == pytest.approx(0.2) and dec["agrees"]
     assert got["uint8"]["gain_frac"] == pytest.approx(1 / 0.8 - 1)
     slower = {"us_per_sample": {"pil": 1000.0, "cv2": 1500.0}, "samples": 24}
     for c in (None, slower):

@@ -201,9 +201,10 @@ def _entry(a: dict, p: Optional[Planned], row: Optional[dict]) -> dict:
 
 def at_trial_baseline(a: dict, m: dict) -> Optional[float]:
     """The predicted gain as the action trial can check it: against the baseline measured beside the variant.
-    A prediction of a share of the pipeline's cost saved is a ratio, the same at any baseline; an absolute one
-    (``absolute``: the GPU pipeline's rate beside a stand-in for the step, a cap at the measured hand-off) does not follow
-    the CPU's speed, so its gain is its rate over the trial's baseline. On the H200 the heavy preset's GPU
+    A prediction of a share of the pipeline's cost saved is a ratio, the same at any baseline (so is a cap at the
+    measured hand-off: CPU work that moves with the machine); an absolute one (``absolute``: the GPU pipeline's
+    rate beside a stand-in for the step) does not follow the CPU's speed, so its gain is its rate over the
+    trial's baseline. On the H200 the heavy preset's GPU
     pipeline was predicted (then from its rate alone) at 2,747 samples/s, +38% on the sweep's 1,996; the trial measured 2,986 against a
     baseline of 1,855 (the cores 7% slower than in the sweep): +48% there, inside the measured +45% to +76%."""
     gain, base = a.get("gain_frac"), m.get("baseline_samples_per_s")
