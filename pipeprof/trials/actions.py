@@ -160,45 +160,54 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
     pf = max(v.prefetch_factor for v in sides)
     depth = prefetch_depth(spec.num_workers or 0, pf)  # batches a side has dispatched when it is stopped
     its: dict = {}
-    pauses: dict = {}
+    turns = None
     try:
         for k, v in enumerate(sides):
             its[k] = _open(ctx, spec, v)
         ctx.monitor.track_workers([pid for it in its.values() for pid in worker_pids(it)])
-        state = {"side": 0, "phase": "warmup", "unclocked": 0}
-        pauses.update({k: Pause(it) for k, it in its.items()})  # each side's workers run only in its turn
-
-        def switch(k: int) -> None:
-            if k != state["side"]:
-                pauses[state["side"]].stop()
-                pauses[k].resume()
-                # the batches dispatched before the stop (half-made ones among them): their clocks hold it
-                state["unclocked"] = depth if PAUSABLE else 0
-            state["side"] = k
-
-        clocks = [_StageSums(v.dataset) for v in sides]
-
-        def one() -> int:
-            k = state["side"]
-            raw = next(its[k])
-            if state["phase"] == "measure" and state["unclocked"] <= 0:
-                clocks[k].add(raw)
-            state["unclocked"] -= 1
-            batch = (sides[k].side or passthrough)(raw, state["phase"] == "measure")
-            step.run(batch["image"], batch["label"])
-            return len(batch["label"])
-
-        drain = _start(one, switch, pauses, spec, depth, pf, step.clock.sync, len(alts))
-        rotated = rotating(one, switch, len(alts), action_policy(ctx.measure, depth), clock=ctx.clock,
+        turns = _Turns(sides, its, step, depth)
+        drain = _start(turns.one, turns.switch, turns.pauses, spec, depth, pf, step.clock.sync, len(alts))
+        rotated = rotating(turns.one, turns.switch, len(alts), action_policy(ctx.measure, depth), clock=ctx.clock,
                            drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
-                           sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, state, p),
+                           sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, turns, p),
                            half_width=ctx.measure.ci_target)
     finally:
-        _close(ctx, its, pauses)
+        _close(ctx, its, turns.pauses if turns is not None else {})
+    clocks = turns.clocks
     shared = {"drain_batches": drain, "paused_workers": PAUSABLE, "rotated_with": len(alts) - 1} | clocks[0].columns(
         "baseline_")
     return [paired_columns(rotated.paired(k), ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(v.side)
             | shared | clocks[k].columns() for k, v in enumerate(alts, 1)]
+
+
+class _Turns:
+    """The sides of an action trial taking turns on one step: ``switch(k)`` stops the workers of the side
+    whose turn it was and continues side ``k``'s (each side's workers run only in its turn); ``one()`` runs a
+    batch of the side whose turn it is (its training-process work, then the step), and adds it to that side's
+    stage clocks once the windows are timed, leaving out the batches dispatched before its last stop."""
+
+    def __init__(self, sides: list, its: dict, step, depth: int):
+        self.sides, self.its, self.step, self.depth = sides, its, step, depth
+        self.pauses = {k: Pause(it) for k, it in its.items()}
+        self.clocks = [_StageSums(v.dataset) for v in sides]
+        self.side, self.phase, self.unclocked = 0, "warmup", 0
+
+    def switch(self, k: int) -> None:
+        if k != self.side:
+            self.pauses[self.side].stop()
+            self.pauses[k].resume()
+            # the batches dispatched before the stop (half-made ones among them): their clocks hold it
+            self.unclocked = self.depth if PAUSABLE else 0
+        self.side = k
+
+    def one(self) -> int:
+        raw = next(self.its[self.side])
+        if self.phase == "measure" and self.unclocked <= 0:
+            self.clocks[self.side].add(raw)
+        self.unclocked -= 1
+        batch = (self.sides[self.side].side or passthrough)(raw, self.phase == "measure")
+        self.step.run(batch["image"], batch["label"])
+        return len(batch["label"])
 
 
 def _close(ctx: TrialContext, its: dict, pauses: dict) -> None:
@@ -282,8 +291,8 @@ def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync
     return depth + rounds * (math.ceil(pf * min(slower, 20.0)) + 1)  # 20x: a side that slow needs no finer drain
 
 
-def _phase(ctx: TrialContext, spec: TrialSpec, state: dict, p: str) -> None:
-    state["phase"] = p
+def _phase(ctx: TrialContext, spec: TrialSpec, turns: _Turns, p: str) -> None:
+    turns.phase = p
     ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
 
