@@ -22,14 +22,15 @@ from pipeprof.trials import TrialSpec
 from pipeprof.trials.columns import combine_ranks
 
 # these tests check what the ranks record and how it is combined (sums, the slowest rank, efficiency), not a
-# rate: two short windows a trial, and the 1-GPU group's action trial (it binds on the input side) as two
-# pairs of 0.4 s windows, the fewest allowed (at the default 4+ pairs of 1.6 s windows it took 28 s)
+# rate: two short windows a trial, and no action trial (the 1-GPU group binds on the input side: its action
+# trial, 4 s at two pairs of 0.4 s windows, is test_action_trials's; the action settings stay for a run
+# that sets actions back)
 SMALL = {"device": "cpu", "stage_timing": False, "data": {"images": 64, "classes": 4},
          "augment": {"preset": "light"}, "loader": {"num_workers": [1], "batch_size": 8},
          "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
          "measure": {"window_s": 0.25, "windows": 2, "max_windows": 2, "warmup_max_s": 0.5, "redraws": 10,
                      "cpu_reference_s": 0, "max_trial_s": 30, "action_window_s": 0.4, "action_pairs": 2,
-                     "action_max_pairs": 2}}
+                     "action_max_pairs": 2}, "actions": "predict"}
 
 
 def test_cpus_are_split_evenly_and_contiguously():

@@ -7,7 +7,9 @@ import yaml
 
 import pipeprof
 from pipeprof.checks import sizing
-from pipeprof.env import parse_cpu_list
+from pipeprof.env import cpu_groups, parse_cpu_list
+
+from conftest import measured_once
 
 
 def test_masks_take_one_cpu_per_physical_core_before_siblings():
@@ -32,19 +34,26 @@ QUICK = ["measure.warmup_s=0.3", "measure.warmup_max_s=2", "measure.redraws=10",
          "measure.max_windows=5"]
 
 
-@pytest.mark.alone
-def test_a_one_core_mask_measures_what_the_full_run_predicts(tmp_path):
-    # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core. The all-cores run
-    # is made here, in this process, and handed to the check as `validate --sizing --full-run` does (its
-    # unmasked child would be the same run after one more interpreter start); the 1-core run is the check's
-    # own child process inside the mask
-    config = tmp_path / "known.yaml"
-    config.write_text(yaml.safe_dump(sizing.KNOWN))
-    full = pipeprof.run(config, [f"out_dir={tmp_path}", "name=sizing-all", *QUICK], log=lambda *a: None)
-    df = sizing.check(sizing.KNOWN, [1], tmp_path, overrides=QUICK, full_run=str(full.path)).set_index("cores")
-    assert df.loc[df.index.max(), "run"] == str(full.path)
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory) -> str:
+    """The all-cores run of the known workload, made here, in this process, and handed to the check as
+    `validate --sizing --full-run` does (its unmasked child would be the same run after one more interpreter
+    start): measured once, alone (every core is what it measures)."""
+    def make(out: Path) -> str:
+        config = out / "known.yaml"
+        config.write_text(yaml.safe_dump(sizing.KNOWN))
+        return str(pipeprof.run(config, [f"out_dir={out}", "name=sizing-all", *QUICK], log=lambda *a: None).path)
+    return measured_once("sizing_full_run", make, tmp_path_factory)
+
+
+@pytest.mark.one_core  # the 1-core run, the check's own child inside the mask: this lane's CPU
+def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path):
+    # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core. The masks come from
+    # the CPUs this process may use (a lane's one CPU under xdist)
+    df = sizing.check(sizing.KNOWN, [1], tmp_path, overrides=QUICK, full_run=full_run).set_index("cores")
+    assert df.loc[df.index.max(), "run"] == full_run
     one = df.loc[1]
-    assert one["cpus"] == "0"
+    assert one["cpus"] == str(sizing.mask_for(1, cpu_groups())[0])
     meta = json.loads((Path(one["run"]) / "run.json").read_text())
     assert meta["machine"]["cores"]["affinity"] == 1  # the child and its workers ran inside the mask
     assert one["measured_samples_per_s"] == pytest.approx(100, rel=0.2)
