@@ -393,9 +393,9 @@ def cmd_bench(args) -> int:
                                                    log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "action-trials":
-        from pipeprof.checks.action_known import action_trials, render_action_trials
+        from pipeprof.checks.action_known import bench_action_trials, render_action_trials
 
-        print(render_action_trials(action_trials(args.workers, args.pairs, max(args.repeats, 1),
+        print(render_action_trials(bench_action_trials(args.workers, args.pairs, max(args.repeats, 1),
                                                  log=lambda text: print(text, file=sys.stderr))), end="")
         return 0
     if args.which == "repeat":

@@ -7,8 +7,9 @@ its cores; the main process's own handling of a batch comes on top of the step. 
 trial (``trials.actions.action_trial``: two running loaders, the side not timed stopped, ABBA windows, a drain
 after each switch), and beside it each side alone: the sweep's own ``end_to_end`` trial of it (one loader,
 the same step, its warm-up and windows, no switch and no stop: ``continuous``), just before the trial and
-just after it, averaged. Per trial it prints each side's rate
-in the action trial against its continuous one (the error), the gain against the continuous rates' ratio
+just after it, averaged; then both cases' variants in one trial (``action_trials``: A1 B A2 | A2 B A1, the
+baseline's windows shared), each against its own side and the baseline alone. Per variant it prints each
+side's rate in the action trial against its continuous one (the error), the gain against the continuous rates' ratio
 with the trial's 95% interval, the pairs, the trial's time, the spread of the per-pair gains, and the
 model's known rates for scale.
 
@@ -31,7 +32,7 @@ from pipeprof import config as C
 from pipeprof.measure.confounders import torch_threads
 from pipeprof.measure.monitors import Monitor
 from pipeprof.trials import TrialContext, TrialSpec
-from pipeprof.trials.actions import Variant, action_trial
+from pipeprof.trials.actions import Variant, action_trial, action_trials
 from pipeprof.trials.kinds import run_trial
 from pipeprof.trials.skeleton import collate_user
 from .calibrate import FixedStepModel, WaitDataset, expected_rate
@@ -46,10 +47,11 @@ MEASURE = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.5, "window_batche
            "ci_target": 0.05, "cpu_reference_s": 0, "max_trial_s": 60, "action_window_s": 0.5}
 
 
-def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
-                  log: Callable[[str], None] = print) -> pd.DataFrame:
-    """One row per trial: each case of :data:`CASES` ``repeats`` times, each side's rate on its own the mean of
-    one run just before the trial and one just after (the machine's drift falls on both, as in A B B A)."""
+def bench_action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
+                        log: Callable[[str], None] = print) -> pd.DataFrame:
+    """One row per variant: each case of :data:`CASES` in a trial of its own, then both in one rotation,
+    ``repeats`` times; each side's rate on its own the mean of one run just before the trial and one just after
+    (the machine's drift falls on both, as in A B B A)."""
     measure = C.MeasureConfig(**MEASURE, action_pairs=pairs, action_max_pairs=pairs)
     rows = []
     with Monitor(hz=10, gpu=False) as monitor, torch_threads(1):
@@ -67,7 +69,23 @@ def action_trials(workers: int = 4, pairs: int = 6, repeats: int = 2,
                 trial_s = time.perf_counter() - t0
                 alone = {w: (before[w] + continuous(ctx, spec, d)) / 2 for w, d in zip("ab", reversed(sides))}
                 rows.append(_row(case, i, workers, wait_s, row, trial_s, alone))
+            rows += _rotation(ctx, spec, workers, i, log)
     return pd.DataFrame(rows)
+
+
+def _rotation(ctx: TrialContext, spec: TrialSpec, workers: int, repeat: int, log) -> list[dict]:
+    """Both cases' variants in one trial (``action_trials``: A1 B A2 | A2 B A1, the baseline's windows shared), each
+    against its side and the baseline run on their own just before and just after: a row per variant."""
+    log(f"repeat {repeat + 1}: both in one rotation")
+    sides = [WaitDataset(BASE_WAIT_S), *(WaitDataset(w) for w in CASES.values())]
+    before = [continuous(ctx, spec, d) for d in sides]
+    t0 = time.perf_counter()
+    got = action_trials(ctx, spec, Variant(sides[0], collate_user, False, PF),
+                        [Variant(d, collate_user, False, PF) for d in sides[1:]])
+    trial_s = time.perf_counter() - t0
+    alone = [(b + continuous(ctx, spec, d)) / 2 for b, d in zip(before, sides)]
+    return [_row(f"{case} (rotated)", repeat, workers, wait_s, row, trial_s, {"a": alone[k], "b": alone[0]})
+            for k, ((case, wait_s), row) in enumerate(zip(CASES.items(), got), 1)]
 
 
 def continuous(ctx: TrialContext, spec: TrialSpec, dataset) -> float:
