@@ -73,7 +73,7 @@ def test_two_variants_in_one_rotation_each_read_against_the_shared_baseline():
         gain = 0.012 / wait - 1
         assert row["action_gain_frac"] == pytest.approx(gain, abs=0.25 * gain) and row["pairs"] >= 2
         assert row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
-        assert row["rotated_with"] == 1 and row["drain_batches"] == 2
+        assert row["rotation_variants"] == 2 and row["drain_batches"] == 2
     assert one["baseline_window_rates"] == two["baseline_window_rates"] and one["pairs"] == two["pairs"]
     assert one["action_gain_ci95_low"] > two["action_gain_ci95_high"] - 0.25  # +100% and +50% told apart
 
@@ -580,5 +580,6 @@ def test_a_groups_top_two_actions_run_in_one_rotation_with_a_row_each(tiny_datas
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("error") for r in rows]
     assert [r["trial_id"].rsplit("/", 1)[1] for r in rows] == ["decoder", "memory"]
     assert rows[0]["baseline_window_rates"] == rows[1]["baseline_window_rates"] and rows[0]["pairs"] >= 2
-    assert rows[0]["rotated_with"] == rows[1]["rotated_with"] == 1
+    assert [r["rotated_with"] for r in rows] == ["memory", "decoder"] and rows[0]["rotation_variants"] == 2
+    assert rows[0]["timeline_trial_id"] == rows[1]["timeline_trial_id"] == rows[0]["trial_id"]
     assert rows[0]["stage_us_per_sample.decode"] != rows[1]["stage_us_per_sample.decode"]  # two pipelines

@@ -158,7 +158,7 @@ def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_f
                     log(f"action trials: the budget (measure.actions_max_s = {cfg.measure.actions_max_s:g} s) is spent; "
                         f"{sum(len(t) for t in trials[n - 1:])} not tried")
                     break
-                i, spec = together[0][:2]
+                spec = together[0][1]
                 log(f"action trial {n}/{len(trials)}: {' and '.join(p.action for *_, p in together)}, against the "
                     f"baseline at {spec.num_workers} workers")
                 share = left_s if len(together) == SHARED_BY else share_of(left_s, n, len(trials))
@@ -246,8 +246,10 @@ def _one(ctx: TrialContext, plan_, spec: TrialSpec, planned: list[Planned], summ
                 return run_together(watched, specs[0], [(p.id, p.params) for p in planned])
         measured = run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S,
                                f"action trial {specs[0].trial_id}")
-        for row, got in zip(rows, measured):
-            row |= got
+        for row, got, p in zip(rows, measured, planned):
+            # the monitor tagged the rotation's samples with its first action's trial id
+            row |= got | {"timeline_trial_id": specs[0].trial_id,
+                          "rotated_with": ", ".join(q.id for q in planned if q is not p) or None}
             seen = summarize_monitor(specs[0].trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
             row |= {k: v for k, v in seen.items() if row.get(k) is None}
     except KeyboardInterrupt:

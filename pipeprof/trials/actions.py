@@ -46,8 +46,8 @@ from .spec import TrialContext, TrialSpec
 
 ACTION_KIND = "action"
 TIMED_REGION = ("one or two end-to-end variants and their baseline on one step, each with its own running loader, "
-                "in ABBA windows (two variants: A1 B A2 | A2 B A1 cycles, rotated_with 1, the cycle's baseline window "
-                "paired with both) (next(loader) + the training process's decode/augment if any + copy + step; windows "
+                "in ABBA windows (two variants: A1 B A2 | A2 B A1 cycles, rotation_variants 2, rotated_with the other "
+                "action, the cycle's baseline window paired with both; the monitor's samples under timeline_trial_id) (next(loader) + the training process's decode/augment if any + copy + step; windows "
                 "closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
                 "each side first runs untimed alone (its prefetch depth and one worker round; the variant's, the "
                 "windows' warm-up, warmup_batches more); "
@@ -174,7 +174,7 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
     finally:
         _close(ctx, its, turns.pauses if turns is not None else {})
     clocks = turns.clocks
-    shared = {"drain_batches": drain, "paused_workers": PAUSABLE, "rotated_with": len(alts) - 1} | clocks[0].columns(
+    shared = {"drain_batches": drain, "paused_workers": PAUSABLE, "rotation_variants": len(alts)} | clocks[0].columns(
         "baseline_")
     return [paired_columns(rotated.paired(k), ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(v.side)
             | shared | clocks[k].columns() for k, v in enumerate(alts, 1)]
