@@ -35,8 +35,8 @@ ROUNDS = 2  # rounds of each decoder (A B B A), each as many processes as usable
 #: What is timed, recorded in run.json beside the figures.
 TIMED_REGION = ("each CPU decoder on the same samples of the run's first source (bytes read outside the clock), in "
                 "processes forked from the main process before the sweep: rounds A B B A of as many processes at "
-                "once as usable cores, each round one decoder (the workers' thread policy; the first preset's transforms after each "
-                f"decode, untimed), {WARM} samples untimed then every sample timed in each; us per sample = summed "
+                "once as usable cores, each round one decoder (the workers' thread policy; the first preset's "
+                f"transforms after each decode, untimed), {WARM} samples untimed then every sample timed in each; us per sample = summed "
                 "perf_counter time of the decode calls / decodes timed")
 
 
