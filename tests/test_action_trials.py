@@ -195,18 +195,31 @@ def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_wh
     planned = plan(g, ROW, GPU)
     todo = _by_predicted_gain([(0, None, p) for p in planned if p.why_not is None], [g])
     assert [p.id for _, _, p in todo] == ["uint8", "decoder", "gpu_pipeline"]
-    ((_, after),) = _out_of_budget([(None, planned)], todo, {(0, "uint8"): {}}, False, 240)
+    ((_, after),) = _out_of_budget([(None, planned)], todo, {(0, "uint8"): {}}, False, "measure.actions_max_s = 240 s")
     why = {p.id: p.why_not for p in after}
     assert why["uint8"] is None and "measure.actions_max_s = 240 s" in why["decoder"] == why["gpu_pipeline"]
     assert why["memory"] == "it relieves storage, and workers binds here"  # not planned: its own reason kept
     # an interrupted run keeps the plans as they were (combine says it was interrupted)
-    assert _out_of_budget([(None, planned)], todo, {}, True, 240) == [(None, planned)]
+    assert _out_of_budget([(None, planned)], todo, {}, True, "") == [(None, planned)]
     # the top two, of one group, run in one rotation (which may take all the budget), the others one trial each;
     # of two groups, the first may take half, the second what the first left, the rest the remainder
     assert [[p.id for *_, p in t] for t in rotations(todo)] == [["uint8", "decoder"], ["gpu_pipeline"]]
     apart = [(0, None, todo[0][2]), (1, None, todo[1][2]), (0, None, todo[2][2])]
     assert [len(t) for t in rotations(apart)] == [1, 1, 1] and rotations(todo[:1]) == [todo[:1]]
     assert [share_of(120, 1, 3), share_of(70, 2, 3), share_of(15, 3, 3), share_of(120, 1, 1)] == [60, 70, 15, 120]
+
+
+def test_the_action_budget_ends_at_its_own_cap_or_at_run_max_s_into_the_run():
+    """120 s for the action trials, and none past 280 s into the run: a run 250 s old has 30 s left (less than
+    the 40 a trial needs); one just begun has the 120; without a start or a limit, only the 120 counts."""
+    from pipeprof.orchestrate.actions import MIN_ACTION_S, Budget
+    m = C.MeasureConfig(actions_max_s=120, run_max_s=280)
+    late, fresh = Budget(m, time.time() - 250), Budget(m, time.time())
+    assert late.left() == pytest.approx(30, abs=1) and late.left() < MIN_ACTION_S
+    assert fresh.left() == pytest.approx(120, abs=1)
+    assert "none past measure.run_max_s = 280 s into the run" in late.text
+    assert Budget(m).left() == pytest.approx(120, abs=1) and "run_max_s" not in Budget(m).text
+    assert Budget(C.MeasureConfig(run_max_s=None), time.time() - 1e4).left() == pytest.approx(120, abs=1)
 
 
 def test_a_users_loader_gets_only_the_loader_knobs_tried():
@@ -477,7 +490,7 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
     from pipeprof.analysis.action_trials import Planned
     from pipeprof.data.sources import source_class
     from pipeprof.analysis.bounds import curves
-    from pipeprof.orchestrate.actions import _baseline_row, _predict_gpu_pipeline
+    from pipeprof.orchestrate.actions import Budget, _baseline_row, _predict_gpu_pipeline
 
     spec = TrialSpec("end_to_end", num_workers=1, batch_size=4, model="fixed", precision="fp32", mode="train",
                      preset="standard", decoder="pil", image_size=64, source="files", pin_memory=False)
@@ -495,7 +508,7 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
         ctx = TrialContext(torch.device("cpu"), src, C.MeasureConfig(**QUICK), mon, num_classes=10,
                            sources={"files": src}, step_threads=1)
         bases = [_baseline_row(curves(run.trials), g)]  # the step comes from the ceiling row, joined as a run does
-        order = _predict_gpu_pipeline(run, ctx, todo, [g], bases, mon, lambda *a: None)
+        order = _predict_gpu_pipeline(run, ctx, todo, [g], bases, mon, lambda *a: None, Budget(ctx.measure))
     (alone,) = run.meta["action_trials"]["gpu_pipeline_alone"]
     assert alone["status"] == "ok" and alone["kind"] == "cpu_pipeline" and alone["augment_device"] == "cuda"
     assert alone["trial_id"] == "cpu_pipeline/standard/gpu-augment/files/bs4/w1" and alone["samples_per_s"] > 10

@@ -45,9 +45,10 @@ SHARED_BY = 2
 BESIDE_MAX_S = 30.0  # the GPU pipeline beside the stand-in step, before the action trials: a sweep trial's windows
 
 
-def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
+def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None], started: Optional[float] = None) -> None:
     """Plan, run and store the action trials of ``run`` (a Run with its analysis) made from ``plan_``
-    (the runner's Plan). With ``actions: predict`` only the plans are stored (each action's why)."""
+    (the runner's Plan), within their budget (:class:`Budget`; ``started``: the run's start, ``time.time()``).
+    With ``actions: predict`` only the plans are stored (each action's why)."""
     groups = run.meta.get("analysis", {}).get("groups", [])
     facts = _facts(plan_)
     joined = curves(run.trials)  # the end-to-end rows with their bounds: the baselines, once for every group
@@ -58,8 +59,9 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -
     record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
     if todo:
         run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
-    rows, interrupted = _run(run, plan_, todo, groups, bases, models, loss_fn, log) if todo else ({}, False)
-    plans = _out_of_budget(plans, todo, rows, interrupted, plan_.cfg.measure.actions_max_s)
+    budget = Budget(plan_.cfg.measure, started)
+    rows, interrupted = _run(run, plan_, todo, groups, bases, models, loss_fn, log, budget) if todo else ({}, False)
+    plans = _out_of_budget(plans, todo, rows, interrupted, budget.text)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
         g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
         g["best_measured_action"] = best_measured(g["actions"])
@@ -77,12 +79,28 @@ def _by_predicted_gain(todo: list, groups: list) -> list:
     return sorted(todo, key=rank)
 
 
-def _out_of_budget(plans: list, todo: list, rows: dict, interrupted: bool, budget_s: float) -> list:
-    """The plans with why each planned trial that did not run was left out: the budget, when it ran out."""
+class Budget:
+    """The action trials' seconds left: ``measure.actions_max_s`` from the first one's start, and none past
+    ``measure.run_max_s`` into the run (from ``started``, its start by ``time.time()``; None: no such limit)."""
+
+    def __init__(self, measure, started: Optional[float] = None):
+        self.t0, self.most = time.perf_counter(), measure.actions_max_s
+        self.until = started + measure.run_max_s if started is not None and measure.run_max_s else None
+        self.text = f"measure.actions_max_s = {self.most:g} s" + (
+            f", none past measure.run_max_s = {measure.run_max_s:g} s into the run" if self.until else "")
+
+    def left(self) -> float:
+        left = self.most - (time.perf_counter() - self.t0)
+        return left if self.until is None else min(left, self.until - time.time())
+
+
+def _out_of_budget(plans: list, todo: list, rows: dict, interrupted: bool, budget: str) -> list:
+    """The plans with why each planned trial that did not run was left out: the budget (``budget``: its
+    settings in words), when it ran out."""
     if interrupted:
         return plans  # combine says "the run was interrupted first"
     left = {(i, p.id) for i, _, p in todo if (i, p.id) not in rows}
-    why = (f"the action trials' time budget (measure.actions_max_s = {budget_s:g} s) was spent on the actions "
+    why = (f"the action trials' time budget ({budget}) was spent on the actions "
            "predicted to gain more; raise it to try this one")
     return [(spec, [p._replace(why_not=why) if (i, p.id) in left else p for p in planned])
             for i, (spec, planned) in enumerate(plans)]
@@ -140,7 +158,8 @@ def spec_of(row: pd.Series) -> TrialSpec:
     return TrialSpec(**values)
 
 
-def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log) -> tuple[dict, bool]:
+def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log,
+         budget: Budget) -> tuple[dict, bool]:
     """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted).
     The GPU pipeline's action is first predicted from its pipeline measured alone, and the order set again."""
     cfg, out = plan_.cfg, {}
@@ -148,14 +167,14 @@ def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_f
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
                                        int(plan_.machine["cores"]["usable"]), user_dataset=plan_.user_dataset,
                                        user_loader=plan_.user_loader, loss_fn=loss_fn, models=models)
-        t0 = time.perf_counter()
         try:
-            todo = _predict_gpu_pipeline(run, ctx, todo, groups, bases, monitor, log)
+            if budget.left() >= MIN_ACTION_S:
+                todo = _predict_gpu_pipeline(run, ctx, todo, groups, bases, monitor, log, budget)
             trials = rotations(todo)
             for n, together in enumerate(trials, 1):
-                left_s = cfg.measure.actions_max_s - (time.perf_counter() - t0)
+                left_s = budget.left()
                 if left_s < MIN_ACTION_S:
-                    log(f"action trials: the budget (measure.actions_max_s = {cfg.measure.actions_max_s:g} s) is spent; "
+                    log(f"action trials: the budget ({budget.text}) is spent; "
                         f"{sum(len(t) for t in trials[n - 1:])} not tried")
                     break
                 spec = together[0][1]
@@ -176,7 +195,8 @@ def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_f
     return out, False
 
 
-def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, bases: list, monitor, log) -> list:
+def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, bases: list, monitor, log,
+                          budget: Budget) -> list:
     """Before the action trials: the GPU pipeline beside a stand-in for the step (its cpu_pipeline trial:
     workers reading bytes, the GPU decoding and augmenting, and busy the step's own time before each batch:
     ``trials.device_side.StandIn``) for each group that will try it, so that its action gets a predicted gain
@@ -193,7 +213,7 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, base
         log(f"the GPU pipeline at {beside.num_workers} workers (they read bytes), beside a stand-in for the step "
             f"({stand_in_s * 1e3:.1f} ms a batch), to predict its action")
         capped = replace(ctx, stand_in_step_s=stand_in_s, measure=ctx.measure.model_copy(
-            update={"max_trial_s": min(ctx.measure.max_trial_s, BESIDE_MAX_S)}))
+            update={"max_trial_s": min(ctx.measure.max_trial_s, BESIDE_MAX_S, max(budget.left() - MIN_ACTION_S, 5.0))}))
         row = {k: _plain(v) for k, v in run_one(capped, beside, lambda tid, t0, t1: summarize(
             monitor.timeline(), tid, t0, t1)).items()}
         run.meta["action_trials"].setdefault("gpu_pipeline_alone", []).append(row)

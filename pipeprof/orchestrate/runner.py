@@ -187,7 +187,7 @@ def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started
     if on_answer is not None:
         on_answer(run)
     if not interrupted:
-        run_actions(run, plan, models or {}, loss_fn, log)
+        run_actions(run, plan, models or {}, loss_fn, log, started)
 
 
 def _new_run(plan: Plan, started: float, log) -> Run:
