@@ -161,7 +161,8 @@ def spec_of(row: pd.Series) -> TrialSpec:
 def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log,
          budget: Budget) -> tuple[dict, bool]:
     """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted).
-    The GPU pipeline's action is first predicted from its pipeline measured alone, and the order set again."""
+    The GPU pipeline's action is first predicted from its pipeline measured beside a stand-in for the step (when
+    the budget leaves a trial's worth after it), and the order set again."""
     cfg, out = plan_.cfg, {}
     with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
