@@ -596,4 +596,6 @@ def test_a_groups_top_two_actions_run_in_one_rotation_with_a_row_each(tiny_datas
     assert rows[0]["baseline_window_rates"] == rows[1]["baseline_window_rates"] and rows[0]["pairs"] >= 2
     assert [r["rotated_with"] for r in rows] == ["memory", "decoder"] and rows[0]["rotation_variants"] == 2
     assert rows[0]["timeline_trial_id"] == rows[1]["timeline_trial_id"] == rows[0]["trial_id"]
-    assert rows[0]["stage_us_per_sample.decode"] != rows[1]["stage_us_per_sample.decode"]  # two pipelines
+    # two pipelines of their own: the RAM variant's reads (bytes from a list) cost a fraction of the files' (an
+    # open, read and close each) in the same windows' turn
+    assert rows[1]["stage_us_per_sample.read"] < 0.5 * rows[1]["baseline_stage_us_per_sample.read"], rows[1]

@@ -204,9 +204,9 @@ def at_trial_baseline(a: dict, m: dict) -> Optional[float]:
     A prediction of a share of the pipeline's cost saved is a ratio, the same at any baseline (so is a cap at the
     measured hand-off: CPU work that moves with the machine); an absolute one (``absolute``: the GPU pipeline's
     rate beside a stand-in for the step) does not follow the CPU's speed, so its gain is its rate over the
-    trial's baseline. On the H200 the heavy preset's GPU
-    pipeline was predicted (then from its rate alone) at 2,747 samples/s, +38% on the sweep's 1,996; the trial measured 2,986 against a
-    baseline of 1,855 (the cores 7% slower than in the sweep): +48% there, inside the measured +45% to +76%."""
+    trial's baseline. On the H200 the heavy preset's GPU pipeline was predicted (then from its rate alone) at
+    2,747 samples/s, +38% on the sweep's 1,996; the trial measured 2,986 against a baseline of 1,855 (the cores
+    7% slower than in the sweep): +48% there, inside the measured +45% to +76%."""
     gain, base = a.get("gain_frac"), m.get("baseline_samples_per_s")
     if gain is None or not a.get("absolute") or not a.get("predicted_samples_per_s") or not base:
         return gain

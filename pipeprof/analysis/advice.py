@@ -301,7 +301,8 @@ def gpu_pipeline_prediction(row: pd.Series, beside: dict) -> dict:
     alone: on the H200 the standard preset's pipeline took 34 ms a batch alone and 23 ms end to end, and
     1 / (1/step + 1/alone) gave 2,862 against 3,274-3,322 measured (heavy: 2,777 against 2,811-2,873). The
     stand-in has no host side: a step whose own launches outlast the device's work is not in it. An absolute
-    prediction, read against the row's measured rate (as the hand-off's cap is); within the noise as
+    prediction (the device's time does not move with the CPU's speed, as a cap at the CPU's hand-off does), read
+    against the row's measured rate; within the noise as
     :func:`actions` marks its own."""
     step, now = float(row["step_bound_samples_per_s"]), float(row["samples_per_s"])
     predicted = float(beside["samples_per_s"])

@@ -8,9 +8,9 @@ measured decode time by the ratio of the two (``analysis.advice``); the action t
 A decode's cost depends on the process it runs in and on what runs beside it, not only on the bytes.
 Pillow's buffers come from malloc and go back at each free, so how many page faults a decode pays
 depends on the process's heap: in one process that alternated the two decoders sample by sample (as
-this probe did), Pillow took ~370 page faults a decode and OpenCV ~115; a process running one decoder
-and then the preset's transforms, as a DataLoader worker does, settles at ~44 and 0, and Pillow's time
-per decode moves with its process by up to 1.7x. And a core's speed depends on its neighbours': on the
+this probe did), Pillow took ~370 page faults a decode and OpenCV ~115 on this project's 2-core machine;
+a process running one decoder and then the preset's transforms, as a DataLoader worker does, settles at
+~44 and 0, and Pillow's time per decode moved with its process by up to 1.7x. And a core's speed depends on its neighbours': on the
 H200 box, with the decoders in 8 processes at once on 16 cores, Pillow's decode took what the workers'
 clocks read at 14 workers (2,810 against 2,765 us) but OpenCV's 9% less (1,887 against 2,076). Timed
 in one process, the probe set cv2 29% under pil where the workers' own clocks read 21% (the decoder
@@ -18,7 +18,8 @@ action predicted +26%, its trial measured +14%). So each decoder is timed as the
 processes forked from this one (as the DataLoader forks its workers), with the workers' thread policy,
 each running one decoder and the preset after each decode (untimed), a few samples untimed and then
 every sample timed; as many processes at once as there are usable cores, all of one decoder, in rounds
-A B B A (the machine's drift falls on both decoders alike).
+A B B A (the machine's drift falls on both decoders alike). So timed on the H200, cv2 read 27.8% and 25.8%
+under pil on two starts where the action trials' worker clocks read 27.3% and 24.9%.
 """
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ ROUNDS = 2  # rounds of each decoder (A B B A), each as many processes as usable
 TIMED_REGION = ("each CPU decoder on the same samples of the run's first source (bytes read outside the clock), in "
                 "processes forked from the main process before the sweep: rounds A B B A of as many processes at "
                 "once as usable cores, each round one decoder (the workers' thread policy; the first preset's "
-                f"transforms after each decode, untimed), {WARM} samples untimed then every sample timed in each; us per sample = summed "
-                "perf_counter time of the decode calls / decodes timed")
+                f"transforms after each decode, untimed), {WARM} samples untimed then every sample timed in each; "
+                "us per sample = summed perf_counter time of the decode calls / decodes timed")
 
 
 def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Optional[Callable] = None,
