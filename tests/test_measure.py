@@ -194,15 +194,21 @@ def test_alternating_windows_measure_the_cost_of_a_mode_exactly():
     assert modes_seen[1:9] == [True, False, False, True, True, False, False, True]  # ABBA cancels drift
 
 
-def test_alternating_cancels_a_steady_drift():
-    # the machine slows 1% per window whatever the mode; the modes cost the same: ABBA reads ~0, not a bias
-    clock, n = FakeClock(), {"i": 0}
+def drifting_step(clock):
+    """A step of 10 ms that slows 1% every 100 batches (a window of 100 batches in these tests), whatever the side."""
+    n = {"i": 0}
 
     def step():
         n["i"] += 1
         clock.t += 0.01 * (1 + 0.01 * (n["i"] // 100))
         return 8
-    p = alternating(step, lambda on: None, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
+    return step
+
+
+def test_alternating_cancels_a_steady_drift():
+    # the machine slows 1% per window whatever the mode; the modes cost the same: ABBA reads ~0, not a bias
+    clock = FakeClock()
+    p = alternating(drifting_step(clock), lambda on: None, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
                     drain_batches=0, clock=clock)
     c = p.cost()
     assert abs(c["cost_frac"]) < 0.002 and c["cost_ci95_low"] < 0 < c["cost_ci95_high"]
@@ -235,13 +241,8 @@ def test_two_variants_rotate_around_a_shared_baseline_window_and_each_reads_its_
 
 def test_a_rotation_of_two_variants_cancels_a_steady_drift_for_both():
     from pipeprof.measure.windows import rotating
-    clock, n = FakeClock(), {"i": 0}
-
-    def step():
-        n["i"] += 1
-        clock.t += 0.01 * (1 + 0.01 * (n["i"] // 100))
-        return 8
-    r = rotating(step, lambda k: None, 2, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
+    clock = FakeClock()
+    r = rotating(drifting_step(clock), lambda k: None, 2, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
                  drain_batches=0, clock=clock)
     for k in (1, 2):
         c = r.paired(k).cost()
