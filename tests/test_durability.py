@@ -60,7 +60,27 @@ def _tmpfs(tmp_path, size: str):
     try:
         yield mount
     finally:
+        # a run's DataLoader worker inherits the fds its parent had open in the run folder and may still be
+        # exiting after the run did ("target is busy"): wait for the last holder, and name any that stays
+        deadline = time.monotonic() + 10
+        while (holders := _holders(mount)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not holders, f"processes still hold files on {mount}: {holders}"
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def _holders(mount: Path) -> list[str]:
+    """'pid name' of each process with a file open under ``mount`` or its working folder there."""
+    inside = f"{mount}{os.sep}"
+    out = []
+    for p in psutil.process_iter(["name"]):
+        try:
+            paths = [f.path for f in p.open_files()] + [p.cwd()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if any(f == str(mount) or f.startswith(inside) for f in paths):
+            out.append(f"{p.pid} {p.info['name']}")
+    return out
 
 
 def test_a_write_that_fills_the_disk_keeps_the_old_file_and_leaves_no_tmp(tiny_disk):

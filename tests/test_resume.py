@@ -83,9 +83,12 @@ def _run(sets: list[str], env: dict, wait_rows: int, out: Path, sig: int) -> tup
     return folders[0], proc
 
 
-def _resume(sets: list[str], env: dict, folder: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeprof", "run", *_args(sets), "--resume", str(folder)],
-                          env=env, capture_output=True, text=True, timeout=300)
+def _resume(sets: list[str], folder: Path, capsys) -> tuple[int, str]:
+    """`pipeprof run --resume` in this process (no signal reaches it: an interpreter's start would add nothing):
+    its exit status and what it printed."""
+    code = main(["run", *_args(sets), "--resume", str(folder)])
+    out, err = capsys.readouterr()
+    return code, out + err
 
 
 def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuses_another_config(
@@ -100,8 +103,9 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
     before = pd.read_parquet(folder / "trials.parquet").set_index("num_workers")
     assert before["status"].to_dict() == {0: "error", 1: "ok"} and "storage went away" in before.loc[0, "error"]
     (tmp_path / "storage-down").unlink()  # the share is back
-    second = _resume(sets, env, folder)
-    assert second.returncode == 0, second.stdout + second.stderr
+    monkeypatch.syspath_prepend(str(tmp_path))  # flaky.py, as the run's PYTHONPATH had it
+    code, printed = _resume(sets, folder, capsys)
+    assert code == 0, printed
     after = pd.read_parquet(folder / "trials.parquet").set_index("num_workers")
     assert sorted(after.index) == [0, 1, 2] and (after["status"] == "ok").all()
     for col in ("samples_per_s", "t_measure_start_s", "trial_s"):  # the ok row was kept, not measured again
@@ -112,7 +116,6 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
     assert {k: session[k] for k in ("previous_status", "trials_kept", "trials_to_run_again")} == {
         "previous_status": "interrupted", "trials_kept": 1, "trials_to_run_again": 1}
     # another config, or another machine: refused before anything runs, saying what differs
-    monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", *_args([*sets, "loader.batch_size=8"]), "--resume", str(folder)]) == 2
     err = capsys.readouterr().err
     assert "cannot resume" in err and "loader.batch_size: [4] in the run, [8] now" in err
@@ -125,15 +128,15 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
     assert len(pd.read_parquet(moved / "trials.parquet")) == 3  # nothing was run or written
 
 
-def test_resume_of_an_adaptive_run_after_kill_9_reuses_its_rows_in_the_search(tmp_path):
+def test_resume_of_an_adaptive_run_after_kill_9_reuses_its_rows_in_the_search(tmp_path, capsys):
     out = tmp_path / "out"
     sets = [f"out_dir={out}", "name=r", "data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset",
             "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", *QUICK]
     folder, _ = _run(sets, dict(os.environ), 2, out, signal.SIGKILL)
     before = pd.read_parquet(folder / "trials.parquet")
     assert json.loads((folder / "run.json").read_text())["status"] == "running" and len(before) >= 2
-    resumed = _resume(sets, dict(os.environ), folder)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    code, printed = _resume(sets, folder, capsys)
+    assert code == 0, printed
     after = pd.read_parquet(folder / "trials.parquet")
     meta = json.loads((folder / "run.json").read_text())
     assert meta["status"] == "complete" and meta["search"]["policy"] == "adaptive"

@@ -1,20 +1,25 @@
 """No credential from the environment reaches any output: every file of a run folder (the bad-sample and
-pre-flight records included), the console, `report`, `check-data` and `doctor --json`."""
-import os
+pre-flight records included), the console, `report`, `check-data` and `doctor --json`.
+
+The commands run in this process, with the secrets in its environment (``os.environ``, where pipeprof and the
+libraries it calls read them, and what its DataLoader workers inherit), and their output is read at the file
+descriptors (``capfd``: the workers' writes too): the same code as five interpreters started for it, without
+five starts of torch."""
 import shutil
-import subprocess
-import sys
 
 import pandas as pd
+
+from pipeprof.cli import main
 
 SECRETS = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-pipeprof-test-secret-1", "AWS_ACCESS_KEY_ID": "AKIAPIPEPROFTEST0002",
            "GITHUB_TOKEN": "ghp_pipeprofTestToken0003", "HF_TOKEN": "hf_pipeprofTestToken0004"}
 
 
-def _pipeprof(env, *args) -> str:
-    done = subprocess.run([sys.executable, "-m", "pipeprof", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
-    return done.stdout + done.stderr
+def _pipeprof(capfd, *args) -> str:
+    """What one command printed, to stdout and stderr."""
+    main(list(map(str, args)))
+    out, err = capfd.readouterr()
+    return out + err
 
 
 def _file_text(path) -> str:
@@ -25,8 +30,9 @@ def _file_text(path) -> str:
     return text
 
 
-def test_no_environment_secret_reaches_any_output(tiny_dataset, tmp_path):
-    env = os.environ | SECRETS
+def test_no_environment_secret_reaches_any_output(tiny_dataset, tmp_path, monkeypatch, capfd):
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
     data = tmp_path / "data"
     shutil.copytree(tiny_dataset, data)
     (data / "class_000" / "broken.jpg").write_bytes(b"\xff\xd8 not really")  # a bad sample: its records too
@@ -35,10 +41,10 @@ def test_no_environment_secret_reaches_any_output(tiny_dataset, tmp_path):
             "loader.num_workers=[1]", "loader.batch_size=4", "data.max_bad_frac=0.5", "stage_timing=false",
             "measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.windows=2",
             "measure.cpu_reference_s=0"]
-    outputs = [_pipeprof(env, "run", *[a for s in sets for a in ("--set", s)])]
+    outputs = [_pipeprof(capfd, "run", *[a for s in sets for a in ("--set", s)])]
     (folder,) = list(out.iterdir())
-    outputs += [_pipeprof(env, "report", folder), _pipeprof(env, "report", folder, "--format", "markdown"),
-                _pipeprof(env, "check-data", data), _pipeprof(env, "doctor", "--json")]
+    outputs += [_pipeprof(capfd, "report", folder), _pipeprof(capfd, "report", folder, "--format", "markdown"),
+                _pipeprof(capfd, "check-data", data), _pipeprof(capfd, "doctor", "--json")]
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     assert {p.name for p in files} >= {"run.json", "trials.parquet", "timeline.parquet", "summary.md"}
     assert "broken.jpg" in _file_text(folder / "trials.parquet")  # the bad sample was recorded ...
