@@ -92,7 +92,9 @@ def _run(root, out, *sets) -> tuple[int, pd.DataFrame, dict, str]:
     return code, pd.read_parquet(path / "trials.parquet"), json.loads((path / "run.json").read_text()), path
 
 
-@pytest.mark.alone
+# shared: counts and names, and one share of time whose bound holds at any speed (the 1 MP image's share of the
+# decode and transform time, about 16%, within 3-60%: both sides are timed in the same worker, so a busy machine
+# slows them alike)
 def test_bad_samples_are_skipped_counted_and_named_outsize_images_reported(dirty_dataset, tmp_path, capfd):
     code, df, meta, _ = _run(dirty_dataset, tmp_path / "out", "trials=[cpu_pipeline]", "loader.num_workers=[0,2]",
                              "data.max_bad_frac=0.3", "data.max_pixels=500000", "stage_timing=true")
