@@ -8,6 +8,7 @@ import yaml
 import pipeprof
 from pipeprof.checks import sizing
 from pipeprof.env import cpu_groups, parse_cpu_list
+from pipeprof.results import load_run
 
 from conftest import measured_once
 
@@ -44,6 +45,20 @@ def full_run(tmp_path_factory) -> str:
         config.write_text(yaml.safe_dump(sizing.KNOWN))
         return str(pipeprof.run(config, [f"out_dir={out}", "name=sizing-all", *QUICK], log=lambda *a: None).path)
     return measured_once("sizing_full_run", make, tmp_path_factory)
+
+
+@pytest.mark.alone  # the all-cores run's own rates, measured on every core (and it is measured here, in the alone
+# tests, not in the middle of the lanes, where both would stop for it)
+def test_the_all_cores_run_reads_the_known_workload(full_run):
+    """10 ms of CPU a sample is 100 samples/s a core: the loader alone at each worker count, up to the usable
+    cores, and the cores a 1,600 samples/s step needs, read off that curve."""
+    run = load_run(full_run)
+    cores = run.meta["machine"]["cores"]["usable"]
+    loader = run.trials[(run.trials["kind"] == "cpu_pipeline") & (run.trials["status"] == "ok")]
+    assert len(loader) >= 1
+    for w, rate in zip(loader["num_workers"], loader["samples_per_s"]):
+        assert rate == pytest.approx(100 * min(w, cores), rel=0.2), (w, rate)
+    assert 13 <= sizing.cores_per_gpu(run, sizing.step_rate(run))["cores_needed"] <= 21
 
 
 @pytest.mark.one_core  # the 1-core run, the check's own child inside the mask: this lane's CPU
