@@ -289,6 +289,19 @@ def test_the_decode_probe_times_each_decoder_in_processes_of_its_own(tiny_datase
     assert decode_costs(None) is None
 
 
+def test_without_fork_the_decode_probe_times_each_decoder_once_a_round(tiny_dataset, monkeypatch):
+    """Where processes cannot be forked each decoder runs in this process, once a round: the width's copies one
+    after the other would time the same thing again (3 cores asked: still one pass a round, and said so)."""
+    import multiprocessing
+
+    from pipeprof.data.sources.files import FileSource
+    from pipeprof.measure.decoders import ROUNDS, decode_costs
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    costs = decode_costs(FileSource(tiny_dataset), samples=6, cores=3)
+    assert costs["processes"] == {"pil": ROUNDS, "cv2": ROUNDS} and min(costs["us_per_sample"].values()) > 0
+
+
 def test_uint8_prediction_counts_the_hand_off_where_the_cores_are_full():
     """Workers: 3,000 us a sample, of which Normalize 300 and collate 400 (so 600 go); the training process's
     hand-off 400 us a sample (its CPU in the handoff trial over that trial's rate). With cores to spare only the

@@ -68,10 +68,11 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Option
 
 
 def _side_by_side(names: list, blobs: list, transform) -> list:
-    """(seconds, decodes) timed of each decoder in ``names``, each in a forked process, all at once (one after
-    the other in this process where fork is not available); None for one that gave no figure."""
+    """(seconds, decodes) timed of each decoder in ``names``, each in a forked process, all at once; None for
+    one that gave no figure. Where fork is not available, each distinct decoder once in this process: copies
+    run one after the other would time the same thing again, not processes side by side."""
     if "fork" not in mp.get_all_start_methods():
-        return [_timed_passes(name, blobs, transform, cap=False) for name in names]
+        return [_timed_passes(name, blobs, transform, cap=False) for name in dict.fromkeys(names)]
     ctx = mp.get_context("fork")
     started = []
     for name in names:
