@@ -4,7 +4,7 @@ import math
 import pytest
 
 from pipeprof.config import MeasureConfig
-from pipeprof.measure.windows import alternating, instability, steady_state, summarize_rates, window
+from pipeprof.measure.windows import alternating, instability, rotating, steady_state, summarize_rates, window
 
 
 class FakeClock:
@@ -293,6 +293,17 @@ def test_alternating_stops_within_max_trial_s_with_the_pairs_that_fit():
     assert [w.t_start for w in p.a] == [1.5, 10.0, 12.5] and [w.t_start for w in p.b] == [4.5, 7.0, 15.5]
     assert clock.t == 18.0 and p.warmup_batches == p.warmup_wanted == 3
     assert p.cost()["pairs"] == 3 and p.cost()["cost_ci95_low"] is not None
+
+
+def test_max_trial_s_counts_from_the_trial_start_the_caller_gives():
+    # the same steps as above, after a start of the caller's that took 8 s (an action trial opening a loader per
+    # side): the cap ends 11 s into the windows' clock, so the first pair (1.5-7.0 s) is the only one; counted
+    # from the warm-up instead, three pairs ran to 18.0 s, 26 s after the trial began
+    clock = FakeClock()
+    step, set_mode, _ = slow_modes(clock)
+    pol = policy(warmup_batches=2, windows=8, max_windows=8, max_trial_s=19.0)
+    r = rotating(step, lambda side: set_mode(side == 1), 1, pol, drain_batches=1, clock=clock, started=-8.0)
+    assert len(r.cycles) == 1 and r.time_capped and clock.t == 7.0 and r.warmup_batches == 3
 
 
 def test_alternating_bounds_warm_up_and_drops_an_unfinished_pair():

@@ -284,7 +284,8 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
 def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants: int, policy, *, drain_batches: int,
              batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
              on_phase: Callable[[str], None] = lambda phase: None,
-             sync: Callable[[], None] = lambda: None, half_width: Optional[float] = None) -> Rotated:
+             sync: Callable[[], None] = lambda: None, half_width: Optional[float] = None,
+             started: Optional[float] = None) -> Rotated:
     """Warm up, then time the windows of a baseline (``set_side(0)``) and ``variants`` variants (``set_side(1)``,
     ``set_side(2)``) in cycles (:class:`Rotated`: ABBA with one variant).
 
@@ -301,13 +302,17 @@ def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants:
     ``max_trial_s`` bounds it all: warm-up stops at half of it; a new cycle starts only while the
     time left is at least what the previous cycle took, and a cycle's next window only before the
     cap (an unfinished cycle is dropped), so the cap is passed by at most one window (and its drain).
+    ``started``: the trial's start on ``clock`` (default: now), from which ``max_trial_s`` counts, so that a
+    caller's own untimed start before the windows falls inside the cap (an action trial opens and starts a
+    loader per side: on the H200 a rotation capped at ~109 s took 123, its start outside the cap).
     """
     on_phase("warmup")
-    t0 = clock()
+    t_warm = clock()
+    t0 = t_warm if started is None else started
     r = Rotated(variants, planned_pairs=Paired.plan(policy)[0], warmup_wanted=policy.warmup_batches + drain_batches)
     r.side = r.order(0)[0]
     set_side(r.side)
-    _paired_warmup(step, policy, r, clock, t0)
+    _paired_warmup(step, policy, r, clock, t_warm, t0)
     on_phase("measure")
     last_cycle_s = 0.0
     half = policy.ci_target / 2 if half_width is None else half_width
@@ -327,8 +332,9 @@ def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants:
     return r
 
 
-def _paired_warmup(step, policy, p: Rotated, clock, t0: float) -> None:
-    while p.warmup_batches < p.warmup_wanted or clock() - t0 < policy.warmup_s:
+def _paired_warmup(step, policy, p: Rotated, clock, t_warm: float, t0: float) -> None:
+    """``warmup_s`` from the warm-up's own start ``t_warm``; stopped past half of ``max_trial_s`` from ``t0``."""
+    while p.warmup_batches < p.warmup_wanted or clock() - t_warm < policy.warmup_s:
         step()
         p.warmup_batches += 1
         if clock() - t0 > policy.max_trial_s / 2:  # a step so slow that warm-up alone eats the budget

@@ -155,7 +155,9 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
     tags its samples with ``spec``'s trial id), on one step, in one rotation of windows
     (``measure.windows.rotating``: A B B A for one variant; A1 B A2 | A2 B A1 for two, each cycle's baseline
     window shared, a third fewer windows than two trials and one start instead of two); the columns of each
-    variant, in ``alts``' order (see the module)."""
+    variant, in ``alts``' order (see the module). ``measure.max_trial_s`` bounds the whole trial, the sides'
+    starts included (the orchestrator gives it what is left of the action budget)."""
+    started = ctx.clock()
     step = make_step(ctx, spec)
     sides = [base, *alts]
     pf = max(v.prefetch_factor for v in sides)
@@ -171,7 +173,7 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
         rotated = rotating(turns.one, turns.switch, len(alts), action_policy(ctx.measure, depth), clock=ctx.clock,
                            drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
                            sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, turns, p),
-                           half_width=ctx.measure.ci_target)
+                           half_width=ctx.measure.ci_target, started=started)
     finally:
         _close(ctx, its, turns.pauses if turns is not None else {})
     clocks = turns.clocks
