@@ -44,16 +44,29 @@ def known_cost():
         yield ctx, spec, Variant(WaitDataset(0.012), collate_user, False, 2)
 
 
+# A worker's time a sample beyond its sleep: the sleep's own overshoot (0.3 ms a sleep on this 2-core VM) and the
+# sample's trip through the worker (pickling, the queue, the collate): 0.66 ms measured alone, 1.1 ms with the
+# rest of the suite's processes on the machine. A sleep never ends early, so the bound is one-sided.
+HANDLING_S = 0.0015
+
+
+def assert_known_rate(rate: float, workers: int, wait_s: float) -> None:
+    """``rate`` is what ``workers`` workers make of samples that each sleep ``wait_s``: a sample's time (``workers /
+    rate``) at least its sleep (less than 2% under, for the windows' edges) and at most ``HANDLING_S`` over it."""
+    per_sample = workers / rate
+    assert wait_s * 0.98 <= per_sample <= wait_s + HANDLING_S, f"{per_sample * 1e3:.2f} ms a sample for {wait_s * 1e3:g} ms asked"
+
+
 @pytest.mark.alone  # measured rates (and, in the run, the verdict that lets the action run)
 def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline():
     """12 ms per sample against 6 ms, two workers, a 2 ms step per batch of 8: 167 against 333 samples/s,
-    a gain of +100%, read pair by pair with its interval (the worker's own handling of a sample, well under
-    a millisecond, is inside the 15% allowed). Each side's workers are stopped in the other's turn and go on
+    a gain of +100%, read pair by pair with its interval (each side's rate with the worker's own handling of
+    a sample, :data:`HANDLING_S`). Each side's workers are stopped in the other's turn and go on
     where they were at their own: one round (two batches) runs untimed after each switch."""
     with known_cost() as (ctx, spec, base):
         row = action_trial(ctx, spec, base, Variant(WaitDataset(0.006), collate_user, False, 2))
-    assert row["baseline_samples_per_s"] == pytest.approx(2 / 0.012, rel=0.15)
-    assert row["samples_per_s"] == pytest.approx(2 / 0.006, rel=0.15)
+    assert_known_rate(row["baseline_samples_per_s"], 2, 0.012)
+    assert_known_rate(row["samples_per_s"], 2, 0.006)
     assert row["action_gain_frac"] == pytest.approx(1.0, abs=0.25) and row["pairs"] >= 2
     assert 0.5 < row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
     assert len(row["window_rates"]) == len(row["baseline_window_rates"]) == row["pairs"]
@@ -69,8 +82,8 @@ def test_two_variants_in_one_rotation_each_read_against_the_shared_baseline():
         one, two = action_trials(ctx, spec, base, [Variant(WaitDataset(w), collate_user, False, 2)
                                                    for w in (0.006, 0.008)])
     for row, wait in ((one, 0.006), (two, 0.008)):
-        assert row["samples_per_s"] == pytest.approx(2 / wait, rel=0.15), row
-        assert row["baseline_samples_per_s"] == pytest.approx(2 / 0.012, rel=0.15)
+        assert_known_rate(row["samples_per_s"], 2, wait)
+        assert_known_rate(row["baseline_samples_per_s"], 2, 0.012)
         gain = 0.012 / wait - 1
         assert row["action_gain_frac"] == pytest.approx(gain, abs=0.25 * gain) and row["pairs"] >= 2
         assert row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]

@@ -53,7 +53,8 @@ class BurnDataset(Dataset):
 
 class WaitDataset(Dataset):
     """``n`` tiny uint8 images that each take ``wait_s`` of wall time and no CPU (a read of known latency):
-    ``w`` workers make exactly ``w / wait_s`` samples/s, whatever else the machine's cores are doing."""
+    ``w`` workers make ``w / wait_s`` samples/s, whatever else the machine's cores are doing, less the sleep's
+    overshoot and the sample's trip through a worker (a fraction of a millisecond a sample: never more)."""
 
     def __init__(self, wait_s: float, n: int = 4096):
         self.wait_s, self.n = wait_s, n

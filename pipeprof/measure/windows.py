@@ -314,22 +314,26 @@ def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants:
     set_side(r.side)
     _paired_warmup(step, policy, r, clock, t_warm, t0)
     on_phase("measure")
-    last_cycle_s = 0.0
     half = policy.ci_target / 2 if half_width is None else half_width
+    _cycles(lambda: _one_cycle(step, set_side, policy, r, clock, t0, drain_batches, batch_multiple, sync),
+            policy, r, clock, t0, half)
+    on_phase("done")
+    return r
+
+
+def _cycles(one_cycle: Callable[[], Optional[dict[int, Window]]], policy, r: Rotated, clock, t0: float,
+            half: float) -> None:
+    """Append cycles to ``r`` while more are wanted and the time left is at least what the previous one took."""
+    last_cycle_s = 0.0
     while _more_cycles(r, policy, half):
         t_cycle = clock()
         left = policy.max_trial_s - (t_cycle - t0)
-        if left <= 0 or left < last_cycle_s:
-            r.time_capped = True
-            break
-        done = _one_cycle(step, set_side, policy, r, clock, t0, drain_batches, batch_multiple, sync)
+        done = one_cycle() if left > 0 and left >= last_cycle_s else None
         if done is None:
             r.time_capped = True
-            break
+            return
         r.cycles.append(done)
         last_cycle_s = clock() - t_cycle
-    on_phase("done")
-    return r
 
 
 def _paired_warmup(step, policy, p: Rotated, clock, t_warm: float, t0: float) -> None:
