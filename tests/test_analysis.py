@@ -156,6 +156,8 @@ def test_cpu_only_machine_says_step_and_skips_gpu_sizing():
     df = frame(trial("gpu_ceiling", 64.5), trial("cpu_pipeline", 150.0, 1), e2e_row(1, 69.7, 0.01, busy=1.3))
     a = analyse(df, cores=2, device="cpu")
     assert a["verdicts"][0]["verdict"] == "step-bound"
+    # the data wait said once (the side's lead and the resource's text both said it)
+    assert a["verdicts"][0]["verdict_basis"].count("waits for data") == 1, a["verdicts"][0]["verdict_basis"]
     group = a["groups"][0]
     assert "cores_needed" not in group and "no GPU" in group["cpu_figures_skipped"]
     assert not any("the GPU is" in x["action"] for x in group["actions"])
@@ -299,6 +301,8 @@ def test_a_gpu_step_slowed_below_its_ceiling_on_busy_cores_is_cores_bound(rate, 
                   worker_busy=0.87, device_busy=0.94)
     row = pd.Series({"samples_per_s": rate, "num_workers": 15})
     got, basis = decide(ev, {"step": 8892.0, "cpu": 6624.0, "io": None}, row, "cuda", "gpu-bound")
-    assert got == verdict
+    assert got == verdict and basis.count("waits for data") == 1, basis
+    if verdict == "gpu-bound":
+        assert basis.endswith("device busy 94%"), basis
     if verdict == "cores-bound":
         assert f"{rate / 8892:.0%} of its rate alone" in basis

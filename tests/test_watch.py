@@ -83,14 +83,14 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 torch.set_num_threads(1)
 print("site:", os.environ.get("USER_SITE_MARK"), flush=True)
 loader = DataLoader(BurnDataset(n=4096, cost_s=0.0002), batch_size=8, num_workers=1)
-model = FixedStepModel(step_s=0.1, num_classes=10)  # the hand-off of a batch (1-3 ms) is well below 5% of it
+model = FixedStepModel(step_s=0.2, num_classes=10)  # the hand-off of a batch (1-5 ms) is well below 5% of it
 for step, (images, labels) in enumerate(loader):
     loss = nn.functional.cross_entropy(model(images.float()), labels)
     loss.backward()
     if step % 10 == 0:
         print(f"step {step} loss {loss.item():.4f}", flush=True)
-    if step == 30:
-        raise RuntimeError("loss diverged at step 30")
+    if step == 20:
+        raise RuntimeError("loss diverged at step 20")
 """
 
 DDP = """
@@ -259,14 +259,16 @@ def plain(raised, tmp_path_factory):
                                                            timeout=120, env=_site_env(tmp)), tmp_path_factory, "shared")
 
 
-@pytest.mark.one_core  # a 100 ms sleeping step, 0.2 ms of CPU a sample on one worker
+# a 200 ms sleeping step, 0.2 ms of CPU a sample on one worker: the batch's hand-off (the step waits for it in
+# next(loader)) is 3% of a 100 ms step on a slow day here, and its interval reached the 5% that makes it "balanced"
+@pytest.mark.one_core
 def test_step_bound_loop(raised):
     watched, run, _ = raised
     row = run.trials[run.trials["kind"] == "end_to_end"].iloc[0]
     assert row["status"] == "ok" and _verdict(run, row["trial_id"])["side"] == "step"
     assert row["data_wait_frac"] < 0.05
     step = run.trials[run.trials["kind"] == "gpu_ceiling"].iloc[0]
-    assert abs(step["samples_per_s"] - 8 / 0.1) / (8 / 0.1) < 0.1  # the step alone, from the loop
+    assert abs(step["samples_per_s"] - 8 / 0.2) / (8 / 0.2) < 0.1  # the step alone, from the loop
 
 
 def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised, plain):
@@ -275,8 +277,8 @@ def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised, plain
     assert run.meta["status"] == "ended_early" and run.meta["ended_by"] == "command exited"
     exc = run.meta["exceptions"][0]
     line = _line_of(RAISES, "raise RuntimeError")
-    assert exc["type"] == "RuntimeError" and "step 30" in exc["message"] and exc["where"].endswith(f"train.py:{line}")
-    assert run.trials.loc[run.trials["kind"] == "end_to_end", "watched_batches"].iloc[0] == 31
+    assert exc["type"] == "RuntimeError" and "step 20" in exc["message"] and exc["where"].endswith(f"train.py:{line}")
+    assert run.trials.loc[run.trials["kind"] == "end_to_end", "watched_batches"].iloc[0] == 21
 
 
 def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised, plain):

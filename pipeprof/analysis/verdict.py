@@ -267,15 +267,16 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
         if sat == YES:
             return "cores", [], text
         return ("gpu" if device == "cuda" else "step"), ["cores"], f"{text} (within its interval of saturation)"
-    busy_dev = f"; device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
-    waits = f"the step waits for data {ev.waits().text()} of the time" if ev.waits() else "data wait not measured"
+    # the data wait is the caller's lead (:func:`_on`): not said twice
+    busy_dev = f"device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
     share = _num(row, "device_pipeline_frac")  # decode and augment on the GPU (augment.device: cuda)
     if device == "cuda" and share is not None:
-        text = f"{waits}{busy_dev}; decoding and augmenting take {share:.0%} of the GPU's time beside the step"
+        text = "; ".join(filter(None, [busy_dev, f"decoding and augmenting take {share:.0%} of the GPU's time "
+                                                 "beside the step"]))
         if share >= GPU_PIPELINE_SHARE:  # the GPU's own input work is a large part of what binds it
             return "gpu-pipeline", [], f"{text}: a lighter GPU pipeline or decoding on the CPU would free it"
         return "gpu", [], text
-    return ("gpu" if device == "cuda" else "step"), [], f"{waits}{busy_dev}"
+    return ("gpu" if device == "cuda" else "step"), [], busy_dev
 
 
 class Decision(NamedTuple):
@@ -293,7 +294,7 @@ def _on(side: str, ev: Evidence, bounds: dict, row: pd.Series, device: str, lead
         from_bounds: str = "unknown") -> Decision:
     res, also, text = input_resource(ev, bounds, row, from_bounds) if side == "input" else \
         step_resource(ev, bounds, row, device)
-    return Decision(side, res, also, f"{lead}; {text}")
+    return Decision(side, res, also, "; ".join(filter(None, [lead, text])))
 
 
 def decide_two_level(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds: str) -> Decision:

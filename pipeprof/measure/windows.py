@@ -228,9 +228,9 @@ class Paired:
         pairs, what = len(self.a), f"{what} " if what else ""
         if pairs < 2:
             return [f"only {pairs} pair{'' if pairs == 1 else 's'} of {what}windows fitted in max_trial_s "
-                    f"({max_trial_s:g} s)"] + self._warmup()
+                    f"({round(max_trial_s, 1):g} s)"] + self._warmup()
         short = [f"only {pairs} of {self.planned_pairs} planned pairs of {what}windows fitted in max_trial_s "
-                 f"({max_trial_s:g} s)"] if pairs < self.planned_pairs else []
+                 f"({round(max_trial_s, 1):g} s)"] if pairs < self.planned_pairs else []
         return short + self._warmup()
 
     def _warmup(self) -> list[str]:

@@ -314,7 +314,7 @@ def paired_columns(paired, max_trial_s: float, ci_target: Optional[float] = None
     half = (cost["cost_ci95_high"] - cost["cost_ci95_low"]) / 2 if cost["cost_ci95_low"] is not None else None
     if ci_target is not None and half is not None and half > ci_target:
         reasons.append(f"the gain's 95% interval is ±{half:.1%}, wider than ±{ci_target:.0%}, after {cost['pairs']} "
-                       f"pairs (max_trial_s {max_trial_s:g} s or measure.action_max_pairs reached)")
+                       f"pairs (max_trial_s {round(max_trial_s, 1):g} s or measure.action_max_pairs reached)")
     flip = {"action_gain_frac": "cost_frac", "action_gain_ci95_low": "cost_ci95_high",
             "action_gain_ci95_high": "cost_ci95_low"}
     return a | {k: (-cost[c] if cost[c] is not None else None) for k, c in flip.items()} | {
