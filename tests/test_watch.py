@@ -289,7 +289,9 @@ def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised, 
 
 # ---- torchrun, two ranks -----------------------------------------------------------------------
 
-@pytest.mark.alone
+# shared, not alone: its bounds hold at any speed. Rank 0 loads 32 ms of CPU a batch beside a 20 ms step (a wait
+# share near 60%), rank 1 1.6 ms; load from a neighbour only lengthens rank 0's loading, and would have to make
+# rank 1's 1.6 ms take 20 ms to close the 0.2 asked; a slower job only leaves the 1.5-s window more room.
 def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
     """Also: after the window the job runs on untouched (no --stop): the hooks are off, it ends as it would."""
     (tmp_path / "ddp.py").write_text(DDP)
