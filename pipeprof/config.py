@@ -386,15 +386,17 @@ class MeasureConfig(_Strict):
     action_window_s: Optional[float] = Field(None, gt=0)  # None: 4 × window_s (3 s at the default)
     action_pairs: int = Field(4, ge=2)  # planned pairs
     action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
-    # all action trials together, after the answer: the two largest predicted gains first, half each at most;
-    # what the budget leaves out is listed as not tried with this reason. On the H200 the default run's
-    # action trials took 54-66 s for 4-5 pairs each, and with 120 s its whole runs took 251 and 266 s
+    # all action trials together, after the answer: the two largest predicted gains first (of one group in one
+    # rotation that may take all of it; of two groups the first half, the second what is left); what it leaves
+    # out is listed as not tried with this reason. On the H200 the default run's action trials took 54-66 s for
+    # 4-5 pairs each, and with 120 s its whole runs took 251 and 266 s
     actions_max_s: float = Field(120.0, gt=0)
     # and no action trial past this many seconds into the run (from its start, after the data is made or
     # found): the whole run within 5 minutes on the H200 box. There the command's start and the data check
     # took ~11 s before it, and the last window's end, the analysis and the report 10-12 s after the budget:
     # an answer at 160 s with the full 120 s of actions ended at 301 s on its log, and at 280 here runs that
-    # answered at 161 and 176 s ended at 297 and 302 s. None: no limit
+    # answered at 161 and 176 s ended at 297 and 302 s; at 270, with max_trial_s counting an action trial's start
+    # (its loaders'), one that answered at 143 s ended at 265 s. None: no limit
     run_max_s: Optional[float] = Field(270.0, gt=0)
     # the adaptive search's fine end: no bisection step starts that would end past this many seconds into the
     # run (per group searched: the k-th group, k times it); the bound, the knee and the probe just below the

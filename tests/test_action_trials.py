@@ -54,7 +54,8 @@ def assert_known_rate(rate: float, workers: int, wait_s: float) -> None:
     """``rate`` is what ``workers`` workers make of samples that each sleep ``wait_s``: a sample's time (``workers /
     rate``) at least its sleep (less than 2% under, for the windows' edges) and at most ``HANDLING_S`` over it."""
     per_sample = workers / rate
-    assert wait_s * 0.98 <= per_sample <= wait_s + HANDLING_S, f"{per_sample * 1e3:.2f} ms a sample for {wait_s * 1e3:g} ms asked"
+    assert wait_s * 0.98 <= per_sample <= wait_s + HANDLING_S, \
+        f"{per_sample * 1e3:.2f} ms a sample for {wait_s * 1e3:g} ms asked"
 
 
 @pytest.mark.alone  # measured rates (and, in the run, the verdict that lets the action run)

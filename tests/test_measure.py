@@ -208,8 +208,8 @@ def drifting_step(clock):
 def test_alternating_cancels_a_steady_drift():
     # the machine slows 1% per window whatever the mode; the modes cost the same: ABBA reads ~0, not a bias
     clock = FakeClock()
-    p = alternating(drifting_step(clock), lambda on: None, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
-                    drain_batches=0, clock=clock)
+    pol = policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9)
+    p = alternating(drifting_step(clock), lambda on: None, pol, drain_batches=0, clock=clock)
     c = p.cost()
     assert abs(c["cost_frac"]) < 0.002 and c["cost_ci95_low"] < 0 < c["cost_ci95_high"]
 
@@ -218,7 +218,6 @@ def test_two_variants_rotate_around_a_shared_baseline_window_and_each_reads_its_
     # the baseline costs 10 ms a batch, variant 1 11 ms, variant 2 8 ms: each variant's cost against the
     # baseline window of its own cycle is exact, the cycles run A1 B A2 | A2 B A1 (a variant before the
     # baseline in one cycle, after it in the next), and a drain follows each switch, not a window on the same side
-    from pipeprof.measure.windows import rotating
     clock, side, seen, drained = FakeClock(), {"k": None}, [], []
     cost = {0: 0.010, 1: 0.011, 2: 0.008}
 
@@ -240,10 +239,9 @@ def test_two_variants_rotate_around_a_shared_baseline_window_and_each_reads_its_
 
 
 def test_a_rotation_of_two_variants_cancels_a_steady_drift_for_both():
-    from pipeprof.measure.windows import rotating
     clock = FakeClock()
-    r = rotating(drifting_step(clock), lambda k: None, 2, policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9),
-                 drain_batches=0, clock=clock)
+    pol = policy(windows=12, max_windows=12, window_batches=100, window_s=1e-9)
+    r = rotating(drifting_step(clock), lambda k: None, 2, pol, drain_batches=0, clock=clock)
     for k in (1, 2):
         c = r.paired(k).cost()
         assert c["pairs"] == 6 and abs(c["cost_frac"]) < 0.002 and c["cost_ci95_low"] < 0 < c["cost_ci95_high"]
@@ -252,7 +250,6 @@ def test_a_rotation_of_two_variants_cancels_a_steady_drift_for_both():
 def test_a_rotation_adds_cycles_until_every_variant_is_narrow():
     # variant 1 is steady (+10% every cycle: no spread), variant 2's cost moves from cycle to cycle: the cycles go
     # on to the most for variant 2's sake though variant 1 was narrow after the planned two
-    from pipeprof.measure.windows import rotating
     clock, state = FakeClock(), {"k": 1, "windows2": 0}
     moves = [1.10, 1.02, 1.08, 1.04, 1.06, 1.06, 1.05, 1.07]  # variant 2's factor in cycle i (its i-th window)
 
