@@ -29,6 +29,7 @@ from conftest import MEASURED, measured_once
 # a sample waits READ_S for its bytes, then burns COST_S of CPU: one worker makes 125 samples/s with a
 # eighth of a core, so 2 workers double it even when other processes hold one of this machine's 2 cores
 READ_S, COST_S, STEP_S, BATCH = 0.007, 0.001, 0.04, 8
+TRAIN_BATCHES = 192 // BATCH  # an epoch of TRAIN's training loader
 KNOWN_WAIT = 1 - (1 / (READ_S + COST_S)) / (BATCH / STEP_S)  # 37.5%: with 1 worker the step waits that share
 
 TRAIN = f"""
@@ -144,7 +145,10 @@ class SlowStorage(BurnDataset):
 def tuned(tmp_path_factory):
     def make(tmp):
         (tmp / "train.py").write_text(TRAIN)
-        done = _watch(tmp, ["--seconds", "3", "--tune", "--stop"], [sys.executable, "train.py", "1000"])
+        # the window is training batches, not seconds: the first epoch (24 batches) and 2 of the second take in
+        # the whole validation pass between them at any speed (a 3 s window once ended 6 of its 12 batches in,
+        # on a day the first epoch ran slow: no steady-state window for the validation loader)
+        done = _watch(tmp, ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--stop"], [sys.executable, "train.py", "1000"])
         return done, _run_folder(tmp), (tmp / "watch.log").read_text()
     return measured_once("tuned", make, tmp_path_factory)
 
@@ -222,9 +226,12 @@ def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
     done, run, log = tuned
     assert done.returncode == 130  # the job's own status: SIGINT, as a shell reports it
     assert run.meta["status"] == "complete" and run.meta["ended_by"] == "window"
-    # the timed windows lie inside the 3 s window (after the first pass's warm-up), not past it
+    # the timed windows lie inside the watched window (after the first pass's warm-up), not past it: the first
+    # epoch's 20 batches after its 4 of warm-up, at 64 ms a batch from the one worker (the second epoch's 2 are a
+    # tail shorter than half a window, dropped)
     train = run.trials[(run.trials["kind"] == "end_to_end") & (run.trials["num_workers"] == 1)].iloc[0]
-    assert 1.0 <= train["measured_s"] <= 3.0
+    assert 1.0 <= train["measured_s"] <= run.meta["window"]["watched_s"]
+    assert run.meta["window"]["steps"] == TRAIN_BATCHES + 2
     assert "samples/s, data wait" in log  # the live line
     assert b"epoch 0 val accuracy" in done.stdout and b"pipeprof watch" not in done.stdout + done.stderr
     assert "pipeprof watch --" in (run.path / "report.html").read_text()
