@@ -4,11 +4,16 @@ The GPU form (NCCL, p2p on/off) is the same code with another backend; ``test_tw
 where two CUDA devices exist.
 """
 import json
+import os
 import socket
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import asdict
 
 import pandas as pd
+import psutil
 import pytest
 import torch
 
@@ -49,6 +54,48 @@ def test_launch_uses_torchrun_and_keeps_nvls_off():
     assert launch_env(spec)["NCCL_P2P_DISABLE"] == "1" and launch_env(spec)["NCCL_NVLS_ENABLE"] == "0"
     on = launch_env(TrialSpec("end_to_end", gpus=2, p2p=True))
     assert "NCCL_P2P_DISABLE" not in on and on["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_n_gpu_trials_come_in_job_order_and_join_a_job_of_their_settings(monkeypatch):
+    from pipeprof.orchestrate import sweep
+    from pipeprof.orchestrate.distributed import job_key, joins
+
+    monkeypatch.setattr(sweep, "usable_cores", lambda: {"usable": 8})
+    cfg = C.resolve(C.build({"distributed": {"gpus": [1, 2, 4], "p2p": ["on", "off"]},
+                             "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"], "loader": {"num_workers": [1]}}),
+                    cuda=True, bf16_ok=True, usable_cores=8, gpu_count=4)
+    many = [(s.gpus, s.p2p, s.kind) for s in sweep.expand(cfg) if s.gpus > 1]
+    # by GPU count, then link: p2p on (with the loaders alone, which send nothing between GPUs), then off
+    assert many == [(2, True, "gpu_ceiling"), (2, None, "cpu_pipeline"), (2, True, "end_to_end"),
+                    (2, False, "gpu_ceiling"), (2, False, "end_to_end"),
+                    (4, True, "gpu_ceiling"), (4, None, "cpu_pipeline"), (4, True, "end_to_end"),
+                    (4, False, "gpu_ceiling"), (4, False, "end_to_end")]
+    # so 4 jobs: a new one where the GPU count or the link changes
+    specs = [TrialSpec(k, gpus=n, p2p=p) for n, p, k in many]
+    assert [i for i in range(len(specs)) if i == 0 or not joins(specs[i], job_key(specs[i - 1]))] == [0, 3, 5, 8]
+    assert joins(TrialSpec("cpu_pipeline", gpus=2, p2p=None), (2, False))
+    assert not joins(TrialSpec("gpu_ceiling", gpus=2, p2p=True), (2, False))
+
+
+def test_a_rank_takes_the_trials_handed_in_order_and_ends_at_stop_or_without_its_parent(tmp_path):
+    from pipeprof.orchestrate.distributed import STOP_FILE, TRIAL_FILE, _handed, _write_atomic
+
+    me = psutil.Process()
+    alive = {"pid": me.pid, "started": me.create_time()}
+    spec = TrialSpec("end_to_end", num_workers=1, gpus=2, p2p=True)
+    _write_atomic(tmp_path / TRIAL_FILE.format(k=0), json.dumps(asdict(spec)))
+    later = threading.Timer(0.3, lambda: _write_atomic(tmp_path / TRIAL_FILE.format(k=1), json.dumps(
+        asdict(TrialSpec("cpu_pipeline", num_workers=2, gpus=2)))))
+    stop = threading.Timer(0.6, lambda: _write_atomic(tmp_path / STOP_FILE, ""))
+    later.start(), stop.start()
+    t0 = time.monotonic()
+    got = [(s.kind, s.num_workers) for s in _handed(tmp_path, alive)]  # waits for the second, then the stop
+    assert got == [("end_to_end", 1), ("cpu_pipeline", 2)] and 0.55 <= time.monotonic() - t0 < 5
+    assert not list(tmp_path.glob("*.tmp"))
+    # a parent that is gone (here: this process as it would be after a restart, another start time) ends it
+    gone = {"pid": os.getpid(), "started": me.create_time() - 1}
+    (tmp_path / STOP_FILE).unlink()
+    assert [s.kind for s in _handed(tmp_path, gone)] == ["end_to_end", "cpu_pipeline"]  # those already handed
 
 
 def test_job_row_sums_ranks_and_names_the_slowest():
@@ -99,6 +146,10 @@ def test_two_process_gloo_run_records_ranks_totals_and_scaling(tmp_path):
         assert job["ranks_reported"] == 2 and job["slowest_rank"] in (0, 1)
         assert mine.set_index("rank").loc[int(job["slowest_rank"]), "samples_per_s"] == \
             pytest.approx(mine["samples_per_s"].min(), rel=0.006)
+    # one torchrun job ran the three (one GPU count, p2p on; the loaders-only kind joins it): each rank is one
+    # process throughout, and the trials are the job's 0th, 1st and 2nd
+    assert (ranks.groupby("rank")["pid"].nunique() == 1).all() and ranks["pid"].nunique() == 2
+    assert sorted(jobs["job_trial"]) == [0, 1, 2] and sorted(ranks["job_trial"]) == [0, 0, 1, 1, 2, 2]
     meta = json.loads((run.path / "run.json").read_text())
     (e2e,) = [s for s in meta["analysis"]["scaling"] if s["kind"] == "end_to_end"]
     one = t[(t["gpus"] == 1) & (t["kind"] == "end_to_end")]["samples_per_s"].iloc[0]

@@ -22,6 +22,7 @@ from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from .actions import run_actions
 from .batchsize import MOST, auto_batch_size, confirm
+from .distributed import kept_jobs
 from .limits import check_plan, check_workers, shm_free
 from pipeprof.config import CPU_BATCH, ConfigError, RunConfig, resolve
 from pipeprof.measure.confounders import WORKER_POLICY
@@ -242,7 +243,7 @@ def _measure(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict, 
 def _sweep(run: Run, plan: Plan, models: dict, loss_fn, progress, kept: dict, started: float) -> bool:
     """Every planned trial under the monitor, each row saved as it lands; True when interrupted."""
     cfg, cuda = plan.cfg, plan.cfg.device == "cuda"
-    with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor:
+    with Monitor(hz=cfg.monitor_hz, gpu=cuda) as monitor, kept_jobs():  # an N-GPU job serves its run of trials
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, plan.sources,
                                        int(plan.machine["cores"]["usable"]), user_dataset=plan.user_dataset,
                                        user_loader=plan.user_loader, loss_fn=loss_fn, models=models,

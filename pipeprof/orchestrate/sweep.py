@@ -25,7 +25,7 @@ import torch
 
 from pipeprof.measure import noise
 from pipeprof.data.augment import load_preset, output_dtype
-from .distributed import run_job
+from .distributed import close_job, run_job
 from pipeprof.env import usable_cores
 from pipeprof.models import input_size
 from pipeprof.schema import TrialKind
@@ -117,18 +117,18 @@ DISTRIBUTED_KINDS = (TrialKind.GPU_CEILING.value, TrialKind.CPU_PIPELINE.value, 
 def distributed_specs(cfg, specs: list[TrialSpec]) -> list[TrialSpec]:
     """The one-GPU specs again for each GPU count N > 1 of ``distributed.gpus``: num_workers is per
     rank (counts whose N ranks would need more workers than the usable cores are left out), and the
-    step kinds once per ``distributed.p2p`` setting (the loaders do not talk between GPUs)."""
+    step kinds once per ``distributed.p2p`` setting (the loaders do not talk between GPUs). In job
+    order: by GPU count, then by link setting, so that one torchrun job runs each run of them
+    (``distributed.kept_jobs``; the loaders-only kind in the first)."""
     out = []
     cores = int(usable_cores()["usable"])
     for n in (g for g in cfg.distributed.gpus if g > 1):
         local = max(n // cfg.distributed.nnodes, 1)  # ranks on this machine share its cores
-        for s in specs:
-            if s.kind not in DISTRIBUTED_KINDS or s.stage_timing is not None:
-                continue
-            if s.num_workers is not None and s.num_workers * local > max(cores, local):
-                continue
-            links = [None] if s.kind == TrialKind.CPU_PIPELINE.value else [p == "on" for p in cfg.distributed.p2p]
-            out += [replace(s, gpus=n, p2p=link) for link in links]
+        mine = [s for s in specs if s.kind in DISTRIBUTED_KINDS and s.stage_timing is None
+                and not (s.num_workers is not None and s.num_workers * local > max(cores, local))]
+        for i, p2p in enumerate(cfg.distributed.p2p):
+            out += [replace(s, gpus=n, p2p=None if s.kind == TrialKind.CPU_PIPELINE.value else p2p == "on")
+                    for s in mine if i == 0 or s.kind != TrialKind.CPU_PIPELINE.value]
     return out
 
 
@@ -206,8 +206,11 @@ def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> 
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)  # an oom row's peak is this trial's
     try:
-        # an N-GPU job is its own process group, bounded and killed by distributed.run_job
-        metrics = run_job(ctx, spec) if spec.gpus > 1 else bounded_trial(ctx, spec)
+        if spec.gpus > 1:  # in a torchrun job, its own process group, bounded and killed by distributed.run_job
+            metrics = run_job(ctx, spec)
+        else:
+            close_job()  # a kept N-GPU job's rank 0 holds this process's GPU
+            metrics = bounded_trial(ctx, spec)
         row |= metrics
         seen = summarize_monitor(spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s"))
         # an N-GPU job's CPU columns come from its ranks' own monitors; the GPUs and the machine from ours

@@ -143,7 +143,7 @@ def combine_ranks(ranks: list[dict], gpus: int) -> dict:
     rank that waited longest for data (it holds the others at each all-reduce)."""
     ranks = sorted(ranks, key=lambda r: r["rank"])
     first = ranks[0]
-    row = {k: v for k, v in first.items() if k not in ("rank", "local_rank", "node", "cpus", "cores")}
+    row = {k: v for k, v in first.items() if k not in ("rank", "local_rank", "node", "cpus", "cores", "pid")}
     for k in RANK_SUMMED:
         vals = [r.get(k) for r in ranks]
         row[k] = sum(vals) if all(v is not None for v in vals) else None
