@@ -48,19 +48,23 @@ the other runs ``one_core`` tests), the other ``one_core`` tests, and the other 
 shared ones, the other readers of those runs last.
 ``--maxschedchunk 1`` hands them out in that order a test or two at a time, so both workers take the ``alone``
 tests in turn, then the lanes side by side, then the shared ones in parallel (``pytest -n 2`` alone hands each
-worker a long run of consecutive tests: correct, only slower).
+worker a long run of consecutive tests: correct, only slower). A worker done with its alone tests waits for the
+other's before it starts a lane or a shared test (``_after_the_alone_tests``), and the first reader of a run
+measured in a lane holds that lane from its start.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import functools
+import hashlib
 import http.server
 import os
 import pickle
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -190,19 +194,63 @@ def phase(item, first_readers: set) -> tuple[int, int]:
     return (3, 0) if reads else (2, 0)
 
 
+ALONE: set[str] = set()  # this run's ``alone`` tests (every worker collects the same)
+FIRST_READERS: dict[str, str] = {}  # the first reader of each run measured in a lane (``phase``): its mode
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):  # before xdist's worker reports the order it collected
     if hasattr(session.config, "workerinput"):  # the same stable order on every worker
-        first = {next(i.nodeid for i in session.items if name in i.fixturenames)
-                 for name in MEASURED if any(name in i.fixturenames for i in session.items)}
-        session.items.sort(key=lambda i: phase(i, first))
+        first = {next(i.nodeid for i in session.items if name in i.fixturenames): mode
+                 for name, mode in MEASURED.items() if any(name in i.fixturenames for i in session.items)}
+        session.items.sort(key=lambda i: phase(i, set(first)))
+        ALONE.update(i.nodeid for i in session.items if mode_of(i) == "exclusive")
+        FIRST_READERS.update(first)
+
+
+STALL_S = 120.0  # no alone test ended for this long: a worker died mid-test (xdist replaces it): stop waiting
+
+
+def _alone_done(nodeid: str) -> Path:
+    return SHARED / "alone-done" / hashlib.sha1(nodeid.encode()).hexdigest()
+
+
+def _after_the_alone_tests() -> None:
+    """Wait until every ``alone`` test has ended, on any worker. Without it the first worker done with its
+    alone tests starts a lane (or a lane-measured fixture: the CPU run, 23 s) while the other still has an alone
+    test queued, which then waits for that lane with its core idle (seen: 23 s at the phases' turn). No worker
+    holds a later test ahead of an alone one (xdist hands tests out in the sorted order), so the wait ends."""
+    if SHARED is None or not ALONE:
+        return
+    done, since = -1, time.monotonic()
+    while True:
+        now = sum(_alone_done(n).exists() for n in ALONE)
+        if now == len(ALONE) or time.monotonic() - since > STALL_S:
+            ALONE.clear()  # once is enough
+            return
+        if now != done:
+            done, since = now, time.monotonic()
+        time.sleep(0.1)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Setup, call and teardown (the module and session fixtures set up for this test included) under the lock."""
-    with CORES.hold(mode_of(item)):
-        return (yield)
+    """Setup, call and teardown (the module and session fixtures set up for this test included) under the lock;
+    the other tests after every alone one. The first reader of a run measured in a lane holds the lane
+    throughout: holding every CPU shared first, it waited for the other worker's lane test (7 s seen) before
+    its fixture dropped that hold for the lane."""
+    mode = mode_of(item)
+    if mode == "shared" and item.nodeid in FIRST_READERS:
+        mode = FIRST_READERS[item.nodeid]
+    if mode != "exclusive":
+        _after_the_alone_tests()
+    try:
+        with CORES.hold(mode):
+            return (yield)
+    finally:
+        if mode == "exclusive" and SHARED is not None:
+            _alone_done(item.nodeid).parent.mkdir(exist_ok=True)
+            _alone_done(item.nodeid).touch()
 
 
 def measured_once(name: str, make, tmp_path_factory, mode: str = "exclusive"):
