@@ -8,7 +8,7 @@
 - ``resume``:    finishing an interrupted run from the rows it kept
 - ``merge``:     the nodes of a multi-machine job as one run
 - ``actions``:   the action trials after the answer (each applicable change tried against the baseline)
-- ``distributed``: the N-GPU launcher (torchrun per trial, one DDP rank per GPU)
+- ``distributed``: the N-GPU launcher (a torchrun job per GPU count and p2p setting, one DDP rank per GPU)
 
 May import: the nouns, ``data``, ``measure``, ``trials`` and ``analysis`` (the search reads measured
 rows). Nothing here renders: ``report`` formats what a run stored.

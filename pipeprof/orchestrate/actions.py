@@ -143,7 +143,7 @@ def _plan_group(row: Optional[pd.Series], g: dict, facts: Facts) -> tuple[Option
     if row is None:
         return None, []
     planned = plan(g, row, facts)
-    if int(g.get("gpus") or 1) > 1:  # a torchrun job per trial: one variant against one baseline is one GPU's
+    if int(g.get("gpus") or 1) > 1:  # an action trial alternates its loaders in one process: one GPU's
         planned = [p._replace(why_not=p.why_not or "action trials run on one GPU; this group runs on several")
                    for p in planned]
     return spec_of(row), planned
