@@ -203,7 +203,7 @@ _keeping = False
 @contextlib.contextmanager
 def kept_jobs():
     """Within the block, consecutive N-GPU trials of one GPU count and link setting share a torchrun job
-    (its start, torchrun, the ranks' imports and the rendezvous, took 18 s on the H200 box); the
+    (its start, torchrun, the ranks' imports and the rendezvous, took 18-19 s on the H200 box); the
     job ends before a trial of another kind (:func:`close_job`) and at the block's end. Outside it, each
     N-GPU trial starts and ends a job of its own."""
     global _keeping
