@@ -148,7 +148,8 @@ def tuned(tmp_path_factory):
         # the window is training batches, not seconds: the first epoch (24 batches) and 2 of the second take in
         # the whole validation pass between them at any speed (a 3 s window once ended 6 of its 12 batches in,
         # on a day the first epoch ran slow: no steady-state window for the validation loader)
-        done = _watch(tmp, ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--stop"], [sys.executable, "train.py", "1000"])
+        done = _watch(tmp, ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--stop"],
+                      [sys.executable, "train.py", "1000"])
         return done, _run_folder(tmp), (tmp / "watch.log").read_text()
     return measured_once("tuned", make, tmp_path_factory)
 
