@@ -4,8 +4,9 @@ The sweep's process stays the parent. For an N-GPU trial (``gpus = N > 1``) it w
 (the resolved config, the dataset folder), starts ``torch.distributed.run`` (torchrun: its elastic
 agent, its rendezvous) with ``N / nnodes`` processes on this machine, hands the job the trial (a
 file) and reads back one result file per local rank. The job stays for the next trials of its GPU
-count and link setting (:class:`Job`, :func:`kept_jobs`): on the H200 box a job's start (torchrun,
-each rank's imports, the rendezvous) made its first trial 21-22 s against 3-4 s for the next. Each rank
+count and link setting (:class:`Job`, :func:`kept_jobs`): on the H200 box's CPUs (2 ranks, gloo) a
+job's start (torchrun, each rank's imports, the rendezvous) made its first trial 21-22 s against 3-4 s
+for the next. Each rank
 (:func:`rank_main`):
 
 - takes its slice of the usable CPUs (``os.sched_setaffinity``, recorded), so one rank's
@@ -55,8 +56,9 @@ from pipeprof.trials.columns import combine_ranks
 from pipeprof.trials.watchdog import TrialTimeout
 
 JOB_FILE, TRIAL_FILE, RANK_FILE, STOP_FILE = "job.json", "trial-{k}.json", "rank-{k}-{rank}.json", "stop"
-LAUNCH_MARGIN_S = 180.0  # torchrun, imports, model build and rendezvous, on top of the trial's own cap
+LAUNCH_MARGIN_S = 180.0  # torchrun, imports, model build and rendezvous, on top of each trial's own cap
 POLL_S = 0.05  # how often the parent looks for the ranks' results, and a rank for the next trial
+TRACK_S = 0.5  # how often the parent tells the monitor the job's processes (they change as loaders start)
 CLOSE_S = 30.0  # how long the ranks of a job asked to stop may take to leave their group before it is killed
 
 
@@ -154,8 +156,8 @@ class Job:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _reports(self, k: int) -> list[dict]:
-        return [json.loads(f.read_text()) for f in sorted(self.dir.glob(RANK_FILE.format(k=k, rank="*")))]
+    def _report_files(self, k: int) -> list[Path]:
+        return sorted(self.dir.glob(RANK_FILE.format(k=k, rank="*")))
 
     def _follow(self, ctx: TrialContext, k: int, limit_s: float) -> list[dict]:
         """Trial ``k``'s rank results, once every local rank has written its own or the job has ended.
@@ -163,20 +165,23 @@ class Job:
         :class:`TrialTimeout`; a signal to the sweep (Ctrl-C, SIGTERM) raises here: the caller kills the
         group (started in a session of its own, the ranks would not get the terminal's signal)."""
         t0 = time.monotonic()
+        tracked = t0 - TRACK_S  # the first poll tells the monitor
         try:
             while self.alive():
-                ranks = self._reports(k)
-                if len(ranks) >= self.local:
-                    return ranks
-                if time.monotonic() - t0 > limit_s:
+                if len(self._report_files(k)) >= self.local:  # read once all are there, not at every poll
+                    break
+                now = time.monotonic()
+                if now - t0 > limit_s:
                     raise TrialTimeout(f"the N-GPU job ran past {limit_s:.0f} s and was killed with its ranks")
-                try:
-                    ctx.monitor.track_workers([c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)])
-                except psutil.NoSuchProcess:
-                    pass
+                if now - tracked >= TRACK_S:  # a walk of /proc: not at every poll, beside the ranks being timed
+                    tracked = now
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        ctx.monitor.track_workers([c.pid for c in
+                                                   psutil.Process(self.proc.pid).children(recursive=True)])
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=POLL_S)  # back as soon as the job ends
-            return self._reports(k)  # the job ended: what its ranks wrote before
+            # every local rank's result, or the job ended: what its ranks wrote before
+            return [json.loads(f.read_text()) for f in self._report_files(k)]
         finally:
             ctx.monitor.track_workers([])
 
@@ -203,7 +208,7 @@ _keeping = False
 @contextlib.contextmanager
 def kept_jobs():
     """Within the block, consecutive N-GPU trials of one GPU count and link setting share a torchrun job
-    (its start, torchrun, the ranks' imports and the rendezvous, took 18-19 s on the H200 box); the
+    (its start, torchrun, the ranks' imports and the rendezvous, took 18-19 s on the H200 box's CPUs); the
     job ends before a trial of another kind (:func:`close_job`) and at the block's end. Outside it, each
     N-GPU trial starts and ends a job of its own."""
     global _keeping
