@@ -58,6 +58,16 @@ def assert_known_rate(rate: float, workers: int, wait_s: float) -> None:
         f"{per_sample * 1e3:.2f} ms a sample for {wait_s * 1e3:g} ms asked"
 
 
+def assert_known_gain(gain: float, base_wait_s: float, wait_s: float) -> None:
+    """``gain`` is what two sides of ``base_wait_s`` and ``wait_s`` a sample make of it, with each side's sample time
+    inside ``assert_known_rate``'s bounds: the handling adds to both, so it lowers the gain (12 ms against 6 ms:
+    +100% at no handling, +57% at the 1.5 ms allowed; +71% was measured on a slow day, 1.1 ms a sample)."""
+    low = base_wait_s * 0.98 / (wait_s + HANDLING_S) - 1
+    high = (base_wait_s + HANDLING_S) / (wait_s * 0.98) - 1
+    assert low <= gain <= high, f"gain {gain:+.0%} for {base_wait_s * 1e3:g} against {wait_s * 1e3:g} ms a sample " \
+                                f"(known: {low:+.0%} to {high:+.0%})"
+
+
 @pytest.mark.alone  # measured rates (and, in the run, the verdict that lets the action run)
 def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline():
     """12 ms per sample against 6 ms, two workers, a 2 ms step per batch of 8: 167 against 333 samples/s,
@@ -68,7 +78,8 @@ def test_a_variant_with_a_known_cheaper_stage_is_measured_against_its_baseline()
         row = action_trial(ctx, spec, base, Variant(WaitDataset(0.006), collate_user, False, 2))
     assert_known_rate(row["baseline_samples_per_s"], 2, 0.012)
     assert_known_rate(row["samples_per_s"], 2, 0.006)
-    assert row["action_gain_frac"] == pytest.approx(1.0, abs=0.25) and row["pairs"] >= 2
+    assert_known_gain(row["action_gain_frac"], 0.012, 0.006)
+    assert row["pairs"] >= 2
     assert 0.5 < row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
     assert len(row["window_rates"]) == len(row["baseline_window_rates"]) == row["pairs"]
     assert row["paused_workers"] and row["drain_batches"] == 2  # one round of two workers
@@ -85,8 +96,8 @@ def test_two_variants_in_one_rotation_each_read_against_the_shared_baseline():
     for row, wait in ((one, 0.006), (two, 0.008)):
         assert_known_rate(row["samples_per_s"], 2, wait)
         assert_known_rate(row["baseline_samples_per_s"], 2, 0.012)
-        gain = 0.012 / wait - 1
-        assert row["action_gain_frac"] == pytest.approx(gain, abs=0.25 * gain) and row["pairs"] >= 2
+        assert_known_gain(row["action_gain_frac"], 0.012, wait)
+        assert row["pairs"] >= 2
         assert row["action_gain_ci95_low"] <= row["action_gain_frac"] <= row["action_gain_ci95_high"]
         assert row["rotation_variants"] == 2 and row["drain_batches"] == 2
     assert one["baseline_window_rates"] == two["baseline_window_rates"] and one["pairs"] == two["pairs"]
