@@ -310,6 +310,7 @@ def rank_main(job_path: str) -> int:
             code = 1
             break
         gc.collect()  # the trial's model, DDP buckets and loader: before the next trial builds its own
+        gc.freeze()  # what survives (the job's group, sources, the modules its first trial imported): not walked again
         if cuda:
             torch.cuda.empty_cache()
     dist.destroy_process_group()
