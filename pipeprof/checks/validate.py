@@ -86,24 +86,41 @@ def _machine_cores() -> int:
     return int(usable_cores()["usable"])
 
 
+def _foreign_cores(run, trial_id) -> float:
+    """Cores that other processes used on the run's CPUs during the trial ``trial_id`` (the monitor's mean)."""
+    t = run.trials
+    rows = t[t["trial_id"] == trial_id] if "trial_id" in t else t.iloc[:0]
+    f = rows["foreign_cores_mean"].iloc[0] if len(rows) and "foreign_cores_mean" in rows else None
+    return 0.0 if f is None or f != f else float(f)
+
+
 def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] = ()) -> dict:
     """The case's row: expected vs measured rate and verdict (either reading of a case on a threshold),
-    the isolated-bound prediction, and how often the re-drawn windows agree with the answer."""
+    the isolated-bound prediction, and how often the re-drawn windows agree with the answer.
+
+    The known rate holds on cores no one else uses. Where the monitor saw other processes on the run's CPUs
+    during the trial the verdict reads (``foreign_cores``), the rate may fall short by that much more: f
+    cores taken from the side that binds, which uses at least one core, slow it by at most a share f (a
+    burning CPU step beside 0.23 foreign cores read 167 of 200 samples/s in a CI run). Above, the tolerance
+    stays ±15%."""
     verdict = (run.meta["analysis"]["verdicts"] or [{}])[0]
     group = (run.meta["analysis"]["groups"] or [{}])[0]
     rate, side = expected
     side = " or ".join(edge) if edge else side
     measured = verdict.get("samples_per_s", float("nan"))
     err = measured / rate - 1
+    foreign = _foreign_cores(run, verdict.get("trial_id"))
+    low = (1 - RATE_TOLERANCE) * (1 - min(foreign, 1.0)) - 1
     right = verdict.get("verdict") in (edge or (expected[1],))
     return {"case": name, "expected_samples_per_s": rate, "measured_samples_per_s": measured,
-            "rate_error_frac": err, "expected_verdict": side, "reported_verdict": verdict.get("verdict"),
+            "rate_error_frac": err, "foreign_cores": foreign, "rate_low_frac": low,
+            "expected_verdict": side, "reported_verdict": verdict.get("verdict"),
             "verdict_right": right, "answer_share": (group.get("confidence") or {}).get("answer_share"),
             "also": ", ".join(verdict.get("also") or []),
             "verdict_basis": verdict.get("verdict_basis"),
             "predicted_samples_per_s": verdict.get("predicted_samples_per_s"),
             "prediction_error_frac": verdict.get("prediction_error_frac"),
-            "passed": right and abs(err) <= RATE_TOLERANCE, "run": str(run.path)}
+            "passed": bool(right and low <= err <= RATE_TOLERANCE), "run": str(run.path)}
 
 
 def run_case(case: Case, out_dir: str, measure: dict = MEASURE) -> dict:
