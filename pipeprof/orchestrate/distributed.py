@@ -244,7 +244,9 @@ def run_job(ctx: TrialContext, spec: TrialSpec) -> dict:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Readers (the ranks, the parent) see the whole file or none."""
+    """Readers (the ranks, the parent) see the whole file or none. Not ``results``' writer: that module is a
+    layer above this one, and its fsync is for run folders that must outlive a power cut, not a job's temporary
+    folder."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
