@@ -48,4 +48,5 @@ def test_objects_the_process_froze_before_do_not_turn_it_off():
         with trial_heap():  # nested: the outer block's policy, nothing set back early
             release(CPU)
         assert gc.get_freeze_count() >= frozen + 1000
-    assert gc.get_freeze_count() == 0 and len(early) == 100 and len(kept) == 1000  # all set back, earlier ones too
+    assert gc.get_freeze_count() == 0  # all set back, the earlier ones too
+    del early, kept  # held to here: frozen while alive
