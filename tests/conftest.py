@@ -54,6 +54,7 @@ measured in a lane holds that lane from its start.
 """
 from __future__ import annotations
 
+import compileall
 import contextlib
 import fcntl
 import functools
@@ -62,12 +63,18 @@ import http.server
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+# the suite keeps its compiled modules where PYTHONDONTWRITEBYTECODE is set (as on this workplace's machines): else
+# each xdist worker compiles pytest's rewritten test modules at every run (a collection took 8.8 s here, 5.9 s on a
+# run after one that kept them), and each of the suite's 40-odd interpreters its share of pipeprof (0.35 s of CPU in
+# a `pipeprof run`'s imports); pipeprof's are compiled in pytest_configure, before any worker or subprocess starts
+sys.dont_write_bytecode = False
 
 import psutil  # noqa: E402
 import pytest  # noqa: E402
@@ -159,6 +166,8 @@ SHARED: Path | None = None  # the folder this run's xdist workers share (None wi
 def pytest_configure(config):
     global CORES, SHARED
     if not hasattr(config, "workerinput"):
+        # compiled once here, read by every interpreter the tests start (they keep the environment's setting)
+        compileall.compile_dir(Path(__file__).parent.parent / "pipeprof", quiet=1)
         # the timed tests run first: not beside the kernel writing back what was just installed or built (CI runs
         # the tests straight after `pip install`; the hand-off test, early, once read 2,850 against 1,988/s)
         os.sync()
@@ -318,14 +327,18 @@ def cpu_run_dir(tmp_path_factory):
     """One real (tiny) ``pipeprof run`` on synthetic JPEGs, mobilenet_v3_small on the CPU, 0 and 1 workers, the
     overhead checks and a CPU reference: the run folder that test_run_folder and test_report_html read. Measured
     once per test run, in a lane (``measured_once``): its readers check what the run records and how its figures
-    agree with each other, not a rate, and the run sees one usable core (its thread counts follow)."""
+    agree with each other, not a rate, and the run sees one usable core (its thread counts follow). Its actions
+    are predicted, not measured (test_action_trials measures them): on one core its answer falls on either side
+    of step-bound and balanced from run to run, and a balanced answer tried the decoder action for 10 pairs of
+    windows, 26 s of a 53-s fixture against 21 s without."""
     from pipeprof.cli import main
 
     def make(out: Path) -> Path:
         sets = ["data.images=16", "data.classes=2", f"data.cache_dir={out}/datasets", f"out_dir={out}",
                 "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
                 "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
-                "measure.max_windows=5", "measure.redraws=10", "measure.cpu_reference_s=0.3", "overhead_checks=true"]
+                "measure.max_windows=5", "measure.redraws=10", "measure.cpu_reference_s=0.3", "overhead_checks=true",
+                "actions=predict"]
         assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
         (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
         return path
