@@ -39,6 +39,21 @@ def test_bounds_join_at_the_same_settings():
     assert c.loc[1, "step_bound_samples_per_s"] == 1000 and c.loc[1, "main_cores_step"] == 1.0
 
 
+def test_the_what_if_reads_the_storage_the_run_measured():
+    """The storage bound in MB/s is storage_fetch's samples/s times its mean sample size (100 KB here): 9,000
+    samples/s are 900 MB/s as measured; assumed storage of 125 MB/s passes 1,250 samples/s, under the step's
+    5,000 on one GPU, so it binds there."""
+    df = table(gpu=5000.0, cpu={1: 1000, 2: 2000}, e2e={1: 990, 2: 1980}, io={1: 5000, 2: 9000})
+    assert "mean_sample_kb" in curves(df)
+    (group,) = analyse(df, cores=32, device="cuda", draws=0)["groups"]
+    rows = {(r["gpus"], r["cores"], r["storage_mb_s"] if r["storage"] == "assumed" else None): r
+            for r in group["what_if"]}
+    measured = rows[(1, 64, None)]
+    assert measured["binding"] != "io" and measured["storage_mb_s"] == pytest.approx(900.0)
+    slow = rows[(1, 64, 125.0)]
+    assert slow["binding"] == "io" and slow["predicted_samples_per_s"] == pytest.approx(1250.0)
+
+
 def test_cpu_bound_curve_predicts_the_measured_rate():
     v = by_workers(table(cpu={1: 100, 2: 200, 4: 400}, e2e={1: 98, 2: 196, 4: 380}, io={1: 1e5, 2: 1e5, 4: 1e5}))
     assert (v["verdict"] == "cpu-bound").all()

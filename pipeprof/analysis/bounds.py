@@ -87,7 +87,9 @@ def curves(trials: pd.DataFrame) -> pd.DataFrame:
         cols = ["samples_per_s", "_noise"] + [c for c in extra if c in bound]
         right = bound[on + cols].drop_duplicates(on).rename(columns={"samples_per_s": col, "_noise": f"{col}_noise",
                                                                      **extra})
-        e2e = e2e.merge(right, on=on, how="left")
+        # the bound's figure replaces the end-to-end row's own column of that name (``mean_sample_kb``: only
+        # storage_fetch reads bytes, so the row's own is empty; kept, it split the join into _x and _y)
+        e2e = e2e.drop(columns=[c for c in right if c not in on and c in e2e]).merge(right, on=on, how="left")
     if "main_cores_step" in e2e:
         e2e["main_cores_step"] = e2e["main_cores_step"] / 100
     e2e = _join_handoff(e2e, trials)
