@@ -46,6 +46,26 @@ def test_the_same_table_gives_the_same_confidence():
     assert confidence(df, 32, "cuda", draws=20, seed=3) == confidence(df, 32, "cuda", draws=20, seed=3)
 
 
+def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
+    """The re-draws fill each draw's figures into one join of the measured table (``bounds.join``): the table a
+    fresh join of the drawn trials gives, every bound and the hand-off included, only its figures re-drawn."""
+    from pipeprof.analysis.bounds import curves, join
+    from pipeprof.analysis.confidence import _draw, _redraw_windows
+
+    e2e = {4: [500, 505, 510], 8: [900, 950, 1000, 940, 960], 16: [1000, 1000, 1010, 990, 1000]}
+    df = pd.concat([curve_table(e2e), frame(*[trial("storage_fetch", 9000.0 * w, w, mean_sample_kb=110.0)
+                                              for w in e2e], trial("handoff", 2000.0, 16))], ignore_index=True)
+    rows, measured = join(df), curves(df)
+    assert measured[["io_bound_samples_per_s", "handoff_samples_per_s"]].notna().all().all()
+    rates = _redraw_windows(df, "window_rates", np.random.default_rng(0), 5)
+    moved = 0
+    for k in range(5):
+        drawn = _draw(df, k, rates, {}, {})
+        pd.testing.assert_frame_equal(curves(drawn, rows), curves(drawn))
+        moved += not curves(drawn, rows)["samples_per_s"].equals(measured["samples_per_s"])
+    assert moved >= 4  # the draws' rates are not the measured ones (one may draw the measured median)
+
+
 def test_an_answer_below_the_holding_share_says_so():
     drawn = [(16, "input", "cores")] * 70 + [(16, "input", "handoff")] * 30
     s = summarize((16, "input", "cores"), drawn)

@@ -64,53 +64,95 @@ def _clean(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def curves(trials: pd.DataFrame) -> pd.DataFrame:
+# what each bound adds beside its rate and noise: {trial column: curves' column}
+EXTRA = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
+         "cpu_pipeline": {"main_cpu_pct_mean": "loader_main_cpu_pct"},
+         "storage_fetch": {"mean_sample_kb": "mean_sample_kb"}}
+HANDOFF_COLUMNS = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high", "handoff_main_us_per_sample"]
+
+
+class Join(NamedTuple):
+    """Which trials make each row of :func:`curves`, as positions in the trials table, in the order curves
+    returns its rows: ``e2e`` the end-to-end trial of each row; ``bounds`` per bound kind (and ``handoff``) the
+    trial joined beside it (-1: none at its settings), a kind that measured nothing absent. Which trials join
+    depends on settings and status, never on the figures, so the re-draws of the confidence join once and fill
+    each draw's figures in (a join is 4-5 merges and a sort: 27 of a re-draw's 78 ms here, on a 9-trial run)."""
+
+    e2e: np.ndarray
+    bounds: dict
+
+
+def join(trials: pd.DataFrame) -> Join:
+    """The rows :func:`curves` joins: each end-to-end trial beside the first successful trial of each bound kind
+    at its settings (``BOUND_KEYS``; the hand-off's ``HANDOFF_KEYS``), then sorted by group and workers."""
+    t = trials.reset_index(drop=True).assign(_pos=np.arange(len(trials)))
+    e2e = ok(t, "end_to_end")
+    if e2e.empty:  # e.g. a run interrupted before its first end-to-end trial: nothing to join onto
+        return Join(np.zeros(0, int), {})
+    bounds = {}
+    for kind, keys in [*BOUND_KEYS.items(), ("handoff", HANDOFF_KEYS)]:
+        bound = ok(t, kind)
+        if bound.empty:
+            continue
+        on = [k for k in keys if k in e2e and k in bound]
+        right = bound[on + ["_pos"]].drop_duplicates(on).rename(columns={"_pos": f"_pos_{kind}"})
+        e2e = e2e.merge(right, on=on, how="left")
+        bounds[kind] = f"_pos_{kind}"
+    e2e = e2e.sort_values(present_group_keys(e2e) + ["num_workers"])
+    return Join(e2e["_pos"].to_numpy(int), {k: e2e[c].fillna(-1).to_numpy(int) for k, c in bounds.items()})
+
+
+def _take(values: pd.Series, at: np.ndarray):
+    """``values`` at positions ``at``, NaN where -1 (as a left join leaves a row with no match)."""
+    v = values.to_numpy()
+    if (at >= 0).all():
+        return v[at]
+    out = v.astype(float)[np.maximum(at, 0)]
+    out[at < 0] = np.nan
+    return out
+
+
+def curves(trials: pd.DataFrame, rows: Join | None = None) -> pd.DataFrame:
     """End-to-end trials with ``step_bound_/cpu_bound_/io_bound_samples_per_s`` joined on,
     plus ``main_cores_step``: CPU the training process used in the gpu_ceiling trial, and
     ``loader_main_cpu_pct``: CPU of the main process in the cpu_pipeline trial (the hand-off).
 
-    A bound missing (trial kind switched off or failed) is NaN.
+    A bound missing (trial kind switched off or failed) is NaN. ``rows``: ``join(trials)`` when the caller has
+    it (a re-draw of the same trials: only their figures differ).
     """
-    e2e = ok(trials, "end_to_end").copy()
-    if e2e.empty:  # e.g. a run interrupted before its first end-to-end trial: nothing to join onto
-        return e2e
-    for kind, keys in BOUND_KEYS.items():
-        bound, col = ok(trials, kind), BOUND_COLUMN[kind]
-        extra = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
-                 "cpu_pipeline": {"main_cpu_pct_mean": "loader_main_cpu_pct"},
-                 "storage_fetch": {"mean_sample_kb": "mean_sample_kb"}}.get(kind, {})
-        if bound.empty:
-            e2e[col] = float("nan")
+    rows = join(trials) if rows is None else rows
+    t = trials.reset_index(drop=True)
+    out = t.iloc[rows.e2e].reset_index(drop=True)
+    if out.empty:  # e.g. a run interrupted before its first end-to-end trial: nothing to join onto
+        return out
+    noise, joined = _half_frac(t), {}
+    for kind, col in BOUND_COLUMN.items():
+        at = rows.bounds.get(kind)
+        if at is None:
+            joined[col] = float("nan")
             continue
-        on = [k for k in keys if k in e2e and k in bound]
-        bound = bound.assign(_noise=_half_frac(bound))
-        cols = ["samples_per_s", "_noise"] + [c for c in extra if c in bound]
-        right = bound[on + cols].drop_duplicates(on).rename(columns={"samples_per_s": col, "_noise": f"{col}_noise",
-                                                                     **extra})
-        # the bound's figure replaces the end-to-end row's own column of that name (``mean_sample_kb``: only
-        # storage_fetch reads bytes, so the row's own is empty; kept, it split the join into _x and _y)
-        e2e = e2e.drop(columns=[c for c in right if c not in on and c in e2e]).merge(right, on=on, how="left")
-    if "main_cores_step" in e2e:
-        e2e["main_cores_step"] = e2e["main_cores_step"] / 100
-    e2e = _join_handoff(e2e, trials)
-    return e2e.sort_values(present_group_keys(e2e) + ["num_workers"]).reset_index(drop=True)
+        figures = {col: t["samples_per_s"], f"{col}_noise": noise,
+                   **{new: t[old] for old, new in EXTRA.get(kind, {}).items() if old in t}}
+        joined |= {name: _take(values, at) for name, values in figures.items()}
+    if "main_cores_step" in joined:
+        joined["main_cores_step"] = joined["main_cores_step"] / 100
+    joined |= _handoff(t, rows.bounds.get("handoff"))
+    # the bounds' figures replace the end-to-end row's own columns of their names (``mean_sample_kb``: only
+    # storage_fetch reads bytes, so the row's own is empty; kept, a merge split it into _x and _y)
+    return out.drop(columns=[c for c in joined if c in out]).assign(**joined)
 
 
-def _join_handoff(e2e: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
+def _handoff(t: pd.DataFrame, at: np.ndarray | None) -> dict:
     """``handoff_samples_per_s`` and its 95% interval beside each end-to-end row of the same pipeline, and
     ``handoff_main_us_per_sample``: the training process's CPU to receive and pin a sample's batch share (its
     CPU in the hand-off trial, which runs no step, over that trial's rate)."""
-    cols = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high", "handoff_main_us_per_sample"]
-    h = ok(trials, "handoff")
-    if h.empty:
-        return e2e.assign(**{c: float("nan") for c in cols})
-    on = [k for k in HANDOFF_KEYS if k in e2e and k in h]
-    low = h.get("samples_per_s_ci95_low", h["samples_per_s"]).fillna(h["samples_per_s"])
-    high = h.get("samples_per_s_ci95_high", h["samples_per_s"]).fillna(h["samples_per_s"])
-    main = h["main_cpu_pct_mean"] / 100 / h["samples_per_s"] * 1e6 if "main_cpu_pct_mean" in h else float("nan")
-    right = h.assign(handoff_samples_per_s=h["samples_per_s"], handoff_ci95_low=low, handoff_ci95_high=high,
-                     handoff_main_us_per_sample=main)
-    return e2e.merge(right[on + cols].drop_duplicates(on), on=on, how="left")
+    if at is None:
+        return {c: float("nan") for c in HANDOFF_COLUMNS}
+    rate = t["samples_per_s"]
+    low = t.get("samples_per_s_ci95_low", rate).fillna(rate)
+    high = t.get("samples_per_s_ci95_high", rate).fillna(rate)
+    main = t["main_cpu_pct_mean"] / 100 / rate * 1e6 if "main_cpu_pct_mean" in t else pd.Series(np.nan, t.index)
+    return {c: _take(v.astype(float), at) for c, v in zip(HANDOFF_COLUMNS, (rate, low, high, main))}
 
 
 def _half_frac(df: pd.DataFrame) -> pd.Series:

@@ -24,11 +24,12 @@ from pipeprof.measure.noise import causes
 from pipeprof.stats import t95
 
 from .advice import recommend_workers
-from .bounds import BOUND_KEYS, GROUP_KEYS, NEAR_BEST, curves, groups
+from .bounds import BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, curves, groups, join
 from .verdict import at_recommended, verdicts
 
 DRAWS = 60  # shares move by about 1/sqrt(draws): ±6 points at 60, enough to say whether 80% holds; each draw
-# re-joins the table (about 50 ms on a 2-core machine), so more would add seconds to every run
+# reads the verdicts and the recommendation again (about 36 ms for a 9-trial run on a 2-core machine, 78 ms when each
+# draw re-joined the table: 60 draws 2.2 against 4.7 s), so more would add seconds to every run
 HOLDS = 0.80  # the answer holds when at least 80% of the re-draws give it
 SPREAD = {"usable_busy_cores": "usable_busy_cores_mean", "workers_cpu_pct": "workers_cpu_pct_mean"}
 
@@ -97,9 +98,9 @@ def _lean(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[keep]
 
 
-def _answers(df: pd.DataFrame, cores: float, device: str) -> dict:
-    """{group key: (recommended workers, side, resource)} of one table."""
-    joined = curves(df)
+def _answers(df: pd.DataFrame, cores: float, device: str, rows: Join) -> dict:
+    """{group key: (recommended workers, side, resource)} of one table (``rows``: its :func:`bounds.join`)."""
+    joined = curves(df, rows)
     v = verdicts(df, cores, device, joined)
     out = {}
     for key, curve in groups(joined):
@@ -126,10 +127,11 @@ def confidence(trials: pd.DataFrame, cores: float, device: str, draws: int = DRA
     waits = _redraw_windows(trials, "window_data_wait", rng, draws)
     trials = _lean(trials)
     spread = _redraw_spread(trials, rng, draws)
-    base = _answers(trials, cores, device)
+    rows = join(trials)  # a draw changes figures, not which trials join
+    base = _answers(trials, cores, device, rows)
     seen: dict = {key: [] for key in base}
     for k in range(draws):
-        for key, answer in _answers(_draw(trials, k, rates, waits, spread), cores, device).items():
+        for key, answer in _answers(_draw(trials, k, rates, waits, spread), cores, device, rows).items():
             seen.setdefault(key, []).append(answer)
     return {key: summarize(base[key], seen[key]) for key in base}
 
