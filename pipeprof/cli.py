@@ -195,6 +195,7 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pipeprof.report.console import print_answer, render_console, render_markdown
+    from pipeprof.report.summary import answer_lines
     from pipeprof.orchestrate.runner import execute
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -204,13 +205,19 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
         def progress(spec, i, n):
             bar.update(task, total=n, completed=i, description=spec.trial_id if spec else "done")
 
-        run = execute(cfg, log=console.print, progress=progress, resume=resume,
-                      on_answer=lambda r: print_answer(r, console))
+        shown: list = []  # the answer as printed when the run had it
+
+        def answer(r):
+            print_answer(r, console)
+            shown[:] = answer_lines(r)
+
+        run = execute(cfg, log=console.print, progress=progress, resume=resume, on_answer=answer)
     if signals.first is not None:
         run.meta["interrupted_by"] = signal.Signals(signals.first).name
         run.save_meta()
     run.save_summary(render_markdown(run))
-    render_console(run, console)
+    # the report's answer again only where the action trials since changed it (else the same lines twice)
+    render_console(run, console, answer=shown != answer_lines(run))
     _write_html(run, console)
     if run.meta["status"] == "interrupted":
         console.print(f"[yellow]interrupted: the trials measured so far are saved; `pipeprof run --resume "

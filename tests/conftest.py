@@ -60,6 +60,7 @@ import fcntl
 import functools
 import hashlib
 import http.server
+import io
 import os
 import pickle
 import socket
@@ -339,8 +340,11 @@ def cpu_run_dir(tmp_path_factory):
                 "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
                 "measure.max_windows=5", "measure.redraws=10", "measure.cpu_reference_s=0.3", "overhead_checks=true",
                 "actions=predict"]
-        assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
         (path,) = [p for p in out.iterdir() if p.name.startswith("t-")]
+        (out / "printed.txt").write_text(printed.getvalue())  # what the command printed, beside its folder
         return path
 
     return measured_once("cpu_run", make, tmp_path_factory, MEASURED["cpu_run_dir"])

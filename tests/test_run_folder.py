@@ -6,6 +6,7 @@ import pytest
 
 from pipeprof.cli import main
 from pipeprof.report.console import si
+from pipeprof.report.summary import answer_lines
 from pipeprof.results import load_run
 
 
@@ -127,6 +128,15 @@ def test_summary_and_report_show_the_table(run_dir, capsys):
     out = capsys.readouterr().out
     assert "mobilenet_v3_small fp32 · light · batch 4" in out and "num_workers=" in out
     assert len(load_run(run_dir).trials) == 9  # 7 + the stage-clock and the monitor overhead checks
+
+
+def test_the_command_prints_its_answer_once_where_no_action_trial_followed_it(run_dir):
+    """The answer is printed as soon as the run has it, before the action trials; the report after them
+    repeats it only where they changed it (this run predicts its actions: none ran)."""
+    printed = (run_dir.parent / "printed.txt").read_text()
+    first = answer_lines(load_run(run_dir))[0][:60]  # the console wraps lines at 140 characters
+    assert printed.count(first) == 1, printed[:2000]
+    assert printed.index(first) < printed.index("samples/s")  # and before the tables
 
 
 def test_report_on_a_folder_that_is_not_a_run(tmp_path, capsys):

@@ -327,7 +327,8 @@ def print_answer(run, console) -> None:
         console.print(line, style="bold", markup=False, highlight=False)
 
 
-def render_console(run, console=None) -> None:
+def render_console(run, console=None, answer: bool = True) -> None:
+    """The run's report on the terminal: the answer first (``answer``), then the tables and their notes."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -335,7 +336,8 @@ def render_console(run, console=None) -> None:
     console = console or Console(width=None if Console().is_terminal else 140)
     if run.unfinished():
         console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
-    print_answer(run, console)  # the answer first, the evidence below it
+    if answer:
+        print_answer(run, console)  # the answer first, the evidence below it
     tables, notes = sections(run)
     for title, headers, rows in tables:
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
