@@ -30,7 +30,7 @@ LAYERS = {
     7: ["measure.monitors", "measure.noise", "measure.reference", "measure.decoders"],
     # trials/: one steady-state measurement each
     9: ["trials.spec", "trials.columns", "trials.device_side", "trials.skeleton", "trials.kinds", "trials",
-        "trials.watchdog", "trials.actions"],
+        "trials.watchdog", "trials.actions", "trials.heap"],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",

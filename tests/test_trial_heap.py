@@ -1,10 +1,10 @@
-"""What the sweep does with the garbage collector between trials (``sweep.trial_heap`` and ``sweep.release``)."""
+"""What the sweep and a kept job's ranks do with the garbage collector between trials (``trials.heap``)."""
 import gc
 import weakref
 
 import torch
 
-from pipeprof.orchestrate.sweep import release, trial_heap
+from pipeprof.trials.heap import release, trial_heap
 
 CPU = torch.device("cpu")
 

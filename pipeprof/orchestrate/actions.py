@@ -32,7 +32,8 @@ from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_together
 from pipeprof.trials.watchdog import Leash, run_bounded
-from .sweep import SETUP_MARGIN_S, failure_columns, release, run_one
+from pipeprof.trials.heap import release
+from .sweep import SETUP_MARGIN_S, failure_columns, run_one
 
 # less left of the budget than this: no trial starts (on the H200, trials of 20 and 24 s got one pair, which
 # has no interval; trials of 42-66 s got 3-5 pairs)

@@ -36,7 +36,8 @@ import psutil
 import torch
 
 from pipeprof.config import ConfigError
-from .sweep import expand, release, run_one
+from pipeprof.trials.heap import release
+from .sweep import expand, run_one
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.columns import is_oom
 from pipeprof.trials.skeleton import make_step

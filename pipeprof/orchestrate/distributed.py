@@ -53,6 +53,7 @@ import torch
 from pipeprof.schema import TrialKind
 from pipeprof.trials import TrialContext, TrialSpec, run_trial
 from pipeprof.trials.columns import combine_ranks
+from pipeprof.trials.heap import release, trial_heap
 from pipeprof.trials.watchdog import TrialTimeout
 
 JOB_FILE, TRIAL_FILE, RANK_FILE, STOP_FILE = "job.json", "trial-{k}.json", "rank-{k}-{rank}.json", "stop"
@@ -300,21 +301,19 @@ def rank_main(job_path: str) -> int:
     dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     here = _RankContext(cfg, job, device, rank, world, len(cpus))
     code = 0
-    for k, spec in enumerate(_handed(folder, job["parent"])):
-        row = {"rank": rank, "local_rank": local, "node": socket.gethostname(), "cpus": _span(cpus),
-               "cores": len(cpus), "pid": os.getpid(), "job_trial": k, "status": "ok", "error": None}
-        try:
-            row |= here.measure(spec)
-        except Exception as exc:  # the parent reads it from the rank's file and fails the trial with it
-            row |= {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
-        _write_atomic(folder / RANK_FILE.format(k=k, rank=rank), json.dumps(row, default=str))
-        if row["status"] != "ok":
-            code = 1
-            break
-        gc.collect()  # the trial's model, DDP buckets and loader: before the next trial builds its own
-        gc.freeze()  # what survives (the job's group, sources, the modules its first trial imported): not walked again
-        if cuda:
-            torch.cuda.empty_cache()
+    with trial_heap(collect_first=cuda):  # as the sweep's: each release walks only what its trial made
+        for k, spec in enumerate(_handed(folder, job["parent"])):
+            row = {"rank": rank, "local_rank": local, "node": socket.gethostname(), "cpus": _span(cpus),
+                   "cores": len(cpus), "pid": os.getpid(), "job_trial": k, "status": "ok", "error": None}
+            try:
+                row |= here.measure(spec)
+            except Exception as exc:  # the parent reads it from the rank's file and fails the trial with it
+                row |= {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            _write_atomic(folder / RANK_FILE.format(k=k, rank=rank), json.dumps(row, default=str))
+            if row["status"] != "ok":
+                code = 1
+                break
+            release(device)  # the trial's model, DDP buckets and loader: before the next trial builds its own
     dist.destroy_process_group()
     return code
 

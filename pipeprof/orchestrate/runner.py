@@ -36,7 +36,8 @@ from pipeprof.results import DiskFull, Run, check_out_dir, load_run, new_run_dir
 from .resume import differences, kept_rows
 from pipeprof.schema import SCHEMA_VERSION
 from .search import run_adaptive
-from .sweep import expand, preset_probe, run_sweep, trial_heap
+from pipeprof.trials.heap import trial_heap
+from .sweep import expand, preset_probe, run_sweep
 from pipeprof.models import input_size
 from pipeprof.trials import TrialContext, timed_regions
 from pipeprof.trials.skeleton import collate_user

@@ -4,7 +4,8 @@
 state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``);
 ``watchdog`` bounds a trial's time and turns a hang into a failed row; ``device_side`` decodes and
 augments a batch of bytes on the step's device (``augment.device: cuda``), timed there; ``actions`` runs
-an action trial (a variant against its baseline in alternating windows, one row of kind ``action``).
+an action trial (a variant against its baseline in alternating windows, one row of kind ``action``);
+``heap`` frees what a trial left before the next one (the sweep's and a kept job's ranks' alike).
 
 May import: the nouns, ``data`` and ``measure``.
 """
