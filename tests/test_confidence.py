@@ -66,6 +66,20 @@ def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
     assert moved >= 4  # the draws' rates are not the measured ones (one may draw the measured median)
 
 
+def test_the_redraws_read_the_bounds_the_answer_reads():
+    """The re-draws' lean table keeps ``stage_timing`` (an object column: True, False or None): a loader trial
+    run with its stage clocks off (the overhead check's twin) is not a bound there either."""
+    from pipeprof.analysis.bounds import ok
+    from pipeprof.analysis.confidence import _lean
+
+    df = curve_table({4: [500, 505, 510], 8: [990, 1000, 1010], 16: [1400, 1410, 1420]}).assign(stage_timing=None)
+    twin = trial("cpu_pipeline", 1500.0, 16) | {"stage_timing": False, "trial_id": "cpu_pipeline/w16/untimed"}
+    df = pd.concat([df, frame(twin)], ignore_index=True)
+    bounds = set(ok(df, "cpu_pipeline")["trial_id"])
+    assert "cpu_pipeline/w16/untimed" not in bounds and len(bounds) == 3
+    assert set(ok(_lean(df), "cpu_pipeline")["trial_id"]) == bounds
+
+
 def test_an_answer_below_the_holding_share_says_so():
     drawn = [(16, "input", "cores")] * 70 + [(16, "input", "handoff")] * 30
     s = summarize((16, "input", "cores"), drawn)

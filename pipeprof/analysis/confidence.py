@@ -93,7 +93,9 @@ def _draw(trials: pd.DataFrame, k: int, rates: dict, waits: dict, spread: dict) 
 def _lean(trials: pd.DataFrame) -> pd.DataFrame:
     """The columns the verdict and the recommendation read: the numbers, and the text that keys a trial to
     its group and bounds (each draw copies and joins the table: the rest would only slow it)."""
-    keys = {"kind", "status", "trial_id", *GROUP_KEYS, *(k for ks in BOUND_KEYS.values() for k in ks)}
+    # stage_timing too: True/False/None is an object column, and without it ``bounds.ok`` took the stage-clocks-off
+    # twins (the overhead checks') for bounds in every re-draw, beside the rows the answer reads
+    keys = {"kind", "status", "trial_id", "stage_timing", *GROUP_KEYS, *(k for ks in BOUND_KEYS.values() for k in ks)}
     keep = [c for c in trials if c in keys or pd.api.types.is_numeric_dtype(trials[c])]
     return trials[keep]
 
