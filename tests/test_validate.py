@@ -35,12 +35,11 @@ def test_known_answer_case(tmp_path, name):
 
 def _run_of(rate: float, foreign: float):
     """A run whose verdict read ``rate`` samples/s, step-bound, from a trial beside ``foreign`` cores of others."""
-    import pandas as pd
     from types import SimpleNamespace
 
-    return SimpleNamespace(path="r", trials=pd.DataFrame([{"trial_id": "e2e/w1", "foreign_cores_mean": foreign}]),
-                           meta={"analysis": {"verdicts": [{"trial_id": "e2e/w1", "samples_per_s": rate,
-                                                            "verdict": "step-bound"}], "groups": [{}]}})
+    return SimpleNamespace(path="r", meta={"analysis": {"verdicts": [{"trial_id": "e2e/w1", "samples_per_s": rate,
+                                                                    "verdict": "step-bound", "foreign_cores": foreign}],
+                                                      "groups": [{}]}})
 
 
 def test_a_rate_short_by_what_foreign_load_took_passes_and_on_a_quiet_machine_fails():

@@ -86,14 +86,6 @@ def _machine_cores() -> int:
     return int(usable_cores()["usable"])
 
 
-def _foreign_cores(run, trial_id) -> float:
-    """Cores that other processes used on the run's CPUs during the trial ``trial_id`` (the monitor's mean)."""
-    t = run.trials
-    rows = t[t["trial_id"] == trial_id] if "trial_id" in t else t.iloc[:0]
-    f = rows["foreign_cores_mean"].iloc[0] if len(rows) and "foreign_cores_mean" in rows else None
-    return 0.0 if f is None or f != f else float(f)
-
-
 def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] = ()) -> dict:
     """The case's row: expected vs measured rate and verdict (either reading of a case on a threshold),
     the isolated-bound prediction, and how often the re-drawn windows agree with the answer.
@@ -109,7 +101,8 @@ def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] 
     side = " or ".join(edge) if edge else side
     measured = verdict.get("samples_per_s", float("nan"))
     err = measured / rate - 1
-    foreign = _foreign_cores(run, verdict.get("trial_id"))
+    foreign = verdict.get("foreign_cores")  # the monitor's mean over that trial, as the verdict read it
+    foreign = 0.0 if foreign is None or foreign != foreign else float(foreign)
     low = (1 - RATE_TOLERANCE) * (1 - min(foreign, 1.0)) - 1
     right = verdict.get("verdict") in (edge or (expected[1],))
     return {"case": name, "expected_samples_per_s": rate, "measured_samples_per_s": measured,
