@@ -166,6 +166,25 @@ def test_missing_ceiling_the_trial_evidence_decides_not_a_guess():
     assert verdicts(df, 2, "cuda").iloc[0]["verdict"] == "gpu-bound"
 
 
+def test_a_figure_no_row_measured_reads_as_missing_not_a_type_error():
+    """A watched validation loop (0 workers) whose short window the CPU sampler missed: its step row's
+    main_cpu_pct_mean and its own are None, so ``results.frame`` (as the watch builds its table) keeps the columns
+    as objects. The analysis reads them as NaN: the answer a table with NaN there gets (a TypeError ended the
+    watch's analysis, and the run folder with it)."""
+    from pipeprof.results import frame as rows_frame
+
+    def rows(missing):
+        return [trial("gpu_ceiling", 175.0, 0, main_cpu_pct_mean=missing),
+                e2e_row(0, 160.0, 0.05, main_cpu_pct_mean=missing, workers_cpu_pct_mean=missing)]
+
+    none, nan = rows_frame(rows(None)), rows_frame(rows(float("nan")))
+    assert none["main_cpu_pct_mean"].dtype == object  # what the analysis is given
+    got, want = analyse(none, cores=2, device="cpu", draws=10), analyse(nan, cores=2, device="cpu", draws=10)
+    assert got["verdicts"][0]["verdict"] == want["verdicts"][0]["verdict"] == "step-bound"
+    assert [g["recommended_workers"] for g in got["groups"]] == [g["recommended_workers"] for g in want["groups"]]
+    assert math.isnan(curves(none)["main_cores_step"].iloc[0])
+
+
 def test_cpu_only_machine_says_step_and_skips_gpu_sizing():
     # case 3: 2 cores, 1 worker, 1% wait, measured above the step "ceiling": noise, not another bottleneck
     df = frame(trial("gpu_ceiling", 64.5), trial("cpu_pipeline", 150.0, 1), e2e_row(1, 69.7, 0.01, busy=1.3))

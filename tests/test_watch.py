@@ -133,7 +133,12 @@ def _ranks_own_lines(stderr: bytes) -> str:
 
 
 def _run_folder(tmp: Path):
-    return load_run(next((tmp / "out").glob("watch-*")))
+    found = sorted((tmp / "out").glob("watch-*"))
+    log = tmp / "watch.log"
+    assert found, f"no run folder; the watch's log:\n{log.read_text() if log.exists() else '(none)'}"
+    run = load_run(found[0])
+    assert "analysis_error" not in run.meta, run.meta["analysis_error"]
+    return run
 
 
 def _line_of(script: str, text: str) -> int:

@@ -31,7 +31,7 @@ import pandas as pd
 from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers,
                      stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, classify, cpu_at,
-                     cpu_curve, curves, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
+                     cpu_curve, curves, figures, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
                      step_verdict, worker_capacity)
 from .confidence import DRAWS, confidence, disturbed, group_id
 from .failures import failures
@@ -139,7 +139,7 @@ def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
     Per sample, because it receives, copies and launches per batch: fed more slowly, it uses less."""
     if "main_cpu_pct_mean" in curve:  # 0 workers: the main process loads too, not a training-only figure
         fed = curve[curve["num_workers"] > 0]
-        per = (fed["main_cpu_pct_mean"] / 100 / fed["samples_per_s"]).dropna()
+        per = (figures(fed["main_cpu_pct_mean"]) / 100 / fed["samples_per_s"]).dropna()
         if len(per):
             return float(per.median())
     step = curve["step_bound_samples_per_s"].dropna()

@@ -102,6 +102,13 @@ def join(trials: pd.DataFrame) -> Join:
     return Join(e2e["_pos"].to_numpy(int), {k: e2e[c].fillna(-1).to_numpy(int) for k, c in bounds.items()})
 
 
+def figures(values: pd.Series) -> pd.Series:
+    """A column of figures as numbers: NaN where a row has none. A figure that no row of a table measured is None
+    in every row, and pandas keeps such a column as objects, which no arithmetic takes (a watched validation loop
+    whose short window the CPU sampler missed, on a loaded machine, ended its watch's analysis in a TypeError)."""
+    return pd.to_numeric(values) if values.dtype == object else values
+
+
 def _take(values: pd.Series, at: np.ndarray):
     """``values`` at positions ``at``, NaN where -1 (as a left join leaves a row with no match)."""
     v = values.to_numpy()
@@ -131,9 +138,9 @@ def curves(trials: pd.DataFrame, rows: Join | None = None) -> pd.DataFrame:
         if at is None:
             joined[col] = float("nan")
             continue
-        figures = {col: t["samples_per_s"], f"{col}_noise": noise,
+        columns = {col: t["samples_per_s"], f"{col}_noise": noise,
                    **{new: t[old] for old, new in EXTRA.get(kind, {}).items() if old in t}}
-        joined |= {name: _take(values, at) for name, values in figures.items()}
+        joined |= {name: _take(figures(values), at) for name, values in columns.items()}
     if "main_cores_step" in joined:
         joined["main_cores_step"] = joined["main_cores_step"] / 100
     joined |= _handoff(t, rows.bounds.get("handoff"))
@@ -151,7 +158,8 @@ def _handoff(t: pd.DataFrame, at: np.ndarray | None) -> dict:
     rate = t["samples_per_s"]
     low = t.get("samples_per_s_ci95_low", rate).fillna(rate)
     high = t.get("samples_per_s_ci95_high", rate).fillna(rate)
-    main = t["main_cpu_pct_mean"] / 100 / rate * 1e6 if "main_cpu_pct_mean" in t else pd.Series(np.nan, t.index)
+    main = (figures(t["main_cpu_pct_mean"]) / 100 / rate * 1e6 if "main_cpu_pct_mean" in t
+            else pd.Series(np.nan, t.index))
     return {c: _take(v.astype(float), at) for c, v in zip(HANDOFF_COLUMNS, (rate, low, high, main))}
 
 

@@ -256,11 +256,20 @@ class Session:
         from .folder import build_rows, write
 
         rows = build_rows(self)
-        cores = usable_cores()["usable"]
-        if self.tuned:
-            self.tune_result |= self._recommend(rows, cores)
-        analysis = analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {}
-        run = write(self, status, analysis, rows, machine())
+        run = write(self, status, {}, rows, machine())  # what was measured is on disk before any analysis runs
+        try:
+            cores = usable_cores()["usable"]
+            if self.tuned:
+                self.tune_result |= self._recommend(rows, cores)
+            run.meta |= {"analysis": analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {},
+                         "tune": self.tune_result}
+        except Exception as exc:  # noqa: BLE001 - the rows stay, with the reason there is no answer beside them
+            run.meta["analysis_error"] = f"{type(exc).__name__}: {exc}"
+            run.save_meta()
+            self.o.log(f"pipeprof watch: the analysis failed ({run.meta['analysis_error']}): the measured rows are in "
+                       f"{run.path}")
+            return run
+        run.save_meta()
         self._report(run)
         for text in live.summary(run, self.tune_result):
             self.o.log(text)
