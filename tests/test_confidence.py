@@ -47,10 +47,13 @@ def test_the_same_table_gives_the_same_confidence():
 
 
 def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
-    """The re-draws fill each draw's figures into one join of the measured table (``bounds.join``): the table a
-    fresh join of the drawn trials gives, every bound and the hand-off included, only its figures re-drawn."""
-    from pipeprof.analysis.bounds import curves, join
-    from pipeprof.analysis.confidence import _draw, _redraw_windows
+    """The re-draws fill each draw's figures into one join of the measured table (``bounds.join``) and read its
+    groups and loader-alone curves where the measured table has them (``confidence.layout``): the table, the
+    verdicts and the answer a fresh join of the drawn trials gives, every bound and the hand-off included, only
+    its figures re-drawn."""
+    from pipeprof.analysis import verdicts
+    from pipeprof.analysis.bounds import curve_at, curves, join
+    from pipeprof.analysis.confidence import _answers, _draw, _redraw_windows, layout
 
     e2e = {4: [500, 505, 510], 8: [900, 950, 1000, 940, 960], 16: [1000, 1000, 1010, 990, 1000]}
     df = pd.concat([curve_table(e2e), frame(*[trial("storage_fetch", 9000.0 * w, w, mean_sample_kb=110.0)
@@ -62,6 +65,10 @@ def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
     for k in range(5):
         drawn = _draw(df, k, rates, {}, {})
         pd.testing.assert_frame_equal(curves(drawn, rows), curves(drawn))
+        once, fresh = layout(df), layout(drawn)
+        parts = [(key, curves(drawn, rows).iloc[pos], curve_at(drawn, cpu)) for key, pos, cpu in once.groups]
+        pd.testing.assert_frame_equal(verdicts(drawn, 32, "cuda", curves(drawn, rows), parts), verdicts(drawn, 32))
+        assert _answers(drawn, 32, "cuda", once) == _answers(drawn, 32, "cuda", fresh)
         moved += not curves(drawn, rows)["samples_per_s"].equals(measured["samples_per_s"])
     assert moved >= 4  # the draws' rates are not the measured ones (one may draw the measured median)
 

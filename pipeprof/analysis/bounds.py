@@ -146,7 +146,9 @@ def curves(trials: pd.DataFrame, rows: Join | None = None) -> pd.DataFrame:
     joined |= _handoff(t, rows.bounds.get("handoff"))
     # the bounds' figures replace the end-to-end row's own columns of their names (``mean_sample_kb``: only
     # storage_fetch reads bytes, so the row's own is empty; kept, a merge split it into _x and _y)
-    return out.drop(columns=[c for c in joined if c in out]).assign(**joined)
+    out = out.drop(columns=[c for c in joined if c in out])
+    return pd.concat([out, pd.DataFrame(joined, index=out.index)], axis=1)  # at once: a column at a time was 40%
+    # of a re-draw's time
 
 
 def _handoff(t: pd.DataFrame, at: np.ndarray | None) -> dict:
@@ -223,9 +225,21 @@ def cpu_curve(trials: pd.DataFrame, like: pd.Series) -> CpuCurve:
     Taken from the cpu_pipeline trials themselves, not the end-to-end rows, so
     worker counts measured only in isolation still shape the curve.
     """
-    c = _same_pipeline(ok(trials, "cpu_pipeline"), like)
+    return curve_at(trials, cpu_curve_rows(trials, like))
+
+
+def cpu_curve_rows(trials: pd.DataFrame, like: pd.Series) -> np.ndarray:
+    """Positions in ``trials`` of the trials :func:`cpu_curve` reads at ``like``'s settings, in its order: which
+    they are depends on settings and status, never on the figures (the re-draws find them once)."""
+    t = trials.reset_index(drop=True)
+    c = _same_pipeline(ok(t, "cpu_pipeline"), like)
     c = c[["num_workers", "samples_per_s"]].dropna().drop_duplicates("num_workers").sort_values("num_workers")
-    return CpuCurve(c["num_workers"].to_numpy(float), c["samples_per_s"].to_numpy(float))
+    return c.index.to_numpy(int)
+
+
+def curve_at(trials: pd.DataFrame, rows: np.ndarray) -> CpuCurve:
+    """The :class:`CpuCurve` of the trials at positions ``rows`` (:func:`cpu_curve_rows`)."""
+    return CpuCurve(trials["num_workers"].to_numpy(float)[rows], trials["samples_per_s"].to_numpy(float)[rows])
 
 
 def handoff_interval(trials: pd.DataFrame, like: pd.Series) -> tuple[float, float]:

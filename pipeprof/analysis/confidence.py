@@ -15,7 +15,7 @@ Pure: trials in, a dict per group out. ``draws`` and ``seed`` fix the result for
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import pandas as pd
@@ -24,12 +24,14 @@ from pipeprof.measure.noise import causes
 from pipeprof.stats import t95
 
 from .advice import recommend_workers
-from .bounds import BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, curves, groups, join
+from .bounds import (BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, cpu_curve_rows, curve_at, curves, groups,
+                     join)
 from .verdict import at_recommended, verdicts
 
 DRAWS = 60  # shares move by about 1/sqrt(draws): ±6 points at 60, enough to say whether 80% holds; each draw
-# reads the verdicts and the recommendation again (about 36 ms for a 9-trial run on a 2-core machine, 78 ms when each
-# draw re-joined the table: 60 draws 2.2 against 4.7 s), so more would add seconds to every run
+# reads the verdicts and the recommendation again (60 draws of a 9-trial run on a 2-core machine: 0.9-1.2 s; 2.3-2.5 s
+# when each draw found its groups and loader curves again, 4.7 s when it also re-joined the table), so more would add
+# seconds to every run
 HOLDS = 0.80  # the answer holds when at least 80% of the re-draws give it
 SPREAD = {"usable_busy_cores": "usable_busy_cores_mean", "workers_cpu_pct": "workers_cpu_pct_mean"}
 
@@ -100,15 +102,34 @@ def _lean(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[keep]
 
 
-def _answers(df: pd.DataFrame, cores: float, device: str, rows: Join) -> dict:
-    """{group key: (recommended workers, side, resource)} of one table (``rows``: its :func:`bounds.join`)."""
-    joined = curves(df, rows)
-    v = verdicts(df, cores, device, joined)
+class Layout(NamedTuple):
+    """Which trials each re-draw reads, found once: ``rows`` the curve rows' join (:func:`bounds.join`), and per
+    group (key, its positions among the curve rows, the positions of its loader-alone trials in the table:
+    ``bounds.cpu_curve_rows``). A draw changes figures, never settings or status, so these hold for every draw;
+    finding them again (a groupby and a filter of the table per group) was half of each draw's time."""
+
+    rows: Join
+    groups: list
+
+
+def layout(trials: pd.DataFrame) -> Layout:
+    rows = join(trials)
+    joined = curves(trials, rows)
+    where = pd.Series(np.arange(len(joined)), index=joined.index)
+    return Layout(rows, [(key, where[curve.index].to_numpy(int), cpu_curve_rows(trials, curve.iloc[0]))
+                         for key, curve in groups(joined)])
+
+
+def _answers(df: pd.DataFrame, cores: float, device: str, at: Layout) -> dict:
+    """{group key: (recommended workers, side, resource)} of one table (``at``: its :func:`layout`)."""
+    joined = curves(df, at.rows)
+    parts = [(key, joined.iloc[pos], curve_at(df, cpu)) for key, pos, cpu in at.groups]
+    v = verdicts(df, cores, device, joined, parts)
     out = {}
-    for key, curve in groups(joined):
+    for key, curve, _ in parts:
         w = recommend_workers(curve)["recommended_workers"]
-        at = at_recommended(v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v, w)
-        side, res = (at["side"], at["resource"]) if at is not None else (None, None)
+        here = at_recommended(v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v, w)
+        side, res = (here["side"], here["resource"]) if here is not None else (None, None)
         out[group_id(key)] = (w, side, res)
     return out
 
@@ -129,11 +150,11 @@ def confidence(trials: pd.DataFrame, cores: float, device: str, draws: int = DRA
     waits = _redraw_windows(trials, "window_data_wait", rng, draws)
     trials = _lean(trials)
     spread = _redraw_spread(trials, rng, draws)
-    rows = join(trials)  # a draw changes figures, not which trials join
-    base = _answers(trials, cores, device, rows)
+    at = layout(trials)  # a draw changes figures, not which trials each group reads
+    base = _answers(trials, cores, device, at)
     seen: dict = {key: [] for key in base}
     for k in range(draws):
-        for key, answer in _answers(_draw(trials, k, rates, waits, spread), cores, device, rows).items():
+        for key, answer in _answers(_draw(trials, k, rates, waits, spread), cores, device, at).items():
             seen.setdefault(key, []).append(answer)
     return {key: summarize(base[key], seen[key]) for key in base}
 

@@ -389,13 +389,16 @@ def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list
         "handoff_samples_per_s": _num(row, "handoff_samples_per_s")}
 
 
-def verdicts(trials: pd.DataFrame, cores: float, device: str = "cuda",
-             joined: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def verdicts(trials: pd.DataFrame, cores: float, device: str = "cuda", joined: Optional[pd.DataFrame] = None,
+             parts: Optional[list] = None) -> pd.DataFrame:
     """One row per end-to-end trial: verdict, its basis, the isolated bounds' view, prediction and error.
-    ``joined``: ``curves(trials)`` when the caller has it already."""
+    ``joined``: ``curves(trials)`` when the caller has it already; ``parts``: its groups, each (key, rows,
+    :class:`CpuCurve`), likewise (the re-draws: ``confidence.Layout``)."""
+    if parts is None:
+        parts = [(key, group, cpu_curve(trials, group.iloc[0]))
+                 for key, group in groups(curves(trials) if joined is None else joined)]
     out = []
-    for _, group in groups(curves(trials) if joined is None else joined):
-        ws, rates = cpu_curve(trials, group.iloc[0])
+    for _, group, (ws, rates) in parts:
         keys = present_group_keys(group)
         out += [verdict_row(row, ws, rates, cores, device, keys) for _, row in group.iterrows()]
     return pd.DataFrame(out)
