@@ -58,6 +58,7 @@ import compileall
 import contextlib
 import fcntl
 import functools
+import gc
 import hashlib
 import http.server
 import io
@@ -177,6 +178,14 @@ def pytest_configure(config):
         SHARED = (Path(config.option.basetemp).parent if config.option.basetemp else
                   Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}") / "shared"
         CORES = CoreLock(SHARED, int(config.workerinput["workerid"].removeprefix("gw")))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """The interpreter's exit need not walk every object the tests made (torch and its compiler, pandas, the run
+    tables): frozen, they are still freed by reference count, only not collected, as ``python -m pipeprof`` ends
+    (``pipeprof/__main__.py``). Each xdist worker took 2-4 s from its last test to its exit, the suite's tail."""
+    gc.freeze()
 
 
 def mode_of(item) -> str:
