@@ -45,7 +45,8 @@ A module that times throughout is marked with ``pytestmark = pytest.mark.alone``
 Order: under xdist every worker sorts the tests alike (``phase``): the ``alone`` ones first; then, in lanes,
 the first reader of each run measured in a lane (``MEASURED``: ``cpu_run_dir``, one worker measures it while
 the other runs ``one_core`` tests), the other ``one_core`` tests, and the other readers of those runs; then the
-shared ones, the other readers of those runs last.
+shared ones, the other readers of those runs first (by then the lanes have measured them; one of them runs the
+watched job again plainly, 9 s mostly asleep: last, it was the suite's tail with the other core idle).
 ``--maxschedchunk 1`` hands them out in that order a test or two at a time, so both workers take the ``alone``
 tests in turn, then the lanes side by side, then the shared ones in parallel (``pytest -n 2`` alone hands each
 worker a long run of consecutive tests: correct, only slower). A worker done with its alone tests waits for the
@@ -201,8 +202,8 @@ MEASURED = {"cpu_run_dir": "lane", "raised": "lane", "storage_run": "lane"}
 def phase(item, first_readers: set) -> tuple[int, int]:
     """(0, 0): alone. (1, ...): the lanes: first the first reader of each run measured in a lane, then the
     one_core tests that read none, then its other one_core readers (by then it is measured: a reader that came
-    while it was measured would wait, its lane idle). (2, 0): the other shared tests; (3, 0): the other shared
-    readers of measured runs."""
+    while it was measured would wait, its lane idle). (2, 0): the other shared readers of measured runs; (2, 1): the
+    other shared tests."""
     mode, reads = mode_of(item), bool(set(MEASURED) & set(item.fixturenames))
     if mode == "exclusive":
         return 0, 0
@@ -210,7 +211,7 @@ def phase(item, first_readers: set) -> tuple[int, int]:
         return 1, 0
     if mode == "lane":
         return 1, 2 if reads else 1
-    return (3, 0) if reads else (2, 0)
+    return (2, 0) if reads else (2, 1)
 
 
 ALONE: set[str] = set()  # this run's ``alone`` tests (every worker collects the same)
