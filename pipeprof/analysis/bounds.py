@@ -147,8 +147,8 @@ def curves(trials: pd.DataFrame, rows: Join | None = None) -> pd.DataFrame:
     # the bounds' figures replace the end-to-end row's own columns of their names (``mean_sample_kb``: only
     # storage_fetch reads bytes, so the row's own is empty; kept, a merge split it into _x and _y)
     out = out.drop(columns=[c for c in joined if c in out])
-    return pd.concat([out, pd.DataFrame(joined, index=out.index)], axis=1)  # at once: a column at a time was 40%
-    # of a re-draw's time
+    # the joined columns at once: assigned one at a time they were 40% of a re-draw's time
+    return pd.concat([out, pd.DataFrame(joined, index=out.index)], axis=1)
 
 
 def _handoff(t: pd.DataFrame, at: np.ndarray | None) -> dict:

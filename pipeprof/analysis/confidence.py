@@ -113,6 +113,7 @@ class Layout(NamedTuple):
 
 
 def layout(trials: pd.DataFrame) -> Layout:
+    """The :class:`Layout` of the measured table (its draws share it)."""
     rows = join(trials)
     joined = curves(trials, rows)
     where = pd.Series(np.arange(len(joined)), index=joined.index)
