@@ -51,9 +51,19 @@ def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
     groups and loader-alone curves where the measured table has them (``confidence.layout``): the table, the
     verdicts and the answer a fresh join of the drawn trials gives, every bound and the hand-off included, only
     its figures re-drawn."""
-    from pipeprof.analysis import verdicts
-    from pipeprof.analysis.bounds import curve_at, curves, join
-    from pipeprof.analysis.confidence import _answers, _draw, _redraw_windows, layout
+    from pipeprof.analysis import recommend_workers, verdicts
+    from pipeprof.analysis.bounds import curve_at, curves, groups, join
+    from pipeprof.analysis.confidence import _answers, _draw, _redraw_windows, group_id, layout
+    from pipeprof.analysis.verdict import at_recommended
+
+    def answers(table):  # each group's answer read afresh from the table (no layout): the re-draws' must equal it
+        joined = curves(table)
+        v, out = verdicts(table, 32, "cuda", joined), {}
+        for key, curve in groups(joined):
+            w = recommend_workers(curve)["recommended_workers"]
+            here = at_recommended(v[v["trial_id"].isin(curve["trial_id"])], w)
+            out[group_id(key)] = (w, here["side"], here["resource"])
+        return out
 
     e2e = {4: [500, 505, 510], 8: [900, 950, 1000, 940, 960], 16: [1000, 1000, 1010, 990, 1000]}
     df = pd.concat([curve_table(e2e), frame(*[trial("storage_fetch", 9000.0 * w, w, mean_sample_kb=110.0)
@@ -61,15 +71,15 @@ def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
     rows, measured = join(df), curves(df)
     assert measured[["io_bound_samples_per_s", "handoff_samples_per_s"]].notna().all().all()
     rates = _redraw_windows(df, "window_rates", np.random.default_rng(0), 5)
-    moved = 0
+    once, moved = layout(df), 0
     for k in range(5):
         drawn = _draw(df, k, rates, {}, {})
-        pd.testing.assert_frame_equal(curves(drawn, rows), curves(drawn))
-        once, fresh = layout(df), layout(drawn)
-        parts = [(key, curves(drawn, rows).iloc[pos], curve_at(drawn, cpu)) for key, pos, cpu in once.groups]
-        pd.testing.assert_frame_equal(verdicts(drawn, 32, "cuda", curves(drawn, rows), parts), verdicts(drawn, 32))
-        assert _answers(drawn, 32, "cuda", once) == _answers(drawn, 32, "cuda", fresh)
-        moved += not curves(drawn, rows)["samples_per_s"].equals(measured["samples_per_s"])
+        filled = curves(drawn, rows)
+        pd.testing.assert_frame_equal(filled, curves(drawn))
+        parts = [(key, filled.iloc[pos], curve_at(drawn, cpu)) for key, pos, cpu in once.groups]
+        pd.testing.assert_frame_equal(verdicts(drawn, 32, "cuda", filled, parts), verdicts(drawn, 32))
+        assert _answers(drawn, 32, "cuda", once) == answers(drawn)
+        moved += not filled["samples_per_s"].equals(measured["samples_per_s"])
     assert moved >= 4  # the draws' rates are not the measured ones (one may draw the measured median)
 
 
