@@ -1,6 +1,7 @@
 """Out of memory: a trial that runs out is an `oom` row with its batch size and the memory held, and the sweep
 goes on; `loader.batch_size: auto` finds the largest batch that fits (the search, on a known threshold and on a
 real step), and on a CPU device is the CPU default, said in run.json."""
+import gc
 import json
 
 import psutil
@@ -26,8 +27,10 @@ class FitsUpTo(nn.Module):
         super().__init__()
         self.most = most
         self.fc = nn.Linear(3, 10)
+        self.frozen: list[int] = []  # objects set aside from the collector at each forward (gc.get_freeze_count)
 
     def forward(self, x):
+        self.frozen.append(gc.get_freeze_count())
         if x.shape[0] > self.most:
             raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0] * 3} MiB")
         return self.fc(x.float().mean((2, 3)))
@@ -38,7 +41,7 @@ def test_an_oom_trial_is_a_row_with_its_batch_and_memory_and_the_sweep_goes_on(t
                            device="cpu", threads=1, out_dir=str(tmp_path), log=lambda *a: None,
                            config={"model": {"num_classes": 10}},
                            measure={"warmup_s": 0.1, "window_s": 0.2, "windows": 2, "max_windows": 2,
-                                    "cpu_reference_s": 0})
+                                    "cpu_reference_s": 0, "redraws": 10})
     rows = run.trials.set_index("batch_size")
     big, small = rows.loc[64], rows.loc[8]
     assert big["status"] == "oom" and big["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to "
@@ -105,14 +108,19 @@ def test_every_answer_is_a_multiple_of_8_under_the_headroom_within_an_eighth(fix
 
 
 def test_the_search_on_a_real_step_picks_the_largest_batch_that_fits_and_records_each_size():
+    models = []
     ctx = TrialContext(torch.device("cpu"), None, C.MeasureConfig(), None, num_classes=10,
-                       models={"user:FitsUpTo": lambda: FitsUpTo(40)})
+                       models={"user:FitsUpTo": lambda: models.append(FitsUpTo(40)) or models[-1]})
     spec = TrialSpec("gpu_ceiling", model="user:FitsUpTo", precision="fp32", mode="train", image_size=8,
                      input_dtype="uint8")
+    before = gc.get_freeze_count()
     best, tried = largest_batch(step_fits(ctx, spec))
     assert best == 40 and [(t["batch_size"], t["fits"]) for t in tried] == [(32, True), (64, False), (48, False),
                                                                              (40, True)]
     assert all(t["peak_mb"] > 100 for t in tried)  # RSS on a CPU device
+    # each try ran with the heap set aside, so its release walked only what the try made (a full collection took
+    # 0.45 s a try in a test worker here), and the heap was given back after
+    assert len(models) == 4 and all(f > 0 for m in models for f in m.frozen) and gc.get_freeze_count() == before
     cfg = C.resolve(C.build({"device": "cpu", "model": {"name": "user:FitsUpTo", "num_classes": 10}}), False,
                     False, 2)
     lines: list = []

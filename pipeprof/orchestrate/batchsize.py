@@ -36,7 +36,7 @@ import psutil
 import torch
 
 from pipeprof.config import ConfigError
-from pipeprof.trials.heap import release
+from pipeprof.trials.heap import release, trial_heap
 from .sweep import expand, run_one
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.columns import is_oom
@@ -148,14 +148,18 @@ def step_fits(ctx: TrialContext, spec: TrialSpec) -> Fits:
     """``fits(batch)``: the step of ``spec`` at that batch ran without running out of memory (and its peak);
     any other failure is raised."""
     def fits(batch: int) -> tuple[bool, Optional[float]]:
-        try:
-            return True, _two_steps(ctx, replace(spec, batch_size=batch))
-        except Exception as exc:  # noqa: BLE001 - only running out of memory answers the question
-            if not is_oom(exc):
-                raise
-            return False, peak_mb(ctx.device)
-        finally:
-            release(ctx.device)
+        # release's collection walks only what this try made, not the whole heap (a full one took 0.45 s a try
+        # in a test process here); on a GPU the garbage already there is freed first (it may hold device
+        # memory); inside the runner's search (``runner._batch_size``) its policy holds
+        with trial_heap(collect_first=ctx.device.type == "cuda"):
+            try:
+                return True, _two_steps(ctx, replace(spec, batch_size=batch))
+            except Exception as exc:  # noqa: BLE001 - only running out of memory answers the question
+                if not is_oom(exc):
+                    raise
+                return False, peak_mb(ctx.device)
+            finally:
+                release(ctx.device)
     return fits
 
 
@@ -207,7 +211,10 @@ def confirm(ctx: TrialContext, cfg, probe, user: bool, chosen: int,
     that did not run is handed to the sweep."""
     batch, attempts, steps = chosen, [], 0
     while True:
-        rows = [run_one(ctx, spec, lambda *a: {}) for spec in expand(_one_gpu(cfg, batch), probe, user_dataset=user)]
+        # as in ``step_fits``: each trial's release walks the objects the trial made, not the whole heap
+        with trial_heap(collect_first=ctx.device.type == "cuda"):
+            rows = [run_one(ctx, spec, lambda *a: {}) for spec in expand(_one_gpu(cfg, batch), probe,
+                                                                           user_dataset=user)]
         attempts += [{"batch_size": batch, "trial_id": r["trial_id"], "status": r["status"],
                       "samples_per_s": r.get("samples_per_s"), "error": r.get("error")} for r in rows]
         oom = next((r for r in rows if r["status"] == "oom"), None)

@@ -278,7 +278,9 @@ def _batch_size(cfg: RunConfig, auto: bool, probe, user: bool, env: dict, models
         return cfg, {"policy": "auto", "chosen": CPU_BATCH,
                      "note": f"on a CPU device auto is the CPU default batch ({CPU_BATCH}): there is no "
                              "device memory to fill"}
-    with Monitor(hz=cfg.monitor_hz, gpu=True) as monitor:  # the confirming trial runs as the sweep's trials do
+    # the confirming trial runs as the sweep's trials do: under the monitor, and each try's release walking only
+    # what the try made (trial_heap; the garbage already there, which may hold device memory, freed first)
+    with Monitor(hz=cfg.monitor_hz, gpu=True) as monitor, trial_heap(collect_first=True):
         ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, {}, int(env["cores"]["usable"]),
                                        models=models or {}, loss_fn=loss_fn)
         reads = set(cfg.trials) - {"gpu_ceiling"}  # a loader trial's batch is made of the dataset's samples
