@@ -47,9 +47,12 @@ the first reader of each run measured in a lane (``MEASURED``: ``cpu_run_dir``, 
 the other runs ``one_core`` tests), the other ``one_core`` tests, and the other readers of those runs; then the
 shared ones, the other readers of those runs first (by then the lanes have measured them; one of them runs the
 watched job again plainly, 9 s mostly asleep: last, it was the suite's tail with the other core idle).
-``--maxschedchunk 1`` hands them out in that order a test or two at a time, so both workers take the ``alone``
-tests in turn, then the lanes side by side, then the shared ones in parallel (``pytest -n 2`` alone hands each
-worker a long run of consecutive tests: correct, only slower). A worker done with its alone tests waits for the
+Within a phase the tests marked ``slow`` come first (longest first, as a scheduler of unequal jobs on two machines
+does): a phase ends when its last test does, and a long one started last kept the other worker idle at the phase's
+end or the suite's (8.5 s once, where the lanes turned into the shared phase). ``--maxschedchunk 1`` hands them out
+in that order a test or two at a time, so both workers take the ``alone`` tests in turn, then the lanes side by
+side, then the shared ones in parallel (``pytest -n 2`` alone hands each worker a long run of consecutive tests:
+correct, only slower). A worker done with its alone tests waits for the
 other's before it starts a lane or a shared test (``_after_the_alone_tests``), and the first reader of a run
 measured in a lane holds that lane from its start.
 """
@@ -179,6 +182,14 @@ def pytest_configure(config):
         SHARED = (Path(config.option.basetemp).parent if config.option.basetemp else
                   Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}") / "shared"
         CORES = CoreLock(SHARED, int(config.workerinput["workerid"].removeprefix("gw")))
+        # one intra-op thread for the torch work a test does in this process (a Step, a model's forward): beside
+        # the other worker's test, a second OpenMP thread finds its core taken and spins (a googlenet step of a
+        # test that checks its output took 5.2 s of CPU there, 0.2 s on one thread); and a lane pins every thread
+        # to one CPU. pipeprof's trials set their step's threads themselves (measure.confounders.step_threads)
+        # and put this setting back after; the processes the tests start keep torch's own default
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(trylast=True)
@@ -223,7 +234,7 @@ def pytest_collection_finish(session):  # before xdist's worker reports the orde
     if hasattr(session.config, "workerinput"):  # the same stable order on every worker
         first = {next(i.nodeid for i in session.items if name in i.fixturenames): mode
                  for name, mode in MEASURED.items() if any(name in i.fixturenames for i in session.items)}
-        session.items.sort(key=lambda i: phase(i, set(first)))
+        session.items.sort(key=lambda i: (*phase(i, set(first)), not i.get_closest_marker("slow")))
         ALONE.update(i.nodeid for i in session.items if mode_of(i) == "exclusive")
         FIRST_READERS.update(first)
 

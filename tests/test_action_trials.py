@@ -435,6 +435,7 @@ def test_a_users_dataloader_is_rebuilt_with_other_knobs():
 
 
 @pytest.mark.one_core  # one worker decoding beside a 5 ms sleeping step: the input side binds on one core too
+@pytest.mark.slow
 def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_path):
     """pipeprof's own pipeline on the CPU, input-bound at one worker: the decoder action is tried (the only
     one that applies without a GPU); the answer is given before it, and its first lines name the result."""

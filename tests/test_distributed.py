@@ -133,6 +133,7 @@ def test_gpu_counts_resolve_and_bad_counts_are_named():
         C.build({"distributed": {"nnodes": 2}})
 
 
+@pytest.mark.slow
 def test_two_process_gloo_run_records_ranks_totals_and_scaling(tmp_path):
     run = pipeprof.run(None, [f"out_dir={tmp_path}", "trials=[gpu_ceiling,cpu_pipeline,end_to_end]",
                               "distributed.gpus=[1,2]"] + _sets(SMALL), log=lambda *a: None)
@@ -157,6 +158,7 @@ def test_two_process_gloo_run_records_ranks_totals_and_scaling(tmp_path):
     assert {g["gpus"] for g in meta["analysis"]["groups"]} == {1, 2}
 
 
+@pytest.mark.slow
 def test_two_nodes_over_loopback_merge_into_one_job(tmp_path):
     with socket.socket() as s:  # a free port for node 0's rendezvous
         s.bind(("127.0.0.1", 0))

@@ -137,6 +137,7 @@ def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfi
     assert f"{done} trials done of 9 planned" in report and "Trials as measured (no analysis saved)" in report
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_mid_run_keeps_the_trials_says_how_much_and_exits_2(small_disk, tmp_path):
     sets = ["data.images=16", "data.classes=2", f"data.cache_dir={tmp_path}/datasets", f"out_dir={small_disk}",
             "loader.num_workers=[0,1,2]", "loader.batch_size=4", "augment.preset=light", "name=full",

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from pipeprof.cli import main
 
@@ -91,6 +92,7 @@ def _resume(sets: list[str], folder: Path, capsys) -> tuple[int, str]:
     return code, out + err
 
 
+@pytest.mark.slow
 def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuses_another_config(
         tmp_path, monkeypatch, capsys):
     (tmp_path / "flaky.py").write_text(FLAKY)
@@ -128,6 +130,7 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
     assert len(pd.read_parquet(moved / "trials.parquet")) == 3  # nothing was run or written
 
 
+@pytest.mark.slow
 def test_resume_of_an_adaptive_run_after_kill_9_reuses_its_rows_in_the_search(tmp_path, capsys):
     out = tmp_path / "out"
     sets = [f"out_dir={out}", "name=r", "data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset",

@@ -139,6 +139,7 @@ def _ranks_with_workers(kids: list[psutil.Process]) -> bool:
     return ranks == 2
 
 
+@pytest.mark.slow
 def test_sigterm_during_an_n_gpu_trial_kills_the_torchrun_job_and_its_ranks(tmp_path):
     out = tmp_path / "out"
     # two CPU processes under torchrun (gloo), each with a worker; the first trial is a one-process one

@@ -64,6 +64,7 @@ def test_the_all_cores_run_reads_the_known_workload(full_run):
 
 
 @pytest.mark.one_core  # the 1-core run, the check's own child inside the mask: this lane's CPU
+@pytest.mark.slow
 def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path):
     # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core. The masks come from
     # the CPUs this process may use (a lane's one CPU under xdist)

@@ -21,8 +21,9 @@ FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "redraws": 10, "window_s
 # step hold on one core too ("cores": two workers on one core); "CPU step" (a step that burns a core beside a
 # worker, in parallel on two cores) needs the whole machine
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.one_core) for n in
-                                  ("user model of 10 outputs", "tuple output (logits, aux)", "no workers", "cores")] +
-                         [pytest.param("CPU step", marks=pytest.mark.alone)])
+                                  ("user model of 10 outputs", "tuple output (logits, aux)", "no workers")] +
+                         [pytest.param("cores", marks=[pytest.mark.one_core, pytest.mark.slow]),
+                          pytest.param("CPU step", marks=pytest.mark.alone)])
 def test_known_answer_case(tmp_path, name):
     row = run_case(BY_NAME[name], str(tmp_path), measure=FAST)
     assert row["verdict_right"], (row["reported_verdict"], row["expected_verdict"], row["verdict_basis"])

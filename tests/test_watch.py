@@ -272,18 +272,17 @@ def raised(tmp_path_factory):
     return measured_once("raised", make, tmp_path_factory, MEASURED["raised"])
 
 
-@pytest.fixture(scope="module")
-def plain(raised, tmp_path_factory):
-    """The same loop, in the same folder, run plainly without pipeprof: its exit status and output, no timing (run
-    once for the test run: two tests read it)."""
+@pytest.fixture
+def plain(raised):
+    """The same loop, in the same folder, run plainly without pipeprof: its exit status and output, no timing."""
     tmp = raised[2]
-    return measured_once("plain", lambda _: subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True,
-                                                           timeout=120, env=_site_env(tmp)), tmp_path_factory, "shared")
+    return subprocess.run([sys.executable, "train.py"], cwd=tmp, capture_output=True, timeout=120, env=_site_env(tmp))
 
 
 # a 200 ms sleeping step, 0.2 ms of CPU a sample on one worker: the batch's hand-off (the step waits for it in
 # next(loader)) is 3% of a 100 ms step on a slow day here, and its interval reached the 5% that makes it "balanced"
 @pytest.mark.one_core
+@pytest.mark.slow
 def test_step_bound_loop(raised):
     watched, run, _ = raised
     row = run.trials[run.trials["kind"] == "end_to_end"].iloc[0]
@@ -293,9 +292,9 @@ def test_step_bound_loop(raised):
     assert abs(step["samples_per_s"] - 8 / 0.2) / (8 / 0.2) < 0.1  # the step alone, from the loop
 
 
-def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised, plain):
+def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised):
     watched, run, _ = raised
-    assert plain.returncode == watched.returncode == 1
+    assert watched.returncode == 1  # the job's own (its plain run's too: the next test)
     assert run.meta["status"] == "ended_early" and run.meta["ended_by"] == "command exited"
     exc = run.meta["exceptions"][0]
     line = _line_of(RAISES, "raise RuntimeError")
@@ -303,8 +302,10 @@ def test_a_job_that_raises_keeps_its_exit_status_and_what_was_seen(raised, plain
     assert run.trials.loc[run.trials["kind"] == "end_to_end", "watched_batches"].iloc[0] == 21
 
 
-def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised, plain):
+# the one reader of ``plain`` (a second, while this one ran it, waited the 6-7 s with its core idle)
+def test_output_and_exit_status_are_the_plain_runs_and_the_jobs_sitecustomize_still_runs(raised, plain):
     watched, run, _ = raised
+    assert plain.returncode == watched.returncode == 1
     assert plain.stdout.startswith(b"site: chained\n")
     assert watched.stdout == plain.stdout and watched.stderr == plain.stderr
 
@@ -314,6 +315,7 @@ def test_output_is_byte_identical_and_the_jobs_sitecustomize_still_runs(raised, 
 # shared, not alone: its bounds hold at any speed. Rank 0 loads 32 ms of CPU a batch beside a 20 ms step (a wait
 # share near 60%), rank 1 1.6 ms; load from a neighbour only lengthens rank 0's loading, and would have to make
 # rank 1's 1.6 ms take 20 ms to close the 0.2 asked; a slower job only leaves the 1.5-s window more room.
+@pytest.mark.slow
 def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
     """Also: after the window the job runs on untouched (no --stop): the hooks are off, it ends as it would."""
     (tmp_path / "ddp.py").write_text(DDP)

@@ -52,6 +52,7 @@ def test_overhead_is_the_mean_of_each_pairs_cost_with_its_interval():
 
 
 @pytest.mark.one_core  # a 20 ms sleep a step
+@pytest.mark.slow
 def test_a_script_of_known_step_cost_plain_and_watched(tmp_path):
     """50 steps/s by construction (a 20 ms sleep per step): both modes read it from the progress lines,
     the watched one through ``pipeprof watch``; the start-up before the first progress line is outside."""
