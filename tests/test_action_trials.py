@@ -2,6 +2,7 @@
 planning of which actions apply (and why the others do not); the decoder prediction from measured decode
 costs; measured beside predicted in the stored analysis and the reports."""
 import contextlib
+import io
 import subprocess
 import sys
 import time
@@ -437,25 +438,35 @@ def test_a_users_dataloader_is_rebuilt_with_other_knobs():
 @pytest.mark.one_core  # one worker decoding beside a 5 ms sleeping step: the input side binds on one core too
 @pytest.mark.slow
 def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_path):
-    """pipeprof's own pipeline on the CPU, input-bound at one worker: the decoder action is tried (the only
-    one that applies without a GPU); the answer is given before it, and its first lines name the result."""
-    answered = []
+    """pipeprof's own pipeline on the CPU, input-bound at one worker, through the command: the decoder action is
+    tried (the only one that applies without a GPU); the answer is printed before it, and printed again after it
+    with its first lines naming the result."""
+    import yaml
 
-    def seen(run):
-        answered.append(run.meta.get("action_trials"))  # None until the first action trial is planned
-
-    cfg = C.build({"name": "act", "out_dir": str(tmp_path), "device": "cpu",
-                   "data": {"kind": "folder", "path": str(tiny_dataset)},
-                   "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-                   "loader": {"num_workers": [1], "batch_size": 4}, "measure": QUICK | {"max_windows": 4},
-                   "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"]})
-    from pipeprof.orchestrate.runner import execute
+    from pipeprof.cli import main
     from pipeprof.report.console import render_text
     from pipeprof.report.html import render_html
     from pipeprof.report.summary import answer_lines
 
-    run = execute(cfg, log=lambda *a: None, on_answer=seen)
-    assert answered == [None]  # the answer came before any action trial was planned or run
+    config = tmp_path / "act.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "act", "out_dir": str(tmp_path), "device": "cpu", "data": {"kind": "folder", "path": str(tiny_dataset)},
+        "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+        "loader": {"num_workers": [1], "batch_size": 4}, "measure": QUICK | {"max_windows": 4},
+        "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"]}))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["run", str(config)]) == 0
+    printed = printed.getvalue()
+    (folder,) = tmp_path.glob("act-*")
+    run = pipeprof.load_run(folder)
+    # the answer as soon as the run had it, before the action trial (no measured change in it), and again at the
+    # report after it, which changed it (cli: the report repeats the answer only then; test_run_folder: once)
+    first = answer_lines(run)[0][:60]  # the console wraps lines at 140 characters
+    assert printed.count(first) == 2, printed[:3000]
+    before = printed[:printed.index(first, printed.index(first) + 1)]
+    assert "Best measured change" not in before and "No action tried was shown to help" not in before
+    assert "Best measured change: decode with cv2" in printed or "No action tried was shown to help" in printed
     costs = run.meta["decode_costs"]["us_per_sample"]
     assert set(costs) == {"pil", "cv2"} and min(costs.values()) > 0
     g = run.meta["analysis"]["groups"][0]
