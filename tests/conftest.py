@@ -52,9 +52,9 @@ does): a phase ends when its last test does, and a long one started last kept th
 end or the suite's (8.5 s once, where the lanes turned into the shared phase). ``--maxschedchunk 1`` hands them out
 in that order a test or two at a time, so both workers take the ``alone`` tests in turn, then the lanes side by
 side, then the shared ones in parallel (``pytest -n 2`` alone hands each worker a long run of consecutive tests:
-correct, only slower). A worker done with its alone tests waits for the
-other's before it starts a lane or a shared test (``_after_the_alone_tests``), and the first reader of a run
-measured in a lane holds that lane from its start.
+correct, only slower). A worker done with its alone tests waits for the other's before it starts a lane or a
+shared test (``_after_the_alone_tests``), and the first reader of a run measured in a lane holds that lane from
+its start.
 """
 from __future__ import annotations
 
@@ -362,8 +362,7 @@ def cpu_run_dir(tmp_path_factory):
                 "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
                 "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
                 "measure.max_windows=5", "measure.ci_target=0.1", "measure.redraws=10", "measure.cpu_reference_s=0.3",
-                "overhead_checks=true",
-                "actions=predict"]
+                "overhead_checks=true", "actions=predict"]
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0

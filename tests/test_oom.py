@@ -108,9 +108,14 @@ def test_every_answer_is_a_multiple_of_8_under_the_headroom_within_an_eighth(fix
 
 
 def test_the_search_on_a_real_step_picks_the_largest_batch_that_fits_and_records_each_size():
-    models = []
+    models = []  # each try's model, built by the step
+
+    def build():
+        models.append(FitsUpTo(40))
+        return models[-1]
+
     ctx = TrialContext(torch.device("cpu"), None, C.MeasureConfig(), None, num_classes=10,
-                       models={"user:FitsUpTo": lambda: models.append(FitsUpTo(40)) or models[-1]})
+                       models={"user:FitsUpTo": build})
     spec = TrialSpec("gpu_ceiling", model="user:FitsUpTo", precision="fp32", mode="train", image_size=8,
                      input_dtype="uint8")
     before = gc.get_freeze_count()
