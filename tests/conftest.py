@@ -46,9 +46,9 @@ Order: under xdist every worker sorts the tests alike (``phase``): the ``alone``
 the first reader of each run measured in a lane (``MEASURED``: ``cpu_run_dir``, one worker measures it while
 the other runs ``one_core`` tests), the other ``one_core`` tests, and the other readers of those runs; then the
 shared ones, the other readers of those runs first (by then the lanes have measured them; one of them runs the
-watched job again plainly, 9 s mostly asleep: last, it was the suite's tail with the other core idle).
-Within a phase the tests marked ``slow`` come first (longest first, as a scheduler of unequal jobs on two machines
-does): a phase ends when its last test does, and a long one started last kept the other worker idle at the phase's
+watched job again plainly, 6-9 s mostly asleep: last, it was the suite's tail with the other core idle).
+Within a phase the tests marked ``slow`` (8 s or more) come first, as a scheduler of unequal jobs on two machines
+starts the long ones first: a phase ends when its last test does, and a long one started last kept the other worker idle at the phase's
 end or the suite's (8.5 s once, where the lanes turned into the shared phase). ``--maxschedchunk 1`` hands them out
 in that order a test or two at a time, so both workers take the ``alone`` tests in turn, then the lanes side by
 side, then the shared ones in parallel (``pytest -n 2`` alone hands each worker a long run of consecutive tests:

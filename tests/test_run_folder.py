@@ -29,12 +29,13 @@ def test_trials_have_every_kind_with_numeric_units(run_dir):
         assert pd.api.types.is_float_dtype(df[col]), col
     assert (e2e["samples_per_s"] > 0).all() and e2e["data_wait_frac"].between(0, 1).all()
     # 3 windows planned; more were added only while the 95% interval was wider than ±measure.ci_target (up to
-    # measure.max_windows)
+    # measure.max_windows): a trial that stopped short of the most, at its 3rd window or a later one, stopped
+    # inside the target (most of this run's trials stop at the 3rd: the check has rows to read)
     measure = json.loads((run_dir / "run.json").read_text())["config"]["measure"]
     most = measure["max_windows"]
     assert most > 3 and df["windows"].between(3, most).all()
     half = (df["samples_per_s_ci95_high"] - df["samples_per_s_ci95_low"]) / 2 / df["samples_per_s"]
-    stopped_early = df["windows"].between(4, most - 1) & df["stage_clock_overhead_frac"].isna() & (df["kind"] != "monitor_overhead")  # not ABBA trials
+    stopped_early = df["windows"].between(3, most - 1) & df["stage_clock_overhead_frac"].isna() & (df["kind"] != "monitor_overhead")  # not ABBA trials
     assert (half[stopped_early] <= measure["ci_target"] + 1e-9).all()
     assert (df.loc[df["unstable"].astype(bool), "unstable_reason"].str.contains("likely cause")).all()
     ceiling = df[df["kind"] == "gpu_ceiling"].iloc[0]  # no loader there: no data wait is reported, not a 0
