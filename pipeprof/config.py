@@ -16,11 +16,12 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                       ValidationError, ValidationInfo, field_validator, model_validator)
 
-from .schema import ACTION_IDS, TRIAL_KINDS
+from .actions import TRIED
+from .schema import TRIAL_KINDS
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 TrialKindName = Literal[TRIAL_KINDS]  # the values of schema.TrialKind
-ActionId = Literal[ACTION_IDS]
+ActionId = Literal[TRIED]  # the actions an action trial can try (pipeprof.actions)
 
 
 class ConfigError(ValueError):
@@ -379,7 +380,7 @@ class MeasureConfig(_Strict):
     ci_target: float = Field(0.05, gt=0)  # unstable when the 95% interval is wider than ± this share of the median
     cpu_reference_s: float = Field(1.0, ge=0)  # fixed-work CPU probe at run start and end (see reference); 0: off
     redraws: int = Field(60, ge=0)  # re-draws of each trial's windows for the answer's confidence; 0: not computed
-    # action trials (trials/actions.py): a gain is a ratio of two windows, so each pair's noise is two
+    # action trials (trials/action_trial.py): a gain is a ratio of two windows, so each pair's noise is two
     # windows' worth and the switch between two running loaders is drained untimed; windows of several
     # worker rounds average the rounds' phase, and pairs are added until the gain's 95% interval is within
     # ± ci_target of the rate (t95 of 2 pairs is 12.7: 2 pairs of 1 s windows gave ±40% on the 16-core box)
@@ -445,7 +446,7 @@ class RunConfig(_Strict):
     # adaptive: search num_workers from the cheap trials (orchestrate/search.py); exhaustive: the whole grid
     sweep: Literal["adaptive", "exhaustive"] = "adaptive"
     # measure: when the answer binds on the input side, each action pipeprof can apply is tried against
-    # the baseline after the answer (alternating windows, orchestrate/actions.py); predict: predictions only;
+    # the baseline after the answer (alternating windows, orchestrate/action_trials.py); predict: predictions only;
     # a list of action ids (e.g. [gpu_pipeline]): only those are tried, the others stay predictions
     actions: Union[Literal["measure", "predict"], list[ActionId]] = "measure"
     data: DataConfig = DataConfig()

@@ -17,13 +17,15 @@ from torch.utils.data import DataLoader
 
 import pipeprof
 from pipeprof import config as C
-from pipeprof.analysis.action_trials import Facts, best_measured, combine, plan
-from pipeprof.analysis.advice import actions
+from pipeprof.actions import Facts, best_measured, combine, plan
+from pipeprof.analysis.gains import predicted_actions as actions
+from pipeprof.answer import Answer, Confidence
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, WaitDataset, burn_loader
 from pipeprof.measure.loader import PAUSABLE, Pause, shutdown, worker_pids
 from pipeprof.measure.monitors import Monitor
 from pipeprof.trials import TrialContext, TrialSpec
-from pipeprof.trials.actions import Variant, action_trial, action_trials, with_knobs
+from pipeprof.trials.action_trial import Variant, action_trial, action_trials
+from pipeprof.trials.variants import with_knobs
 from pipeprof.trials.skeleton import collate_user
 
 QUICK = {"warmup_batches": 2, "warmup_s": 0.2, "window_s": 0.3, "window_batches": 2, "windows": 4, "max_windows": 6,
@@ -154,9 +156,11 @@ def test_a_process_that_exits_with_a_paused_loader_continues_its_workers_and_end
     assert done.returncode == 0, done.stderr
 
 
-def group(side="input", resource="workers", also=(), **extra) -> dict:
-    return {"side_at_recommended": side, "resource_at_recommended": resource, "also_at_recommended": list(also),
-            "recommended_workers": 4} | extra
+def group(side="input", resource="workers", also=(), confidence=None, actions=(), **key) -> Answer:
+    """A group's answer at 4 workers: its side and resource, what else may bind, the re-draws' alternatives."""
+    return Answer(key, workers=4, samples_per_s=100.0, best_workers=4, best_samples_per_s=100.0, side=side,
+                  resource=resource, also=list(also), actions=list(actions),
+                  confidence=Confidence(draws=10, **confidence) if confidence else None)
 
 
 ROW = pd.Series({"decoder": "pil", "source": "files", "num_workers": 4, "pin_memory": True, "augment_device": None,
@@ -170,7 +174,7 @@ def tried(planned) -> list[str]:
 
 def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_rest():
     planned = plan(group(), ROW, GPU)
-    assert tried(planned) == ["decoder", "uint8", "gpu_pipeline"]
+    assert tried(planned) == ["decoder", "uint8", "gpu_pipeline", "in_order"]
     assert [p.params for p in planned if p.id == "decoder"] == [{"decoder": "cv2"}]
     why = {p.id: p.why_not for p in planned}
     assert why["memory"] == "it relieves storage, and workers binds here"
@@ -187,7 +191,8 @@ def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_
                      confidence={"alternatives": [{"side": "input", "resource": "cores", "share": 0.37}]})
     assert tried(plan(balanced, ROW, GPU)) == ["decoder", "uint8", "gpu_pipeline"]
     assert "cores binds here" in {p.id: p.why_not for p in plan(balanced, ROW, GPU)}["memory"]
-    assert tried(plan(group(side="balanced", resource=None), ROW, GPU)) == ["decoder", "uint8", "gpu_pipeline"]
+    assert tried(plan(group(side="balanced", resource=None), ROW, GPU)) == ["decoder", "uint8", "gpu_pipeline",
+                                                                            "in_order"]
     off = plan(group(), ROW, GPU._replace(mode="predict"))
     assert tried(off) == [] and all("actions: predict" in p.why_not for p in off)
     refused = plan(group(), ROW, GPU._replace(gpu_refusal="preset 'x' uses CoarseDropout"))
@@ -199,10 +204,12 @@ def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_
 
 
 def test_the_configs_actions_are_measure_predict_or_a_list_of_known_action_ids():
-    from pipeprof.analysis.action_trials import LABELS
-    from pipeprof.orchestrate.actions import _facts
-    from pipeprof.schema import ACTION_IDS
-    assert set(ACTION_IDS) == set(LABELS)  # the config's ids are the ones the plan knows
+    from pipeprof.actions import ACTIONS, TRIED
+    from pipeprof.orchestrate.action_trials import _facts
+    from pipeprof.trials import variants
+    # the config's ids are the actions with a variant, and each names a builder that exists
+    assert set(TRIED) == {k for k, a in ACTIONS.items() if a.variant} and "in_order" in TRIED
+    assert all(callable(getattr(variants, ACTIONS[k].variant)) for k in TRIED)
     cfg = C.load(None, ["actions=[gpu_pipeline, uint8]"])
     assert cfg.actions == ["gpu_pipeline", "uint8"]
     facts = _facts(SimpleNamespace(cfg=cfg, user_loader=None, user_dataset=None, sources={}))
@@ -214,22 +221,23 @@ def test_the_configs_actions_are_measure_predict_or_a_list_of_known_action_ids()
 def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_why_not():
     """The H200 default run: uint8 predicted +22%, the decoder +15%, the GPU pipeline not predicted; a budget
     that ends after the first trial leaves the others planned, with the budget as their reason."""
-    from pipeprof.orchestrate.actions import _by_predicted_gain, _out_of_budget, rotations, share_of
+    from pipeprof.orchestrate.action_trials import _by_predicted_gain, _out_of_budget, rotations, share_of
 
     g = group(actions=[{"id": "uint8", "gain_frac": 0.22}, {"id": "decoder", "gain_frac": 0.15},
                        {"id": "gpu_pipeline", "gain_frac": None}])
     planned = plan(g, ROW, GPU)
     todo = _by_predicted_gain([(0, None, p) for p in planned if p.why_not is None], [g])
-    assert [p.id for _, _, p in todo] == ["uint8", "decoder", "gpu_pipeline"]
+    assert [p.id for _, _, p in todo] == ["uint8", "decoder", "gpu_pipeline", "in_order"]
     ((_, after),) = _out_of_budget([(None, planned)], todo, {(0, "uint8"): {}}, False, "measure.actions_max_s = 240 s")
     why = {p.id: p.why_not for p in after}
-    assert why["uint8"] is None and "measure.actions_max_s = 240 s" in why["decoder"] == why["gpu_pipeline"]
+    assert why["uint8"] is None and "measure.actions_max_s = 240 s" in why["decoder"] == why["gpu_pipeline"] \
+        == why["in_order"]
     assert why["memory"] == "it relieves storage, and workers binds here"  # not planned: its own reason kept
     # an interrupted run keeps the plans as they were (combine says it was interrupted)
     assert _out_of_budget([(None, planned)], todo, {}, True, "") == [(None, planned)]
     # the top two, of one group, run in one rotation (which may take all the budget), the others one trial each;
     # of two groups, the first may take half, the second what the first left, the rest the remainder
-    assert [[p.id for *_, p in t] for t in rotations(todo)] == [["uint8", "decoder"], ["gpu_pipeline"]]
+    assert [[p.id for *_, p in t] for t in rotations(todo)] == [["uint8", "decoder"], ["gpu_pipeline"], ["in_order"]]
     apart = [(0, None, todo[0][2]), (1, None, todo[1][2]), (0, None, todo[2][2])]
     assert [len(t) for t in rotations(apart)] == [1, 1, 1] and rotations(todo[:1]) == [todo[:1]]
     assert [share_of(120, 1, 3), share_of(70, 2, 3), share_of(15, 3, 3), share_of(120, 1, 1)] == [60, 70, 15, 120]
@@ -238,7 +246,7 @@ def test_the_budget_goes_to_the_largest_predicted_gain_first_and_the_rest_say_wh
 def test_the_action_budget_ends_at_its_own_cap_or_at_run_max_s_into_the_run():
     """120 s for the action trials, and none past 280 s into the run: a run 250 s old has 30 s left (less than
     the 40 a trial needs); one just begun has the 120; without a start or a limit, only the 120 counts."""
-    from pipeprof.orchestrate.actions import MIN_ACTION_S, Budget
+    from pipeprof.orchestrate.action_trials import MIN_ACTION_S, Budget
     m = C.MeasureConfig(actions_max_s=120, run_max_s=280)
     late, fresh = Budget(m, time.time() - 250), Budget(m, time.time())
     assert late.left() == pytest.approx(30, abs=1) and late.left() < MIN_ACTION_S
@@ -254,15 +262,16 @@ def test_a_users_loader_gets_only_the_loader_knobs_tried():
     planned = plan(group(resource="handoff"), row, Facts("cuda", "loader"))
     assert tried(planned) == ["pin_memory", "prefetch_factor", "persistent_workers"]
     refused = {p.id: p.why_not for p in planned if p.why_not}
-    assert set(refused) == {"decoder", "uint8", "gpu_pipeline", "memory", "shards"}
-    assert all("user's own DataLoader" in w for w in refused.values())
+    assert set(refused) == {"decoder", "uint8", "gpu_pipeline", "memory", "shards", "in_order"}
+    assert all("user's own DataLoader" in w for k, w in refused.items() if k != "in_order")
+    assert refused["in_order"].startswith("it relieves workers, and handoff / startup binds")
     # prefetch depth doubled from the loader's own: the config's for pipeprof's loader, the user's for theirs
     pf = {p.id: p.params for p in planned}["prefetch_factor"]
     assert pf == {"prefetch_factor": "2x"} and "prefetch_factor=2x" in {p.id: p.action for p in planned}["prefetch_factor"]
     own = plan(group(resource="handoff"), ROW, GPU._replace(prefetch_factor=8))
     assert {p.id: p.params for p in own}["prefetch_factor"] == {"prefetch_factor": 16}
     cpu = plan(group(), ROW, Facts("cpu", "pipeline", source_kinds={"files": "files"}))
-    assert tried(cpu) == ["decoder"]  # uint8 and the GPU pipeline need a GPU
+    assert tried(cpu) == ["decoder", "in_order"]  # uint8 and the GPU pipeline need a GPU
 
 
 def test_decoder_prediction_rests_on_the_measured_decode_costs():
@@ -393,7 +402,7 @@ def test_an_absolute_prediction_is_checked_at_the_trials_own_baseline():
     sweep's 1,996; its trial measured 2,986 against a baseline of 1,855, +61% (+45% to +76%). Read at the
     trial's baseline the prediction is +48%, inside. A ratio (uint8: a share of the workers' cost saved) is
     the same at any baseline: its gain is checked as predicted."""
-    from pipeprof.analysis.advice import gpu_pipeline_prediction
+    from pipeprof.analysis.gains import gpu_pipeline_prediction
     from pipeprof.report.console import _measured_line
 
     row = pd.Series({"step_bound_samples_per_s": 4697.0, "samples_per_s": 1996.0})
@@ -416,11 +425,46 @@ def test_an_absolute_prediction_is_checked_at_the_trials_own_baseline():
     from pipeprof.report.html import _action_row
     from pipeprof.report.summary import actions as stored
     (gr, ur) = [_action_row(a) for a in stored(SimpleNamespace(meta={"analysis": {"groups": [
-        group(model="resnet50", precision="bf16", preset="heavy", batch_size=256) | {"actions": [g, u]}]}}))]
+        group(model="resnet50", precision="bf16", preset="heavy", batch_size=256, actions=[g, u])]}}))]
     assert gr[3] == "+38%, +48% at the trial's baseline" and ur[3] == "+16%"
     # the same absolute prediction against a baseline as fast as the sweep's: +38%, outside +45%..+76%
     same = combine([gpu], plan(group(), ROW, GPU), {"gpu_pipeline": trial | {"baseline_samples_per_s": 1996.0}})
     assert [a["agrees"] for a in same if a["id"] == "gpu_pipeline"] == [False]
+
+
+def test_out_of_order_batches_are_one_registry_entry_tried_where_the_workers_bind(tiny_dataset):
+    """``in_order=False`` is one entry of ACTIONS, with no builder or predictor of its own: it is tried where the
+    workers bind at two workers or more, and its variant, built by the knobs' builder, hands batches over out of
+    order from pipeprof's own loader and from a user's DataLoader alike."""
+    from pipeprof.actions import ACTIONS, KNOB
+    from pipeprof.data.sources import source_class
+    from pipeprof.trials.action_trial import _open
+    from pipeprof.trials.variants import build
+
+    entry = ACTIONS["in_order"]
+    assert (entry.scope, entry.variant, entry.predict) == (KNOB, "knobs", None)
+    (p,) = [p for p in plan(group(), ROW, GPU) if p.id == "in_order"]
+    assert (p.why_not, p.params, p.action) == (None, {"in_order": False}, entry.label)
+    one = ROW.copy()
+    one["num_workers"] = 1
+    assert {q.id: q.why_not for q in plan(group(), one, GPU)}["in_order"] == "one worker makes its batches in order"
+    assert "handoff binds" in {q.id: q.why_not for q in plan(group(resource="handoff"), ROW, GPU)}["in_order"]
+    # a user's loader (a DataLoader's own knobs) and pipeprof's own pipeline over files, both out of order
+    spec = TrialSpec("end_to_end", num_workers=2, batch_size=4, model="fixed", precision="fp32", mode="train",
+                     preset="standard", decoder="pil", image_size=64, source="files", pin_memory=False)
+    src = source_class("files")(tiny_dataset)
+    with Monitor(hz=10, gpu=False) as mon:
+        own = TrialContext(torch.device("cpu"), src, C.MeasureConfig(**QUICK), mon, num_classes=10,
+                           sources={"files": src})
+        theirs = TrialContext(torch.device("cpu"), None, C.MeasureConfig(**QUICK), mon, user_loader=burn_loader)
+        assert build(theirs, spec, "in_order", p.params).loader(2).in_order is False
+        v = build(own, spec, "in_order", p.params)
+        assert v.knobs == {"in_order": False}
+        it = _open(own, spec, v)
+        try:
+            assert it._in_order is False and len(next(it)["label"]) == 4
+        finally:
+            shutdown(it)
 
 
 def test_a_users_dataloader_is_rebuilt_with_other_knobs():
@@ -470,7 +514,7 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     costs = run.meta["decode_costs"]["us_per_sample"]
     assert set(costs) == {"pil", "cv2"} and min(costs.values()) > 0
     g = run.meta["analysis"]["groups"][0]
-    (dec,) = [a for a in g["actions"] if a["id"] == "decoder"]
+    (dec,) = [a for a in g.actions if a["id"] == "decoder"]
     assert dec["tried"] and dec["measured"] and dec["pairs"] >= 2
     assert dec["measured_gain_ci95_low"] <= dec["measured_gain_frac"] <= dec["measured_gain_ci95_high"]
     assert dec["action_trial_id"].endswith("/decoder") and dec["num_workers"] == 1
@@ -491,7 +535,7 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     swept = sum(v for k, v in e2e.items() if k.startswith("stage_us_per_sample.") and v == v)
     assert 0.25 * swept <= row["baseline_worker_us_per_sample"] <= 1.5 * swept, (row["baseline_worker_us_per_sample"],
                                                                                  swept)
-    gpu = [a for a in g["actions"] if a["id"] == "gpu_pipeline"]
+    gpu = [a for a in g.actions if a["id"] == "gpu_pipeline"]
     assert gpu[0]["tried"] is False and "no GPU" in gpu[0]["why_not_tried"]
     assert answer_lines(run)[1].lstrip().startswith(("Best measured change: decode with cv2",
                                                      "No action tried was shown to help; the best measured, decode"))
@@ -499,14 +543,14 @@ def test_a_cpu_run_tries_the_other_decoder_after_the_answer(tiny_dataset, tmp_pa
     assert {k: run.meta["action_trials"][k] for k in ("mode", "tried", "planned", "interrupted")} == {
         "mode": "measure", "tried": 1, "planned": 1, "interrupted": False}
     again = pipeprof.load_run(run.path)  # what run.json stored reads back the same
-    assert again.meta["analysis"]["groups"][0]["best_measured_action"]["id"] == "decoder"
+    assert again.meta["analysis"]["groups"][0].best_measured_action["id"] == "decoder"
 
 
 def test_a_gain_whose_interval_stays_wider_than_the_target_is_marked_unstable():
     """Pairs of known rates: the variant 110 or 130 against 100 (+10%, +30%, +10%, +30%: ±18.4% at 95%, t = 3.18), and a
     steady +20%; only the first is wider than ± 5% when the pairs run out."""
     from pipeprof.measure.windows import Paired, Window
-    from pipeprof.trials.actions import paired_columns
+    from pipeprof.trials.action_trial import paired_columns
 
     def paired(gains):
         return Paired(a=[Window(0.0, 1.0, 100 * (1 + g), 1) for g in gains], b=[Window(0.0, 1.0, 100, 1)] * len(gains))
@@ -537,10 +581,10 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
     one; with that gain it goes ahead of a smaller predicted one (uint8, +5%). Where the sweep's advice had no
     entry for it (``advised`` False: no decode share to name), the prediction adds one."""
     from pipeprof.analysis import GROUP_KEYS
-    from pipeprof.analysis.action_trials import Planned
+    from pipeprof.actions import Planned
     from pipeprof.data.sources import source_class
     from pipeprof.analysis.bounds import curves
-    from pipeprof.orchestrate.actions import Budget, _baseline_row, _predict_gpu_pipeline
+    from pipeprof.orchestrate.action_trials import Budget, _baseline_row, _predict_gpu_pipeline
 
     spec = TrialSpec("end_to_end", num_workers=1, batch_size=4, model="fixed", precision="fp32", mode="train",
                      preset="standard", decoder="pil", image_size=64, source="files", pin_memory=False)
@@ -549,8 +593,8 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
     ceiling = TrialSpec("gpu_ceiling", batch_size=4, model="fixed", precision="fp32", mode="train",
                         image_size=64).columns() | {"status": "ok", "samples_per_s": 2000.0}  # the step, as stored
     advice = [{"id": "gpu_pipeline", "gain_frac": None, "basis": "not predicted"}] if advised else []
-    g = {k: base[k] for k in GROUP_KEYS} | {"recommended_workers": 1, "actions": [{"id": "uint8", "gain_frac": 0.05},
-                                                                                  *advice]}
+    g = Answer({k: base[k] for k in GROUP_KEYS}, workers=1, samples_per_s=10.0, best_workers=1, best_samples_per_s=10.0,
+               actions=[{"id": "uint8", "gain_frac": 0.05}, *advice])
     run = SimpleNamespace(trials=pd.DataFrame([ceiling, base]), meta={"action_trials": {}})
     todo = [(0, spec, Planned("uint8", "uint8", {})), (0, spec, Planned("gpu_pipeline", "gpu", {}))]
     src = source_class("files")(tiny_dataset)
@@ -562,8 +606,8 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
     (alone,) = run.meta["action_trials"]["gpu_pipeline_alone"]
     assert alone["status"] == "ok" and alone["kind"] == "cpu_pipeline" and alone["augment_device"] == "cuda"
     assert alone["trial_id"] == "cpu_pipeline/standard/gpu-augment/files/bs4/w1" and alone["samples_per_s"] > 10
-    assert len(g["actions"]) == 2  # the sweep's entry, or the one the prediction added
-    entry = g["actions"][1]
+    assert len(g.actions) == 2  # the sweep's entry, or the one the prediction added
+    entry = g.actions[1]
     assert entry["id"] == "gpu_pipeline" and entry.get("action") == (None if advised else "gpu")  # the plan's words
     assert alone["stand_in_step_ms"] == pytest.approx(2.0) and alone["stand_in_step_device_ms"] is None  # CPU: a sleep
     # on the CPU the stand-in and the pipeline take turns on one thread: a batch takes the 2 ms and the pipeline's own
@@ -582,7 +626,7 @@ def test_gpu_pipeline_prediction_is_its_rate_beside_the_stand_in_step():
     time 23.7 ms a batch; its action trial then measured 3,298 (+23%, +11% to +35%). From its rate alone that
     morning (7,355/s), 1 / (1/step + 1/alone) gives 2,858, 13% below what it did. The prediction is the rate
     beside the stand-in; its words carry the stand-in's time and the pipeline's own device and host times."""
-    from pipeprof.analysis.advice import gpu_pipeline_prediction
+    from pipeprof.analysis.gains import gpu_pipeline_prediction
 
     def row(half: float) -> pd.Series:
         return pd.Series({"step_bound_samples_per_s": 4674.0, "samples_per_s": 2843.0,
@@ -626,9 +670,9 @@ def test_the_action_trials_benchmark_sets_each_side_beside_its_rate_alone():
 def test_a_groups_top_two_actions_run_in_one_rotation_with_a_row_each(tiny_dataset):
     """The orchestrator's trial of two actions (the other decoder, the data in RAM) on pipeprof's own pipeline:
     one rotation, one row per action under its own trial id, their baseline windows the same ones."""
-    from pipeprof.analysis.action_trials import Planned
+    from pipeprof.actions import Planned
     from pipeprof.data.sources.files import FileSource
-    from pipeprof.orchestrate.actions import _one
+    from pipeprof.orchestrate.action_trials import _one
 
     cfg = C.build({"name": "two", "device": "cpu", "data": {"kind": "folder", "path": str(tiny_dataset)},
                    "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},

@@ -11,12 +11,14 @@ import shutil
 import tarfile
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import pipeprof
 from pipeprof import config as C
-from pipeprof.analysis import epoch_estimates, storage_actions
+from pipeprof.actions import ACTIONS, STORAGE
+from pipeprof.analysis import curves, epoch_estimates, predicted_actions
 from pipeprof.cli import main
 from pipeprof.data.dataset import RawBytesDataset, ShardSampler, collate_bytes
 from pipeprof.data.sources.files import FileSource
@@ -365,8 +367,8 @@ def test_throttled_source_is_io_bound_at_the_cap(throttle_demo, jpeg_folder):
 
 @pytest.mark.alone
 def test_faster_storage_action_predicted_from_the_unthrottled_pair(throttle_demo):
-    groups = {g["source"]: g for g in throttle_demo.meta["analysis"]["groups"]}
-    actions = groups["throttled-files-10MBps"]["actions"]
+    groups = {g.key["source"]: g for g in throttle_demo.meta["analysis"]["groups"]}
+    actions = groups["throttled-files-10MBps"].actions
     # it ranks in the top two: the other is caching in RAM, estimated from the stage clocks (both remove
     # the storage bound; the estimate also charges the cores budget, so it lands lower)
     (top,) = [a for a in actions[:2] if a["action"].startswith("faster storage: as measured with files")]
@@ -413,7 +415,7 @@ def _rows(**sources):
 def _advice(df, source, cores=16):
     from pipeprof.analysis import analyse
 
-    return {g["source"]: g for g in analyse(df, cores)["groups"]}[source]["actions"]
+    return {g.key["source"]: g for g in analyse(df, cores)["groups"]}[source].actions
 
 
 def test_pack_into_shards_predicted_from_the_shards_bound():
@@ -457,9 +459,17 @@ def test_epoch_estimates_from_cold_and_warm_rates():
 
 
 def test_storage_actions_ignore_user_datasets():
-    row = pd.Series({"samples_per_s": 100.0, "num_workers": 2, "source": None})
-    assert storage_actions(pd.DataFrame(), row, pd.Series(dtype=float).to_numpy(), pd.Series(dtype=float).to_numpy(),
-                           4) == []
+    """A user's Dataset (no pipeprof source) gets no storage swap, even beside a run whose trials measured one."""
+    df = _rows(files=("files", None, {4: 300}, {4: 295}, {4: 290}), memory=("memory", None, {4: 9e4}, {4: 1500}, {}))
+    row = curves(df).iloc[0].copy()  # the files trial, its bounds joined on
+    ws, rates = np.array([4.0]), np.array([295.0])
+
+    def swaps(r):  # the storage actions read off another measured source (the model's own guess is not one)
+        return [a["action"] for a in predicted_actions(r, ws, rates, 4, trials=df)
+                if ACTIONS[a["id"]].scope == STORAGE and not a["basis"].startswith("storage bound removed")]
+    assert swaps(row) == ["cache the dataset in RAM (source: memory; measured)"]  # as the run's own source
+    row["source"] = None
+    assert swaps(row) == []
 
 
 # --------------------------------------------------------------------------- CLI and bad input

@@ -4,7 +4,7 @@ Samples that each wait a known wall time and use no CPU (``calibrate.WaitDataset
 latency) on ``workers`` workers, and a step of known duration (``calibrate.FixedStepModel``): a side makes
 about ``min(workers / wait, batch / step)`` samples/s (``calibrate.expected_rate``) on any machine, however busy
 its cores; the main process's own handling of a batch comes on top of the step. Each case is a real action
-trial (``trials.actions.action_trial``: two running loaders, the side not timed stopped, ABBA windows, a drain
+trial (``trials.action_trial.action_trial``: two running loaders, the side not timed stopped, ABBA windows, a drain
 after each switch), and beside it each side alone: the sweep's own ``end_to_end`` trial of it (one loader,
 the same step, its warm-up and windows, no switch and no stop: ``continuous``), just before the trial and
 just after it, averaged; then both cases' variants in one trial (``action_trials``: A1 B A2 | A2 B A1, the
@@ -32,7 +32,7 @@ from pipeprof import config as C
 from pipeprof.measure.confounders import torch_threads
 from pipeprof.measure.monitors import Monitor
 from pipeprof.trials import TrialContext, TrialSpec
-from pipeprof.trials.actions import Variant, action_trial, action_trials
+from pipeprof.trials.action_trial import Variant, action_trial, action_trials
 from pipeprof.trials.kinds import run_trial
 from pipeprof.trials.skeleton import collate_user
 from .calibrate import FixedStepModel, WaitDataset, expected_rate

@@ -51,13 +51,14 @@ def access_order(dataset) -> str:
 
 
 def build_loader(dataset, batch_size: int, num_workers: int, collate_fn, pin_memory: bool = False,
-                 prefetch_factor: int = 2, seed: int = 0, timeout_s: float = 0, shard=None) -> DataLoader:
+                 prefetch_factor: int = 2, seed: int = 0, timeout_s: float = 0, shard=None, **knobs) -> DataLoader:
     """An endless DataLoader over ``dataset`` with pipeprof's worker policy.
 
     ``timeout_s`` (> 0, with workers) bounds the wait for one batch, so storage that stops
-    answering ends a trial with an error instead of hanging it.
+    answering ends a trial with an error instead of hanging it. ``knobs``: other DataLoader keywords
+    of the workers (an action's variant: ``in_order``, ``persistent_workers``), with workers only.
     """
-    extra = {"prefetch_factor": prefetch_factor, "timeout": timeout_s} if num_workers > 0 else {}
+    extra = {"prefetch_factor": prefetch_factor, "timeout": timeout_s, **knobs} if num_workers > 0 else {}
     # an IterableDataset takes no sampler (it cannot be indexed): its passes end, EndlessIter restarts them
     sampler = None if isinstance(dataset, IterableDataset) else sampler_for(dataset, batch_size, num_workers, seed,
                                                                             shard)

@@ -7,7 +7,8 @@
 - ``limits``:    settings checked against the machine before anything starts (workers, batch, memory)
 - ``resume``:    finishing an interrupted run from the rows it kept
 - ``merge``:     the nodes of a multi-machine job as one run
-- ``actions``:   the action trials after the answer (each applicable change tried against the baseline)
+- ``action_trials``: the action trials after the answer (each applicable change of ``pipeprof.actions``
+  tried against the baseline, within their budget)
 - ``distributed``: the N-GPU launcher (a torchrun job per GPU count and p2p setting, one DDP rank per GPU)
 
 May import: the nouns, ``data``, ``measure``, ``trials`` and ``analysis`` (the search reads measured

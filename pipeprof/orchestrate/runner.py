@@ -20,7 +20,7 @@ from pipeprof._version import __version__
 from pipeprof.analysis import analyse
 from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
-from .actions import run_actions
+from .action_trials import run_actions
 from .batchsize import MOST, auto_batch_size, confirm
 from .distributed import kept_jobs
 from .limits import check_plan, check_workers, shm_free
@@ -164,7 +164,7 @@ def execute(cfg: RunConfig, *, user_dataset=None, models: Optional[dict] = None,
 def _finish(run: Run, plan: Plan, models, loss_fn, progress, kept: dict, started: float, log=print,
             on_answer: Optional[Callable] = None) -> None:
     """The trials, the status, then the analysis, each saved as it lands; then, the answer given, the
-    action trials (``orchestrate.actions``)."""
+    action trials (``orchestrate.action_trials``)."""
     try:
         interrupted = _measure(run, plan, models or {}, loss_fn, progress or (lambda spec, i, n: None), kept,
                                started)

@@ -3,8 +3,9 @@
 ``spec`` (settings, shared context) → ``skeleton`` (dataset, step, loader lifecycle, cache
 state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered once in ``KINDS``);
 ``watchdog`` bounds a trial's time and turns a hang into a failed row; ``device_side`` decodes and
-augments a batch of bytes on the step's device (``augment.device: cuda``), timed there; ``actions`` runs
-an action trial (a variant against its baseline in alternating windows, one row of kind ``action``);
+augments a batch of bytes on the step's device (``augment.device: cuda``), timed there; ``action_trial``
+runs an action trial (variants against their baseline in alternating windows, one row of kind ``action`` each)
+and ``variants`` builds each action's variant by the builder its entry in ``pipeprof.actions`` names;
 ``heap`` frees what a trial left before the next one (the sweep's and a kept job's ranks' alike).
 
 May import: the nouns, ``data`` and ``measure``.

@@ -54,12 +54,13 @@ def make_step(ctx: TrialContext, spec: TrialSpec) -> Step:
                 ctx.cudnn_benchmark, loss_fn=ctx.loss_fn, ddp=ctx.ddp is not None)
 
 
-def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate):
+def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate, knobs: dict | None = None):
     """An iterator of ``{"image", "label", ...}`` batches, with the monitor following its workers.
 
     With ``ctx.user_loader`` the user's own DataLoader for this worker count, as they built it
     (sampler, collate, workers); its passes end, so it runs through EndlessIter, as does ours over
-    an IterableDataset. Each new pass has new workers: the monitor is told their PIDs again.
+    an IterableDataset. Each new pass has new workers: the monitor is told their PIDs again. ``knobs``: other
+    DataLoader settings of pipeprof's loader (an action trial's variant).
     """
     def track(it) -> None:
         ctx.monitor.track_workers(worker_pids(it))
@@ -69,7 +70,8 @@ def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate):
     else:
         # a batch that takes longer than a whole trial may take means the storage stopped answering
         loader = build_loader(dataset, spec.batch_size, spec.num_workers, collate, bool(spec.pin_memory),
-                              ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s, shard=ctx.ddp)
+                              ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s, shard=ctx.ddp,
+                              **(knobs or {}))
         it = EndlessIter(loader, on_pass=track) if isinstance(dataset, IterableDataset) else iter(loader)
     track(it)
     return it

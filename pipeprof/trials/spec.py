@@ -34,7 +34,7 @@ class TrialSpec:
     # None: decode and augment in the workers; 'cuda': workers read bytes, the step's device decodes and
     # augments (config augment.device; on a CPU-only machine only tests build it, on the CPU device)
     augment_device: Optional[str] = None
-    action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.actions)
+    action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.variants)
 
     @property
     def trial_id(self) -> str:
@@ -92,7 +92,7 @@ class TrialContext:
     cores: int = 1  # usable cores of the run (affinity and cgroup aware)
     step_threads: Optional[int] = None  # model.threads: the CPU step's threads; None: confounders.step_threads
     # a trial whose workers read bytes: device time queued before each batch's decode, standing in for a step of
-    # that length (``device_side.StandIn``); 0 outside the GPU pipeline's prediction (``orchestrate.actions``)
+    # that length (``device_side.StandIn``); 0 outside the GPU pipeline's prediction (``orchestrate.action_trials``)
     stand_in_step_s: float = 0.0
     models: dict = field(default_factory=dict)  # name -> factory, for nn.Modules passed to profile()
     sources: dict = field(default_factory=dict)  # source label -> Source, built once per sweep

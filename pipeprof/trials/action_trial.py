@@ -23,8 +23,8 @@ between a window's end and the stop, caches the other side used), not the whole 
 cannot be stopped (no SIGSTOP), the other side's last fills run on after a switch and the drain outlasts
 them instead.
 
-To add an action: a builder ``fn(ctx, spec, params) -> Variant`` in :data:`VARIANTS` under the id the
-analysis plans it by (``analysis.action_trials``).
+Which variants run, and how each is built from an action's entry, is ``trials.variants``; this module only
+measures the sides it is given.
 """
 from __future__ import annotations
 
@@ -33,15 +33,11 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, NamedTuple, Optional
 
-from torch.utils.data import DataLoader, IterableDataset
-
-from pipeprof.data.augment import A, load_preset
-from pipeprof.data.dataset import PipelineDataset
 from pipeprof.measure.loader import PAUSABLE, Pause, prefetch_depth, shutdown, worker_pids
 from pipeprof.measure.windows import rotating, summarize_rates
 from .columns import stage_columns
-from .device_side import device_side, passthrough
-from .skeleton import collate_for, make_step, open_loader, pipeline_dataset
+from .device_side import passthrough
+from .skeleton import make_step, open_loader
 from .spec import TrialContext, TrialSpec
 
 ACTION_KIND = "action"
@@ -76,76 +72,12 @@ class Variant(NamedTuple):
     prefetch_factor: int
     side: Any = None
     loader: Optional[Callable[[int], Any]] = None  # fn(num_workers) -> the user's DataLoader, knobs applied
-
-
-def baseline(ctx: TrialContext, spec: TrialSpec) -> Variant:
-    """The pipeline as the sweep measured it at ``spec``."""
-    dataset = pipeline_dataset(ctx, spec)
-    return Variant(dataset, collate_for(dataset) if dataset is not None else None, bool(spec.pin_memory),
-                   ctx.prefetch_factor, device_side(ctx, spec), ctx.user_loader)
-
-
-def _pipeline_as(ctx: TrialContext, spec: TrialSpec, **change) -> Variant:
-    return baseline(ctx, replace(spec, **change))
-
-
-def _uint8(ctx: TrialContext, spec: TrialSpec, params: dict) -> Variant:
-    """The preset without Normalize: ToTensorV2 then hands over uint8, and the step normalises on the
-    device (``measure.step.Step.prepare``), as the ``light`` preset does."""
-    spec_ = A.to_dict(load_preset(spec.preset, spec.image_size))
-    spec_["transform"]["transforms"] = [t for t in spec_["transform"]["transforms"]
-                                        if t["__class_fullname__"].rsplit(".", 1)[-1] != "Normalize"]
-    timing = ctx.stage_timing if spec.stage_timing is None else spec.stage_timing
-    dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, A.from_dict(spec_), timing, ctx.sample_policy)
-    return baseline(ctx, spec)._replace(dataset=dataset, collate=collate_for(dataset), side=None)
-
-
-def _knobs(ctx: TrialContext, spec: TrialSpec, params: dict) -> Variant:
-    """The same pipeline with other DataLoader settings (pin_memory, prefetch_factor, persistent_workers);
-    a user's DataLoader is rebuilt from its own parts with them."""
-    base = baseline(ctx, spec)
-    knobs = {k: params[k] for k in ("pin_memory", "prefetch_factor", "persistent_workers") if k in params}
-    if base.loader is not None:
-        return base._replace(loader=with_knobs(base.loader, **knobs))
-    return base._replace(pin_memory=knobs.get("pin_memory", base.pin_memory),
-                         prefetch_factor=knobs.get("prefetch_factor", base.prefetch_factor))
-
-
-#: action id -> fn(ctx, baseline spec, params) -> the variant
-VARIANTS: dict[str, Callable[[TrialContext, TrialSpec, dict], Variant]] = {
-    "decoder": lambda ctx, spec, p: _pipeline_as(ctx, spec, decoder=p["decoder"]),
-    "uint8": _uint8,
-    "gpu_pipeline": lambda ctx, spec, p: _pipeline_as(ctx, spec, augment_device="cuda"),
-    "memory": lambda ctx, spec, p: _pipeline_as(ctx, spec, source=p["source"]),
-    "shards": lambda ctx, spec, p: _pipeline_as(ctx, spec, source=p["source"]),
-    "pin_memory": _knobs, "prefetch_factor": _knobs, "persistent_workers": _knobs,
-}
-
-
-def with_knobs(factory: Callable[[int], Any], **knobs) -> Callable[[int], DataLoader]:
-    """``factory`` whose DataLoader is rebuilt with ``knobs`` changed (its dataset, sampler, collate and worker
-    init kept); ValueError for a loader that is not a torch DataLoader (its knobs are out of reach)."""
-    def make(num_workers: int) -> DataLoader:
-        dl = factory(num_workers)
-        if not isinstance(dl, DataLoader):
-            raise ValueError(f"the factory returned a {type(dl).__name__}, not a torch DataLoader: its "
-                             f"{', '.join(knobs)} cannot be changed from outside")
-        batching = ({"batch_size": dl.batch_size, "drop_last": dl.drop_last}
-                    if isinstance(dl.dataset, IterableDataset) or dl.batch_sampler is None
-                    else {"batch_sampler": dl.batch_sampler})
-        workers = {"prefetch_factor": dl.prefetch_factor, "persistent_workers": dl.persistent_workers,
-                   "timeout": dl.timeout} if dl.num_workers else {}
-        kw = {"num_workers": dl.num_workers, "collate_fn": dl.collate_fn, "pin_memory": dl.pin_memory,
-              "worker_init_fn": dl.worker_init_fn, "generator": dl.generator, **workers}
-        doubled = {"prefetch_factor": 2 * (dl.prefetch_factor or 2)} if knobs.get("prefetch_factor") == "2x" else {}
-        changed = {k: v for k, v in (knobs | doubled).items() if k in kw}  # "2x": twice the user's own
-        return DataLoader(dl.dataset, **batching, **{**kw, **changed})
-    return make
+    knobs: dict = {}  # pipeprof's own DataLoader's other settings (persistent_workers, in_order ...)
 
 
 def _open(ctx: TrialContext, spec: TrialSpec, v: Variant):
     return open_loader(replace(ctx, prefetch_factor=v.prefetch_factor, user_loader=v.loader),
-                       replace(spec, pin_memory=v.pin_memory), v.dataset, v.collate)
+                       replace(spec, pin_memory=v.pin_memory), v.dataset, v.collate, v.knobs)
 
 
 def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant) -> dict:
@@ -327,10 +259,3 @@ def paired_columns(paired, max_trial_s: float, ci_target: Optional[float] = None
         "t_measure_start_s": min((w.t_start for w in windows), default=None),
         "t_measure_end_s": max((w.t_end for w in windows), default=None),
         "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
-
-
-def run_together(ctx: TrialContext, spec: TrialSpec, actions: list[tuple[str, dict]]) -> list[dict]:
-    """One or two actions, each ``(id, params)``, against ``spec``'s baseline in one rotation (``action_trials``)."""
-    base_spec = replace(spec, kind="end_to_end", action=None)
-    return action_trials(ctx, spec, baseline(ctx, base_spec),
-                         [VARIANTS[action](ctx, base_spec, params) for action, params in actions])

@@ -1,13 +1,13 @@
 """Action trials after the answer: each change pipeprof can make to the pipeline it profiles is tried and
 timed against the baseline, when the answer binds on the input side (config ``actions: measure``).
 
-For every group of the stored analysis, ``analysis.action_trials.plan`` says which actions apply (and why the
-others do not); each applicable one is tried at the recommended worker count (``trials.actions``: the variant
+For every group of the stored analysis, ``pipeprof.actions.plan`` says which actions apply (and why the
+others do not); each applicable one is tried at the recommended worker count (``trials.variants``: the variant
 and the baseline in alternating windows, under the watchdog; the two largest predicted gains of a group in one
 rotation, their baseline windows shared, the others one trial each), its row
 (kind ``action``) goes into run.json's ``action_trials.rows``, apart from the sweep's trials.parquet (the
 analysis and its counts are the sweep's), and the group's actions are stored again with the measurement
-beside the prediction (``analysis.action_trials.combine``). The answer is already saved (and
+beside the prediction (``pipeprof.actions.combine``). The answer is already saved (and
 printed, through ``on_answer``) before the first action trial starts.
 """
 from __future__ import annotations
@@ -21,8 +21,9 @@ import pandas as pd
 import torch
 
 from pipeprof.analysis import GROUP_KEYS
-from pipeprof.analysis.action_trials import Facts, Planned, best_measured, combine, plan
-from pipeprof.analysis.advice import gpu_pipeline_prediction
+from pipeprof.answer import Answer
+from pipeprof.actions import ACTIONS, STORAGE, Facts, Planned, best_measured, combine, plan
+from pipeprof.analysis.gains import gpu_pipeline_prediction
 from pipeprof.analysis.bounds import curves, matching
 from pipeprof.data.gpu_augment import NoCounterpart, for_preset
 from pipeprof.data.prepare import packed_shards
@@ -30,7 +31,8 @@ from pipeprof.data.sources import source_class
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.trials import TrialContext, TrialSpec
-from pipeprof.trials.actions import ACTION_KIND, TIMED_REGION, run_together
+from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION
+from pipeprof.trials.variants import run_together
 from pipeprof.trials.watchdog import Leash, run_bounded
 from pipeprof.trials.heap import release
 from .sweep import SETUP_MARGIN_S, failure_columns, run_one
@@ -64,8 +66,8 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None], s
     rows, interrupted = _run(run, plan_, todo, groups, bases, models, loss_fn, log, budget) if todo else ({}, False)
     plans = _out_of_budget(plans, todo, rows, interrupted, budget.text)
     for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
-        g["actions"] = combine(g.get("actions", []), planned, {key: r for (j, key), r in rows.items() if j == i})
-        g["best_measured_action"] = best_measured(g["actions"])
+        g.actions = combine(g.actions, planned, {key: r for (j, key), r in rows.items() if j == i})
+        g.best_measured_action = best_measured(g.actions)
     record |= {"tried": len(rows), "interrupted": interrupted}
     run.save_meta()
 
@@ -75,7 +77,7 @@ def _by_predicted_gain(todo: list, groups: list) -> list:
     with no prediction: the budget spends itself on what is most likely to matter."""
     def rank(item) -> tuple:
         i, _, p = item
-        gain = {a.get("id"): a.get("gain_frac") for a in groups[i].get("actions", [])}.get(p.id)
+        gain = {a.get("id"): a.get("gain_frac") for a in groups[i].actions}.get(p.id)
         return (gain is None, -(gain or 0.0), i)
     return sorted(todo, key=rank)
 
@@ -130,21 +132,21 @@ def _gpu_refusal(cfg) -> Optional[str]:
     return None
 
 
-def _baseline_row(joined: pd.DataFrame, g: dict) -> Optional[pd.Series]:
+def _baseline_row(joined: pd.DataFrame, g: Answer) -> Optional[pd.Series]:
     """The group's end-to-end row at its recommended worker count, its bounds joined on (``joined``: the run's
     ``curves``): the baseline its actions are tried against."""
-    rows = matching(joined, pd.Series(g), GROUP_KEYS)
-    rows = rows[rows["num_workers"] == g.get("recommended_workers")]
+    rows = matching(joined, pd.Series(g.key), GROUP_KEYS)
+    rows = rows[rows["num_workers"] == g.workers]
     return None if rows.empty else rows.iloc[0]
 
 
-def _plan_group(row: Optional[pd.Series], g: dict, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
+def _plan_group(row: Optional[pd.Series], g: Answer, facts: Facts) -> tuple[Optional[TrialSpec], list[Planned]]:
     """(the baseline's spec, the planned actions) of one group, from its baseline row (None: no trial at its
     recommended count)."""
     if row is None:
         return None, []
     planned = plan(g, row, facts)
-    if int(g.get("gpus") or 1) > 1:  # an action trial alternates its loaders in one process: one GPU's
+    if int(g.key.get("gpus") or 1) > 1:  # an action trial alternates its loaders in one process: one GPU's
         planned = [p._replace(why_not=p.why_not or "action trials run on one GPU; this group runs on several")
                    for p in planned]
     return spec_of(row), planned
@@ -222,7 +224,7 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, base
         if row.get("status") != "ok" or not row.get("samples_per_s"):
             log(f"  the GPU pipeline beside the stand-in: {row.get('status')}: {str(row.get('error'))[:200]}")
             continue
-        actions = groups[i].setdefault("actions", [])
+        actions = groups[i].actions
         entry = next((a for a in actions if a.get("id") == "gpu_pipeline"), None)
         if entry is None:  # the sweep's advice named no GPU pipeline (no decode share): it is planned all the same
             entry = {"id": "gpu_pipeline", "action": p.action}
@@ -241,7 +243,7 @@ def share_of(left_s: float, n: int, count: int) -> float:
 
 def rotations(todo: list) -> list[list]:
     """The planned trials as they run: the two largest predicted gains together in one rotation
-    (``trials.actions.action_trials``: their baseline windows shared) where they are of one group (one baseline),
+    (``trials.action_trial.action_trials``: their baseline windows shared) where they are of one group (one baseline),
     each other action in a trial of its own."""
     if len(todo) >= SHARED_BY and len({i for i, *_ in todo[:SHARED_BY]}) == 1:
         return [todo[:SHARED_BY]] + [[t] for t in todo[SHARED_BY:]]
@@ -293,7 +295,7 @@ def _plain(v):
 
 def _with_source(ctx: TrialContext, plan_, spec: TrialSpec, p: Planned, log) -> TrialContext:
     """The context with the storage a storage action reads (the dataset in RAM, or packed into shards)."""
-    if p.id not in ("memory", "shards"):
+    if ACTIONS[p.id].scope != STORAGE:
         return ctx
     files = ctx.source_for(spec)
     if p.id == "memory":
