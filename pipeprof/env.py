@@ -303,7 +303,7 @@ def torch_info() -> dict:
 def _module_version(name: str) -> str | None:
     """``name.__version__``; a package not imported yet whose ``version.py`` holds it as a literal (torch's,
     torchvision's) is read there, as the package itself reads it: importing torchvision takes
-    1-2 s that a run on another model never needs."""
+    seconds that a run on another model never needs."""
     mod = sys.modules.get(name)
     if mod is None and (static := _safe(_version_file, name)):
         return static

@@ -1,8 +1,9 @@
 """Augmentation preset names → YAML files, without importing albumentations.
 
-Presets live in the repository's ``augmentations/`` folder (override with the
-``PIPEPROF_PRESETS`` environment variable); a user can also point at any YAML written
-by ``albumentations.save``. Config validation resolves names here, so checking a config
+Presets live in the repository's ``augmentations/`` folder, which an installed wheel carries
+as ``pipeprof/augmentations/`` (pyproject.toml maps it there); the ``PIPEPROF_PRESETS``
+environment variable points elsewhere. A user can also point at any YAML written by
+``albumentations.save``. Config validation resolves names here, so checking a config
 does not load albumentations and OpenCV; ``augment`` loads the pipeline itself.
 """
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PRESET_DIR = Path(os.environ.get("PIPEPROF_PRESETS", Path(__file__).resolve().parents[1] / "augmentations"))
+
+def _shipped() -> Path:
+    """The presets pipeprof ships: inside the package when installed from a wheel, else the checkout's own."""
+    here = Path(__file__).resolve().parent
+    installed, checkout = here / "augmentations", here.parent / "augmentations"
+    return installed if installed.is_dir() or not checkout.is_dir() else checkout
+
+
+PRESET_DIR = Path(os.environ.get("PIPEPROF_PRESETS") or _shipped())
 
 
 def available() -> list[str]:

@@ -5,6 +5,7 @@
   - ``timeline.parquet`` monitor samples, each tagged with its trial and phase
   - ``ranks.parquet``    N-GPU trials only: one row per rank (its rate, data wait, CPUs, CPU use)
   - ``run.json``         schema version, resolved config, machine snapshot, versions, timed regions, analysis
+                         (its ``groups``: each an ``answer.Answer`` in memory, its flat dict on disk)
   - ``summary.md``       the console table as markdown
 
 Trials are rewritten after every trial, so an interrupted or crashed sweep keeps everything
@@ -25,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ._version import __version__
+from .answer import Answer
 from .config import ConfigError
 from .schema import SCHEMA_VERSION
 
@@ -188,7 +190,7 @@ class Run:
         return self.path / f".reserve.{os.getpid()}.tmp"
 
     def save_meta(self) -> None:
-        _atomic(self.path / META, lambda p: p.write_text(json.dumps(self.meta, indent=2, default=str)))
+        _atomic(self.path / META, lambda p: p.write_text(json.dumps(self.meta, indent=2, default=_jsonable)))
 
     def save_trials(self, rows: list[dict]) -> None:
         """The trial rows; an N-GPU trial's ``ranks`` go to their own table, keyed by trial_id."""
@@ -207,6 +209,11 @@ class Run:
 
     def save_summary(self, markdown: str) -> None:
         _atomic(self.path / SUMMARY, lambda p: p.write_text(markdown))
+
+
+def _jsonable(obj):
+    """run.json's encoder for what JSON has no type for: an answer as its stored dict, anything else as text."""
+    return obj.to_dict() if isinstance(obj, Answer) else str(obj)
 
 
 def load_run(path: str | Path, partial: bool = False) -> Run:
@@ -235,9 +242,8 @@ def load_run(path: str | Path, partial: bool = False) -> Run:
     run.trials = _read_table(path / TRIALS, finished, run.problems, "no trial table: no measurements are shown")
     run.timeline = _read_table(path / TIMELINE, finished, run.problems, "no monitor timeline")
     run.ranks = _read_table(path / RANKS, False, run.problems, "no per-rank rows")
-    version = run.meta.get("schema_version", 1)
-    if run.meta and version < SCHEMA_VERSION:
-        run.meta = upgrade(run.meta, run.trials)
+    if run.meta:
+        run.meta = upgrade(run.meta, run.trials)  # this schema's too: its answers are read as Answers
     return run
 
 
@@ -272,9 +278,34 @@ def _read_table(file: Path, expected: bool, problems: list, lost: str) -> pd.Dat
 
 
 def upgrade(meta: dict, trials: pd.DataFrame) -> dict:
-    """Schema 1 → 2, from what the older run stored (its analysis is kept, not recomputed): its
-    verdict rows become the curve rows (``gpu_bound`` renamed ``step_bound``), beside the trials'
-    stored CV, utilisation and memory; its epoch estimates move into the analysis."""
+    """An older run's meta as this schema reads it, one step at a time, from what the run stored (its
+    analysis is kept, not recomputed); a meta of this schema is returned with its answers read.
+
+    1 → 2: its verdict rows become the curve rows (``gpu_bound`` renamed ``step_bound``), beside the
+    trials' stored CV, utilisation and memory; its epoch estimates move into the analysis.
+    2 → 3: the groups' stored form is unchanged; each is read as an :class:`~pipeprof.answer.Answer`
+    (keys it does not know kept in its ``extra``), as every version's are (:func:`with_answers`)."""
+    version = meta.get("schema_version", 1)
+    if version < 2:
+        meta = _from_schema_1(meta, trials)
+    meta = with_answers(meta)
+    if version < SCHEMA_VERSION:
+        meta = meta | {"schema_version": SCHEMA_VERSION, "upgraded_from_schema": version}
+    return meta
+
+
+def with_answers(meta: dict) -> dict:
+    """``meta`` with its analysis's groups as :class:`~pipeprof.answer.Answer` (the stored dicts read; an
+    Answer already is one); a meta without an analysis, or without groups, as it was."""
+    analysis = meta.get("analysis")
+    if not isinstance(analysis, dict) or "groups" not in analysis:
+        return meta
+    groups = [g if isinstance(g, Answer) else Answer.from_dict(g) for g in analysis["groups"] or []]
+    return meta | {"analysis": analysis | {"groups": groups}}
+
+
+def _from_schema_1(meta: dict, trials: pd.DataFrame) -> dict:
+    """Schema 1 → 2 (see :func:`upgrade`)."""
     meta = dict(meta)
     analysis = dict(meta.get("analysis") or {})
     rows = pd.DataFrame(analysis.get("verdicts", [])).rename(
@@ -285,6 +316,4 @@ def upgrade(meta: dict, trials: pd.DataFrame) -> dict:
         rows = rows.merge(trials[[c for c in extra if c in trials]], on="trial_id", how="left")
     analysis["curves"] = rows.astype(object).where(rows.notna(), None).to_dict("records")
     analysis.setdefault("epochs", (meta.get("storage") or {}).get("epochs", []))
-    meta |= {"analysis": analysis, "schema_version": SCHEMA_VERSION,
-             "upgraded_from_schema": meta.get("schema_version", 1)}
-    return meta
+    return meta | {"analysis": analysis, "schema_version": 2}

@@ -1,15 +1,21 @@
 """Shared records of the measuring side: the trial kinds, what each timer saw, the schema version.
 
 Every module may import this one (it imports nothing of pipeprof's). A stored run carries
-``SCHEMA_VERSION``; ``results.load_run`` checks it.
+``SCHEMA_VERSION``; ``results.load_run`` checks it. ``GROUP_KEYS``: the settings a group of trials (and its
+answer) is keyed by.
 """
 from __future__ import annotations
 
 from enum import Enum
 
 #: Version of what a run folder stores (run.json's layout, the trials' columns, the stored analysis).
-#: 1: pipeprof before this field existed; 2: verdicts from each trial's evidence, stored curve rows.
-SCHEMA_VERSION = 2
+#: 1: pipeprof before this field existed; 2: verdicts from each trial's evidence, stored curve rows;
+#: 3: the analysis's groups are read back as typed answers (``answer.Answer``; their stored form is schema 2's).
+SCHEMA_VERSION = 3
+
+#: The settings that make a group of end-to-end trials (one curve, one answer), in the order labels name them.
+GROUP_KEYS = ["model", "precision", "mode", "preset", "augment_device", "batch_size", "source", "cache_state", "gpus",
+              "p2p"]
 
 
 class TrialKind(str, Enum):
@@ -30,10 +36,6 @@ class TrialKind(str, Enum):
 
 
 TRIAL_KINDS: tuple[str, ...] = tuple(k.value for k in TrialKind)
-
-#: The changes an action trial can make to the pipeline (``analysis.action_trials.LABELS`` says each in words)
-ACTION_IDS: tuple[str, ...] = ("decoder", "uint8", "gpu_pipeline", "memory", "shards", "pin_memory",
-                               "prefetch_factor", "persistent_workers")
 
 #: What each figure's clock saw, written into run.json (the kinds' own entries come from the registry).
 TIMED_REGIONS = {

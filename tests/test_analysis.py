@@ -47,7 +47,7 @@ def test_the_what_if_reads_the_storage_the_run_measured():
     assert "mean_sample_kb" in curves(df)
     (group,) = analyse(df, cores=32, device="cuda", draws=0)["groups"]
     rows = {(r["gpus"], r["cores"], r["storage_mb_s"] if r["storage"] == "assumed" else None): r
-            for r in group["what_if"]}
+            for r in group.what_if}
     measured = rows[(1, 64, None)]
     assert measured["binding"] != "io" and measured["storage_mb_s"] == pytest.approx(900.0)
     slow = rows[(1, 64, 125.0)]
@@ -181,7 +181,7 @@ def test_a_figure_no_row_measured_reads_as_missing_not_a_type_error():
     assert none["main_cpu_pct_mean"].dtype == object  # what the analysis is given
     got, want = analyse(none, cores=2, device="cpu", draws=10), analyse(nan, cores=2, device="cpu", draws=10)
     assert got["verdicts"][0]["verdict"] == want["verdicts"][0]["verdict"] == "step-bound"
-    assert [g["recommended_workers"] for g in got["groups"]] == [g["recommended_workers"] for g in want["groups"]]
+    assert [g.workers for g in got["groups"]] == [g.workers for g in want["groups"]]
     assert math.isnan(curves(none)["main_cores_step"].iloc[0])
 
 
@@ -193,9 +193,10 @@ def test_cpu_only_machine_says_step_and_skips_gpu_sizing():
     # the data wait said once (the side's lead and the resource's text both said it)
     assert a["verdicts"][0]["verdict_basis"].count("waits for data") == 1, a["verdicts"][0]["verdict_basis"]
     group = a["groups"][0]
-    assert "cores_needed" not in group and "no GPU" in group["cpu_figures_skipped"]
-    assert not any("the GPU is" in x["action"] for x in group["actions"])
-    assert any("CPU step" in x["action"] for x in group["actions"])
+    assert group.cores_needed is None and "no GPU" in group.cpu_figures_skipped
+    assert "cores_needed" not in group.to_dict()  # stored only where it was computed
+    assert not any("the GPU is" in x["action"] for x in group.actions)
+    assert any("CPU step" in x["action"] for x in group.actions)
 
 
 def test_all_cores_busy_is_cores_bound_even_above_the_isolated_loader():
@@ -247,7 +248,7 @@ def test_actions_rank_the_costliest_transform_first():
     extra = {"stage_share.decode": 0.2, "stage_share.Affine": 0.5, "stage_share.Normalize": 0.1,
              "stage_share.collate": 0.0, "stage_us_per_sample.decode": 200.0, "stage_us_per_sample.Affine": 500.0}
     a = analyse(table(gpu=5000, cpu={1: 100, 2: 200}, e2e={1: 100, 2: 200}, **extra), cores=3)
-    top = a["groups"][0]["actions"][0]
+    top = a["groups"][0].actions[0]
     assert top["action"].startswith("drop or cheapen Affine")
     assert top["gain_frac"] == pytest.approx(1.0)  # half the worker time gone: CPU bound doubles, GPU far away
 
@@ -287,11 +288,11 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
     rows.append(trial("handoff", 3900.0, 32, samples_per_s_ci95_low=3800.0, samples_per_s_ci95_high=4000.0))
     df = frame(*rows)
     assert verdicts(df, 32).iloc[0]["verdict"] == "loader-bound"
-    need = analyse(df, cores=32)["groups"][0]["cores_needed"]
+    need = analyse(df, cores=32)["groups"][0].cores_needed
     # the limit is the measured one, at the upper end of its interval: a limit is never below what was done
-    assert need["cores_needed"] is None and need["handoff_limit"] == pytest.approx(4000.0)
+    assert need.cores is None and need.handoff_limit == pytest.approx(4000.0)
     # the curve flattened below 95% of that limit, so reaching it lies past the 32 cores measured
-    assert need["cores_to_handoff_limit"] > 32 and "not reachable by adding cores" in need["basis"]
+    assert need.cores_to_handoff_limit > 32 and "not reachable by adding cores" in need.basis
     # the limit's interval straddling the step: a count, and the caveat that the hand-off may stop it short
     split = cores_needed(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32,
                          cap=4900.0, cap_low=4400.0)

@@ -6,6 +6,7 @@ import pytest
 
 from pipeprof.analysis import analyse, verdicts
 from pipeprof.analysis.confidence import confidence, summarize
+from pipeprof.answer import Recommendation
 from test_analysis import e2e_row, frame, trial
 
 
@@ -60,7 +61,7 @@ def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
         joined = curves(table)
         v, out = verdicts(table, 32, "cuda", joined), {}
         for key, curve in groups(joined):
-            w = recommend_workers(curve)["recommended_workers"]
+            w = Recommendation.from_dict(recommend_workers(curve)).workers
             here = at_recommended(v[v["trial_id"].isin(curve["trial_id"])], w)
             out[group_id(key)] = (w, here["side"], here["resource"])
         return out
@@ -107,7 +108,7 @@ def test_an_answer_below_the_holding_share_says_so():
 def test_the_analysis_stores_the_confidence_per_group():
     df = curve_table({4: [500, 505, 510], 8: [990, 1000, 1010], 16: [1400, 1410, 1420]}, busy=20.0)
     g = analyse(df, cores=32, draws=20)["groups"][0]
-    assert g["confidence"]["holds"] and g["side_at_recommended"] == "input"
+    assert g.confidence.holds and g.side == "input"
 
 
 # ---- the two-level verdict where a figure sits on its threshold -------------------------------------
@@ -138,14 +139,14 @@ def test_an_answer_read_from_trials_beside_other_load_does_not_hold():
         return df
 
     g = analyse(table({8: 1.7, 16: 2.2}), cores=32, draws=20)["groups"][0]
-    sure = g["confidence"]
-    assert sure["answer_share"] == 1.0 and not sure["holds"]
-    assert sure["disturbed"] == {"trials": 2, "of": 3, "foreign_cores_max": pytest.approx(2.2)}
+    sure = g.confidence
+    assert sure.answer_share == 1.0 and not sure.holds
+    assert sure.disturbed == {"trials": 2, "of": 3, "foreign_cores_max": pytest.approx(2.2)}
     assert confidence_line(g).endswith("the answer does not hold: other processes used up to 2.20 cores of the "
                                        "run's CPUs in 2 of its 3 end-to-end trials; run it again with the machine "
                                        "quiet.")
     for quieter in ({16: 1.2}, {16: 0.6}):
-        assert analyse(table(quieter), cores=32, draws=20)["groups"][0]["confidence"]["holds"]
+        assert analyse(table(quieter), cores=32, draws=20)["groups"][0].confidence.holds
 
 
 def test_busy_cores_wholly_above_saturation_bind_the_cores():
@@ -198,17 +199,17 @@ def test_more_workers_measured_and_no_faster_refute_too_few_workers():
         out = analyse(table(True, wait_16, rate_16), cores=16, draws=30)
         g, (at_16,) = out["groups"][0], [v for v in out["verdicts"] if v["num_workers"] == 16]
         assert (at_16["side"], at_16["resource"]) == (side_16, "cores")  # what 16 says of itself
-        assert g["recommended_workers"] == 14 and 16 in g["tied_with_best"]
-        assert (g["side_at_recommended"], g["resource_at_recommended"]) == ("input", "cores")
-        assert g["basis_at_recommended"].startswith(
+        assert g.workers == 14 and 16 in g.tied_with_best
+        assert (g.side, g.resource) == ("input", "cores")
+        assert g.basis.startswith(
             f"more workers were measured and did not help: 16 workers ran at {rate_16:,.0f} samples/s against 3,358 "
             "at 14 (not enough to recommend them), and at 14, within its interval of its limit: 14.1-15.4 of 16 "
-            "usable cores busy"), g["basis_at_recommended"]
-        assert g["basis_at_recommended"].endswith("more workers cannot help (the cores are full); more cores or a "
+            "usable cores busy"), g.basis
+        assert g.basis.endswith("more workers cannot help (the cores are full); more cores or a "
                                                   "cheaper pipeline may: see the ranked actions")
-        assert (g["confidence"]["side"], g["confidence"]["resource"]) == ("input", "cores")
+        assert (g.confidence.side, g.confidence.resource) == ("input", "cores")
     alone = analyse(table(False), cores=16, draws=30)["groups"][0]
-    assert alone["resource_at_recommended"] == "workers" and "more workers would help" in alone["basis_at_recommended"]
+    assert alone.resource == "workers" and "more workers would help" in alone.basis
 
 
 def test_a_worker_beside_a_training_process_that_waits_on_its_step_has_room():

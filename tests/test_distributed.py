@@ -155,7 +155,7 @@ def test_two_process_gloo_run_records_ranks_totals_and_scaling(tmp_path):
     (e2e,) = [s for s in meta["analysis"]["scaling"] if s["kind"] == "end_to_end"]
     one = t[(t["gpus"] == 1) & (t["kind"] == "end_to_end")]["samples_per_s"].iloc[0]
     assert e2e["efficiency"] == pytest.approx(e2e["samples_per_s"] / (2 * one))
-    assert {g["gpus"] for g in meta["analysis"]["groups"]} == {1, 2}
+    assert {g.key["gpus"] for g in load_run(run.path).meta["analysis"]["groups"]} == {1, 2}
 
 
 @pytest.mark.slow
@@ -211,22 +211,24 @@ def _sets(d: dict, prefix: str = "") -> list[str]:
 def test_the_answer_for_two_gpus_speaks_per_rank_and_for_the_job():
     from types import SimpleNamespace
 
+    from pipeprof.answer import Answer, CoresNeeded
     from pipeprof.report.summary import answer, group_label
 
-    g = {"model": "resnet50", "precision": "bf16", "mode": "train", "preset": "standard", "batch_size": 256,
-         "source": "files", "cache_state": "warm", "gpus": 2, "p2p": True, "recommended_workers": 15,
-         "recommended_samples_per_s": 6247.1, "verdict_at_recommended": "cores-bound",
-         "cores_needed": {"cores_needed": None, "handoff_limit": 7295.0, "cores_to_handoff_limit": 35}}
-    one = g | {"gpus": 1, "p2p": None}
-    curves = [{**g, "num_workers": 15, "step_bound_samples_per_s": 8891.9, "samples_per_s_ci95_low": 6028.0,
+    key = {"model": "resnet50", "precision": "bf16", "mode": "train", "preset": "standard", "batch_size": 256,
+           "source": "files", "cache_state": "warm", "gpus": 2, "p2p": True}
+    g = Answer(key, workers=15, samples_per_s=6247.1, best_workers=15, best_samples_per_s=6247.1,
+               verdict="cores-bound", cores_needed=CoresNeeded(handoff_limit=7295.0, cores_to_handoff_limit=35))
+    one = Answer(key | {"gpus": 1, "p2p": None}, workers=15, samples_per_s=6247.1, best_workers=15,
+                 best_samples_per_s=6247.1)
+    curves = [{**g.key, "num_workers": 15, "step_bound_samples_per_s": 8891.9, "samples_per_s_ci95_low": 6028.0,
                "samples_per_s_ci95_high": 6439.0},
-              {**one, "num_workers": 15, "step_bound_samples_per_s": 4706.3}]
+              {**one.key, "num_workers": 15, "step_bound_samples_per_s": 4706.3}]
     run = SimpleNamespace(meta={"config": {"device": "cuda"}, "analysis": {"groups": [g, one], "curves": curves}})
     text = answer(run, g)
     assert "with 15 workers per GPU training runs at 6,247 ± 206 samples/s" in text
     assert "the 2 GPUs alone take 8,892" in text and "in each rank's DataLoader" in text
     assert "no core count keeps these 2 GPUs busy in BF16: 2 loaders (one per GPU) hand off at most (measured) 7,295" in text
-    assert "2 GPUs" in group_label(g) and "GPUs" not in group_label(one)
+    assert "2 GPUs" in group_label(g.key) and "GPUs" not in group_label(one.key)
 
 
 def test_objects_that_ranks_cannot_reach_are_refused_by_name(tmp_path):

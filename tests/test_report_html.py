@@ -75,19 +75,19 @@ def test_answer_sentences_carry_the_stored_numbers(run, page):
              zip(re.findall(r'<span class="group">(.*?)</span>', answer), pattern.finditer(answer))]
     assert len(found) == len(groups) == 4
     for (m, label), g in zip(found, groups):
-        row = curves[(curves["num_workers"] == g["recommended_workers"]) & (curves["precision"] == g["precision"])
-                     & (curves["source"] == g["source"])].iloc[0]
-        where = {"files": "files warm", "memory": "memory"}[g["source"]]
-        assert label == f"mobilenet_v3_small {g['precision']} · light · batch 4 · {where}"
-        assert int(m.group(1)) == int(m.group(5)) == g["recommended_workers"]
-        assert printed_equals(m.group(2), g["recommended_samples_per_s"])
+        row = curves[(curves["num_workers"] == g.workers) & (curves["precision"] == g.key["precision"])
+                     & (curves["source"] == g.key["source"])].iloc[0]
+        where = {"files": "files warm", "memory": "memory"}[g.key["source"]]
+        assert label == f"mobilenet_v3_small {g.key['precision']} · light · batch 4 · {where}"
+        assert int(m.group(1)) == int(m.group(5)) == g.workers
+        assert printed_equals(m.group(2), g.samples_per_s)
         assert printed_equals(m.group(3), (row["samples_per_s_ci95_high"] - row["samples_per_s_ci95_low"]) / 2)
         assert printed_equals(m.group(4), row["step_bound_samples_per_s"])
 
 
 def test_actions_and_review_table_are_the_stored_figures(run, page):
     html = page.read_text()
-    actions = [a for g in run.meta["analysis"]["groups"] for a in g["actions"]]
+    actions = [a for g in run.meta["analysis"]["groups"] for a in g.actions]
     assert section(html, "table-actions").count("<tr>") == len(actions) + 1  # + the header row
     review = section(html, "table-review")
     ceilings = run.trials[run.trials["kind"] == "gpu_ceiling"].set_index("precision")["samples_per_s"]
@@ -147,7 +147,7 @@ def test_pipeprof_run_writes_report_html(cpu_run_dir):
     naming the count the run recommends."""
     html = (cpu_run_dir / "report.html").read_text()
     (group,) = load_run(cpu_run_dir).meta["analysis"]["groups"]
-    assert 'id="fig-curve-0"' in html and f"set num_workers={group['recommended_workers']}" in html
+    assert 'id="fig-curve-0"' in html and f"set num_workers={group.workers}" in html
 
 
 def _browser():

@@ -68,8 +68,8 @@ def test_run_json_records_config_machine_and_timers(run_dir):
     assert meta["machine"]["cores"]["usable"] >= 1
     assert set(meta["timed_regions"]) >= {"end_to_end", "gpu_ceiling", "cpu_pipeline", "storage_fetch"}
     assert meta["dataset"]["images"] == 16 and 50 < meta["dataset"]["mean_kb"] < 200
-    group = meta["analysis"]["groups"][0]
-    assert group["recommended_workers"] in (0, 1)
+    (group,) = load_run(run_dir).meta["analysis"]["groups"]  # an answer.Answer, read from its stored dict
+    assert group.workers in (0, 1) and set(meta["analysis"]["groups"][0]) == set(group.to_dict())
     ref = meta["cpu_reference"]  # the machine's fixed-work speed before the first and after the last trial
     for when in ("start", "end"):
         one = ref[when]["points"][0]

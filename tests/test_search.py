@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from pipeprof.answer import Answer
 from pipeprof.orchestrate.search import Point, first_guess, next_workers
 
 
@@ -98,7 +99,7 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     assert ("end_to_end at 2 workers" in skipped) == (kinds["end_to_end"] == [1])
     (v,) = [v for v in meta["analysis"]["verdicts"] if v["num_workers"] == 1]  # one per end-to-end count measured
     assert v["verdict"] == "step-bound" and v["samples_per_s"] == pytest.approx(100, rel=0.15)
-    assert meta["analysis"]["groups"][0]["recommended_workers"] == 1
+    assert Answer.from_dict(meta["analysis"]["groups"][0]).workers == 1  # as run.json stores it
     # 0 workers is inferred, not measured: loading (250/s) and the 100/s step take turns, 1/(1/250 + 1/100)
     (zero,) = meta["search"]["inferred"]
     one = run.trials[run.trials["kind"] == "cpu_pipeline"]["samples_per_s"].iloc[0]
@@ -194,9 +195,9 @@ def test_sweep_speed_pairs_compare_the_two_sweeps_of_each_pair():
 
     base = {"group": "g", "trials": 10, "verdict": "cpu-bound", "run": "r", "monitor_cost": None, "monitor_low": None,
             "monitor_high": None, "clocks_cost": 0.01, "clocks_low": -0.02, "clocks_high": 0.04}
-    df = pd.DataFrame([base | {"pair": 1, "sweep": "adaptive", "wall_s": 60.0, "recommended_workers": 14,
+    df = pd.DataFrame([base | {"pair": 1, "sweep": "adaptive", "wall_s": 60.0, "num_workers": 14,
                                "samples_per_s": 2108.0},
-                       base | {"pair": 1, "sweep": "exhaustive", "wall_s": 240.0, "recommended_workers": 16,
+                       base | {"pair": 1, "sweep": "exhaustive", "wall_s": 240.0, "num_workers": 16,
                                "samples_per_s": 2254.0}])
     (p,) = pairs(df).to_dict("records")
     assert p["time_ratio"] == 4.0 and p["rate_diff"] == pytest.approx(2108 / 2254 - 1)

@@ -60,7 +60,7 @@ def test_the_all_cores_run_reads_the_known_workload(full_run):
     assert len(loader) >= 1
     for w, rate in zip(loader["num_workers"], loader["samples_per_s"]):
         assert rate == pytest.approx(100 * min(w, cores), rel=0.2), (w, rate)
-    assert 13 <= sizing.cores_per_gpu(run, sizing.step_rate(run))["cores_needed"] <= 21
+    assert 13 <= sizing.cores_per_gpu(run, sizing.step_rate(run)).cores <= 21
 
 
 @pytest.mark.one_core  # the 1-core run, the check's own child inside the mask: this lane's CPU

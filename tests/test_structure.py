@@ -5,7 +5,8 @@ The layers follow DESIGN's flow, folder by folder: the nouns (config, presets, m
 orchestrate/ (sweep, launcher) → analysis/ → results and the planners that read measured rows
 (search, resume) → the runner → report/ → checks/ and the command line.
 Shared records (the version, the schema, the preset and model registries, the machine snapshot,
-the confounders) sit below all of them. A module may import its own layer and those below.
+the confounders) sit below all of them. A module may import its own layer and those below;
+``importlib.import_module("pipeprof.x")`` of a constant name counts as an import of ``x``.
 A new module must be placed here: the test fails on a module it does not know.
 """
 import ast
@@ -13,10 +14,12 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeprof"
 LAYERS = {
     # the nouns every layer may use: versions, schema, registries of presets and models, the machine
-    0: ["_version", "stats", "schema", "presets", "models", "env", "measure.confounders", "checks.calibrate"],
+    0: ["_version", "stats", "schema", "actions", "answer", "presets", "models", "env", "measure.confounders", "checks.calibrate"],
     1: ["config"],
     # data/: where samples come from and how they become tensors
     2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",
@@ -30,13 +33,13 @@ LAYERS = {
     7: ["measure.monitors", "measure.noise", "measure.reference", "measure.decoders"],
     # trials/: one steady-state measurement each
     9: ["trials.spec", "trials.columns", "trials.device_side", "trials.skeleton", "trials.kinds", "trials",
-        "trials.watchdog", "trials.actions", "trials.heap"],
+        "trials.watchdog", "trials.action_trial", "trials.variants", "trials.heap"],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],
     11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
          "analysis.confidence", "analysis.failures",
-         "analysis.compare", "analysis.action_trials", "analysis"],
-    12: ["results", "orchestrate.search", "orchestrate.resume", "orchestrate.actions"],
+         "analysis.compare", "analysis.gains", "analysis"],
+    12: ["results", "orchestrate.search", "orchestrate.resume", "orchestrate.action_trials"],
     13: ["orchestrate.runner", "orchestrate.merge"],
     # report/: renderers only
     14: ["report", "report.summary", "report.console", "report.doctor", "report.figures", "report.html",
@@ -65,12 +68,39 @@ def modules() -> dict[str, ast.Module]:
     return out
 
 
-def imports(name: str, tree: ast.Module, is_package: bool) -> set[str]:
-    """pipeprof modules imported anywhere in the module (function-level imports included)."""
-    pkg = name.split(".") if is_package else name.split(".")[:-1]
-    found = set()
+def _import_module_names(tree: ast.Module) -> set[str]:
+    """The names ``importlib.import_module`` goes by in the module: ``importlib.import_module`` (and an alias of
+    importlib's), and ``import_module`` itself where it is imported from importlib."""
+    names = {"importlib.import_module"}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
+        if isinstance(node, ast.Import):
+            names |= {f"{a.asname}.import_module" for a in node.names if a.name == "importlib" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "importlib" and not node.level:
+            names |= {a.asname or a.name for a in node.names if a.name == "import_module"}
+    return names
+
+
+def _imported_by_call(node: ast.AST, callers: set[str]) -> str | None:
+    """The module a call ``importlib.import_module("pipeprof.x")`` imports (a string constant naming a pipeprof
+    module), as a name of LAYER; None for any other node (a computed name cannot be read)."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return None
+    target = node.args[0].value
+    if not (isinstance(target, str) and target.split(".")[0] == "pipeprof" and ast.unparse(node.func) in callers):
+        return None
+    return target.removeprefix("pipeprof").lstrip(".")
+
+
+def imports(name: str, tree: ast.Module, is_package: bool) -> set[str]:
+    """pipeprof modules imported anywhere in the module (function-level imports included), by an import
+    statement or by ``importlib.import_module`` of a constant name."""
+    pkg = name.split(".") if is_package else name.split(".")[:-1]
+    found, callers = set(), _import_module_names(tree)
+    for node in ast.walk(tree):
+        called = _imported_by_call(node, callers)
+        if called is not None:
+            found.add(called)
+        elif isinstance(node, ast.ImportFrom) and node.level:
             base = pkg[:len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
             targets = [".".join(base)] if node.module else [".".join(base + [a.name]) for a in node.names]
             found.update(targets)
@@ -106,6 +136,16 @@ def test_every_folder_says_what_lives_there():
         missing += [f"{folder}: {n}" for n in sorted(names) if f"``{n}" not in doc]
         missing += [f"{folder}: no 'May import'"] * ("May import" not in doc)
     assert missing == []
+
+
+def test_the_wheel_lists_every_package():
+    """pyproject.toml names the wheel's packages (a find directive cannot map the top-level augmentations/ into
+    it): every folder of pipeprof/ that holds Python files, and the presets."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    setup = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tree = {".".join(("pipeprof", *f.parent.relative_to(PACKAGE).parts)) for f in PACKAGE.rglob("*.py")}
+    assert sorted(setup["packages"]) == sorted(tree | {"pipeprof.augmentations"})
+    assert setup["package-dir"] == {"pipeprof.augmentations": "augmentations"}
 
 
 def test_readme_map_matches_the_tree():

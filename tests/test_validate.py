@@ -40,7 +40,7 @@ def _run_of(rate: float, foreign: float):
 
     return SimpleNamespace(path="r", meta={"analysis": {"verdicts": [{"trial_id": "e2e/w1", "samples_per_s": rate,
                                                                     "verdict": "step-bound", "foreign_cores": foreign}],
-                                                      "groups": [{}]}})
+                                                      "groups": []}})
 
 
 def test_a_rate_short_by_what_foreign_load_took_passes_and_on_a_quiet_machine_fails():

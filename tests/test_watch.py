@@ -178,7 +178,7 @@ def sweep_answer(tmp_path_factory):
                                log=lambda *a: None,
                                measure={"window_s": 0.3, "windows": 2, "max_windows": 3, "warmup_max_s": 1.0,
                                         "redraws": 10, "cpu_reference_s": 0})
-        return run.meta["analysis"]["groups"][0]["recommended_workers"]
+        return run.meta["analysis"]["groups"][0].workers
     return measured_once("sweep_answer", make, tmp_path_factory)
 
 

@@ -1,25 +1,25 @@
 """Pure analysis of a sweep's trials: no I/O, no printing, no plotting.
 
 Input is the trials DataFrame of a run (one row per trial, see ``results``) and a
-few machine facts; outputs are DataFrames and plain dicts that renderers format
-and run.json stores. One module per question, :func:`analyse` the facade:
+few machine facts; outputs are DataFrames, plain dicts and, per group, an ``answer.Answer``
+that renderers format and run.json stores. One module per question, :func:`analyse` the facade:
 
 - ``bounds``:  :func:`curves` (each end-to-end trial beside the bounds measured alone at the
   same settings), :func:`predict` (the rate those bounds allow), :func:`classify` (their verdict)
 - ``verdict``: :func:`verdicts` (each trial's own evidence first: data wait, busy cores, workers'
   CPU; the isolated bounds beside it, and where the two disagree)
 - ``advice``:  :func:`recommend_workers`, :func:`cores_needed`, :func:`what_if` (read off the
-  measured CPU curve), :func:`actions`, :func:`stage_overhead`
-- ``action_trials``: ``plan`` (the actions a run can try on its own pipeline, or why not) and
-  ``combine`` (each action trial's measured gain beside its prediction)
-- ``storage``: :func:`storage_actions` (RAM, shards, more workers, faster storage from swept
-  sources), :func:`epoch_estimates` (cold first epoch vs warm later ones)
+  measured CPU curve), :func:`stage_overhead`
+- ``gains``: :func:`predicted_actions` (each action of ``pipeprof.actions`` predicted from the run's figures:
+  CPU work, the hand-off, storage swaps measured in the run), ranked
+- ``storage``: :func:`storage_limited` (a curve that ran at the storage's pace), :func:`epoch_estimates`
+  (cold first epoch vs warm later ones)
 - ``scaling``: :func:`scaling` (N GPUs against one: efficiency, exposed all-reduce, the p2p link)
 - ``confidence``: :func:`confidence` (the answer re-computed over re-drawn windows: how often it holds)
 - ``compare``: :func:`compare` (several runs' matching trials side by side, ratios, within-noise)
 - ``failures``: :func:`failures` (which trials failed; no answer when every trial of a kind it needs did)
 
-May import: the nouns (``schema``, ``config``) and ``trials.columns``' pure helpers; never ``measure``,
+May import: the nouns (``schema``, ``config``, ``answer``) and ``trials.columns``' pure helpers; never ``measure``,
 ``orchestrate`` or ``report``.
 """
 from __future__ import annotations
@@ -28,7 +28,9 @@ import math
 
 import pandas as pd
 
-from .advice import (actions, cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers,
+from pipeprof.answer import Answer, Confidence, CoresNeeded, Recommendation
+
+from .advice import (cores_needed, monitor_overhead, rate_at_workers, rate_for_cores, recommend_workers,
                      stage_overhead, what_if, workers_for_rate)
 from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, classify, cpu_at,
                      cpu_curve, curves, figures, groups, handoff_interval, handoff_limit, load_cost_s, ok, predict, present_group_keys,
@@ -36,14 +38,15 @@ from .bounds import (BALANCED, BOUND_COLUMN, BOUND_KEYS, GROUP_KEYS, NEAR_BEST, 
 from .confidence import DRAWS, confidence, disturbed, group_id
 from .failures import failures
 from .scaling import scaling
-from .storage import epoch_estimates, merge_actions, storage_actions, storage_limited
+from .gains import predicted_actions
+from .storage import epoch_estimates, storage_limited
 from .verdict import at_recommended, evidence, verdicts
 
-__all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", "actions", "analyse",
+__all__ = ["BALANCED", "BOUND_COLUMN", "BOUND_KEYS", "GROUP_KEYS", "NEAR_BEST", "analyse",
            "classify", "cores_needed", "cpu_at", "cpu_curve", "curves", "data_problems", "epoch_estimates",
            "evidence",
            "groups", "handoff_interval", "handoff_limit", "monitor_overhead", "load_cost_s", "main_cpu_s_per_sample", "ok", "predict", "present_group_keys", "rate_at_workers", "rate_for_cores", "recommend_workers",
-           "stage_overhead", "step_verdict", "storage_actions", "verdicts", "what_if", "worker_capacity",
+           "stage_overhead", "predicted_actions", "step_verdict", "verdicts", "what_if", "worker_capacity",
            "workers_for_rate"]
 
 # ---- the whole run -----------------------------------------------------------------
@@ -63,18 +66,15 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
     sure = confidence(trials, cores, device, draws) if len(v) and draws else {}
     out = []
     for key, curve in groups(joined):
-        entry = key | recommend_workers(curve) | {"confidence": _with_load(sure.get(group_id(key)), curve)}
         cpu = cpu_curve(trials, curve.iloc[0])  # a CpuCurve (workers, rates)
-        advice = _group_advice(trials, curve, cpu, v, cores, device, decode_costs)
-        best = curve.loc[curve["samples_per_s"].idxmax()]
-        advice["actions"] = merge_actions(advice["actions"], storage_actions(trials, best, *cpu, cores))
+        pick = Recommendation.from_dict(recommend_workers(curve))
+        advice = _group_advice(trials, curve, cpu, v, cores, device, pick.workers, decode_costs)
         if storage_limited(curve):  # its cpu_pipeline curve measured the storage: no CPU figures from it
-            for k in ("cores_needed", "what_if"):
-                advice.pop(k, None)
-            advice["cpu_figures_skipped"] = (f"the pipeline ran at the storage's pace (cpu_pipeline within "
-                                             f"{2 * BALANCED:.0%} of storage_fetch at every worker count): cores "
-                                             "needed and what-if need a pipeline that is not waiting on storage")
-        out.append(entry | advice)
+            advice |= {"cores_needed": None, "what_if": None,
+                       "cpu_figures_skipped": (f"the pipeline ran at the storage's pace (cpu_pipeline within "
+                                               f"{2 * BALANCED:.0%} of storage_fetch at every worker count): cores "
+                                               "needed and what-if need a pipeline that is not waiting on storage")}
+        out.append(Answer.from_parts(key, pick, confidence=_with_load(sure.get(group_id(key)), curve), **advice))
     errors = v["prediction_error_frac"].dropna().abs() if len(v) else pd.Series(dtype=float)
     failed = trials[trials["status"] != "ok"] if "status" in trials else trials.iloc[0:0]
     epochs = epoch_estimates(trials, storage["dataset_samples"], storage["fits_in_page_cache"]["fits"]) \
@@ -89,10 +89,10 @@ def analyse(trials: pd.DataFrame, cores: float = 1.0, device: str = "cuda", stor
             **data_problems(trials)}
 
 
-def _with_load(sure: dict | None, curve: pd.DataFrame) -> dict | None:
+def _with_load(sure: dict | None, curve: pd.DataFrame) -> Confidence | None:
     """The group's confidence, not holding where other processes' load was flagged in its trials."""
     load = disturbed(curve)
-    return sure if not sure or load is None else sure | {"holds": False, "disturbed": load}
+    return Confidence.from_dict(sure if not sure or load is None else sure | {"holds": False, "disturbed": load})
 
 
 def data_problems(trials: pd.DataFrame) -> dict:
@@ -150,13 +150,15 @@ def main_cpu_s_per_sample(curve: pd.DataFrame) -> float:
 
 
 def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.DataFrame, cores: float,
-                  device: str, decode_costs: dict | None = None) -> dict:
+                  device: str, workers: int, decode_costs: dict | None = None) -> dict:
+    """The :class:`Answer`'s fields beyond the recommendation (``workers``: the recommended count), by name."""
     ws, rates = cpu
     step = curve["step_bound_samples_per_s"].dropna()
     main_s = main_cpu_s_per_sample(curve)
     best = curve.loc[curve["samples_per_s"].idxmax()]
     mine = v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v
-    advice = {"actions": actions(best, ws, rates, cores, device, decode_costs), "main_cpu_s_per_sample": main_s}
+    advice = {"actions": predicted_actions(best, ws, rates, cores, device, decode_costs, trials),
+              "main_cpu_s_per_sample": main_s}
     on_gpu = "augment_device" in curve and (curve["augment_device"] == "cuda").any()
     if device != "cuda":
         advice["cpu_figures_skipped"] = ("no GPU: the step runs on the same cores as the workers, so cores per GPU "
@@ -170,15 +172,14 @@ def _group_advice(trials: pd.DataFrame, curve: pd.DataFrame, cpu: tuple, v: pd.D
         ranks = int(curve.iloc[0].get("gpus") or 1) if "gpus" in curve else 1
         low, cap = (x * ranks for x in handoff_interval(trials, curve.iloc[0]))
         ws = ws * ranks
-        advice["cores_needed"] = cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap,
-                                              low if low < math.inf else None)
+        advice["cores_needed"] = CoresNeeded.from_dict(cores_needed(float(step.iloc[0]), ws, rates, main_s, cores,
+                                                                    cap, low if low < math.inf else None))
         advice["what_if"] = what_if(float(step.iloc[0]), ws, rates, main_s, cores, _io_mb_s(curve),
                                     _sample_mb(curve), cap=cap)
-    rec = at_recommended(mine, recommend_workers(curve)["recommended_workers"])
+    rec = at_recommended(mine, workers)
     if rec is not None:
-        advice |= {"verdict_at_recommended": rec["verdict"], "side_at_recommended": rec["side"],
-                   "resource_at_recommended": rec["resource"], "also_at_recommended": rec["also"],
-                   "basis_at_recommended": rec["verdict_basis"]}
+        advice |= {"verdict": rec["verdict"], "side": rec["side"], "resource": rec["resource"], "also": rec["also"],
+                   "basis": rec["verdict_basis"]}
     return advice
 
 

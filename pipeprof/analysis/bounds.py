@@ -18,8 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-GROUP_KEYS = ["model", "precision", "mode", "preset", "augment_device", "batch_size", "source", "cache_state", "gpus",
-              "p2p"]
+from pipeprof.schema import GROUP_KEYS
+
 NEAR_BEST = 0.95  # "reaches the best rate" means within 5% of it: window CVs are a few %
 BALANCED = 0.05  # two bounds within 5% of each other: neither change alone helps much
 
@@ -76,7 +76,7 @@ class Join(NamedTuple):
     returns its rows: ``e2e`` the end-to-end trial of each row; ``bounds`` per bound kind (and ``handoff``) the
     trial joined beside it (-1: none at its settings), a kind that measured nothing absent. Which trials join
     depends on settings and status, never on the figures, so the re-draws of the confidence join once and fill
-    each draw's figures in (a join is 4-5 merges and a sort: 27 of a re-draw's 78 ms here, on a 9-trial run)."""
+    each draw's figures in (the join's merges and sort were a third of a re-draw's time: docs/measured.md)."""
 
     e2e: np.ndarray
     bounds: dict
@@ -147,7 +147,7 @@ def curves(trials: pd.DataFrame, rows: Join | None = None) -> pd.DataFrame:
     # the bounds' figures replace the end-to-end row's own columns of their names (``mean_sample_kb``: only
     # storage_fetch reads bytes, so the row's own is empty; kept, a merge split it into _x and _y)
     out = out.drop(columns=[c for c in joined if c in out])
-    # the joined columns at once: assigned one at a time they were 40% of a re-draw's time
+    # the joined columns at once: assigned one at a time they were a large share of a re-draw's time
     return pd.concat([out, pd.DataFrame(joined, index=out.index)], axis=1)
 
 
@@ -326,7 +326,7 @@ def _step_cpu(row: pd.Series) -> tuple[float, float | None]:
 def step_bound(row: pd.Series) -> float | None:
     """The step's bound in this trial: the ceiling, scaled down when a CPU step had fewer threads here
     than in the ceiling trial (``confounders.step_threads``). Linear in threads: a lower estimate, as one
-    thread of two usually does more than half the work (mobilenet_v3_small on 2 cores: 0.60-0.78)."""
+    thread of two usually does more than half the work (docs/measured.md, "The step")."""
     step, threads, alone = (row.get(k) for k in ("step_bound_samples_per_s", "step_threads", "ceiling_threads"))
     if _known(step) and _known(threads) and _known(alone) and threads < alone:
         return step * threads / alone

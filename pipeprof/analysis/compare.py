@@ -16,7 +16,7 @@ import pandas as pd
 #: the settings that make two trials the same measurement (those a run lacks are left out)
 SETTINGS = ["kind", "model", "precision", "mode", "preset", "decoder", "augment_device", "source", "cache_state",
             "batch_size", "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus", "p2p"]
-#: a setting changed wholesale between two runs -> the action trial (``trials.actions``) that tries that change
+#: a setting changed wholesale between two runs -> the action trial (``pipeprof.actions``) that tries that change
 ACTION_OF = {"decoder": "decoder", "augment_device": "gpu_pipeline", "pin_memory": "pin_memory"}
 #: config fields that name a run rather than change what it measures
 NOT_SETTINGS = {"name", "out_dir", "data.cache_dir"}

@@ -20,6 +20,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
+from pipeprof.answer import Recommendation
 from pipeprof.measure.noise import causes
 from pipeprof.stats import t95
 
@@ -128,7 +129,7 @@ def _answers(df: pd.DataFrame, cores: float, device: str, at: Layout) -> dict:
     v = verdicts(df, cores, device, joined, parts)
     out = {}
     for key, curve, _ in parts:
-        w = recommend_workers(curve)["recommended_workers"]
+        w = Recommendation.from_dict(recommend_workers(curve)).workers
         here = at_recommended(v[v["trial_id"].isin(curve["trial_id"])] if len(v) else v, w)
         side, res = (here["side"], here["resource"]) if here is not None else (None, None)
         out[group_id(key)] = (w, side, res)

@@ -42,7 +42,8 @@ import psutil
 
 from pipeprof import config as cfgmod
 from pipeprof.env import usable_cores
-from pipeprof.report.summary import group_label
+from pipeprof.answer import Answer, Confidence
+from pipeprof.report.summary import group_answers, group_label
 from pipeprof.orchestrate.runner import execute, prepare
 
 
@@ -64,18 +65,17 @@ def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, o
             log(f"pair {i + 1}/{repeats}: {sweep} sweep")
             t0 = time.perf_counter()
             run = execute(cfg, log=lambda *a: None)
-            rows += [_row(run, sweep, i, time.perf_counter() - t0, g) for g in run.meta["analysis"]["groups"]]
+            rows += [_row(run, sweep, i, time.perf_counter() - t0, a) for a in group_answers(run)]
     return pd.DataFrame(rows)
 
 
-def _row(run, sweep: str, pair: int, wall_s: float, group: dict) -> dict:
-    """One run's answer for one group, read from its stored analysis."""
+def _row(run, sweep: str, pair: int, wall_s: float, answer: Answer) -> dict:
+    """One run's answer for one group, read from its stored analysis (``num_workers``: the recommended count)."""
     a = run.meta["analysis"]
     monitor, clocks = a.get("monitor_overhead") or [], a.get("stage_timing_overhead") or []
-    return {"pair": pair + 1, "sweep": sweep, "group": group_label(group), "wall_s": wall_s, "trials": a["trials"],
-            "recommended_workers": group.get("recommended_workers"),
-            "samples_per_s": group.get("recommended_samples_per_s"),
-            "verdict": group.get("verdict_at_recommended"), "run": str(run.path),
+    return {"pair": pair + 1, "sweep": sweep, "group": group_label(answer.key), "wall_s": wall_s, "trials": a["trials"],
+            "num_workers": answer.workers, "samples_per_s": answer.samples_per_s,
+            "verdict": answer.verdict, "run": str(run.path),
             **_cost("monitor", monitor), **_cost("clocks", clocks)}
 
 
@@ -98,8 +98,8 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
         diff = a["samples_per_s"] / e["samples_per_s"] - 1 if a["samples_per_s"] and e["samples_per_s"] else None
         out.append({"pair": pair, "group": group, "adaptive_s": a["wall_s"], "exhaustive_s": e["wall_s"],
                     "time_ratio": e["wall_s"] / a["wall_s"], "adaptive_trials": a["trials"],
-                    "exhaustive_trials": e["trials"], "adaptive_workers": a["recommended_workers"],
-                    "exhaustive_workers": e["recommended_workers"], "rate_diff": diff,
+                    "exhaustive_trials": e["trials"], "adaptive_workers": a["num_workers"],
+                    "exhaustive_workers": e["num_workers"], "rate_diff": diff,
                     "adaptive_verdict": a["verdict"], "exhaustive_verdict": e["verdict"]})
     return pd.DataFrame(out)
 
@@ -115,7 +115,7 @@ def render_sweep_speed(df: pd.DataFrame) -> str:
              "clock cost |", "|" + "---|" * 10]
     for r in df.itertuples():
         rate = "–" if r.samples_per_s is None or r.samples_per_s != r.samples_per_s else f"{r.samples_per_s:,.1f}"
-        lines.append(f"| {r.pair} | {r.sweep} | {r.group} | {r.wall_s:.0f} | {r.trials} | {r.recommended_workers} | "
+        lines.append(f"| {r.pair} | {r.sweep} | {r.group} | {r.wall_s:.0f} | {r.trials} | {r.num_workers} | "
                      f"{rate} | {r.verdict} | {pct(r.monitor_cost, r.monitor_low, r.monitor_high)} | "
                      f"{pct(r.clocks_cost, r.clocks_low, r.clocks_high)} |")
     p = pairs(df)
@@ -141,25 +141,26 @@ def repeat(config: Optional[str], overrides: list[str], times: int = 3, out_dir:
         t0, answered = time.perf_counter(), []
         run = execute(cfgmod.load(config, [*base, f"name=repeat-{i + 1}"]), log=lambda *a: None,
                       on_answer=lambda _: answered.append(time.perf_counter()))  # before any action trial
-        got = [_answer_row(run, i + 1, time.perf_counter() - t0, g) | {"answer_s": (answered or [None])[0] and
+        got = [_answer_row(run, i + 1, time.perf_counter() - t0, a) | {"answer_s": (answered or [None])[0] and
                                                                       answered[0] - t0}
-               for g in run.meta["analysis"]["groups"]]
+               for a in group_answers(run)]
         for r in got:  # as it goes: a run cut short by a time limit still shows the runs before it
-            log(f"run {i + 1}: {r['wall_s']:.0f} s (answer at {r['answer_s'] or 0:.0f} s), {r['trials']} trials, num_workers {r['recommended_workers']} "
+            log(f"run {i + 1}: {r['wall_s']:.0f} s (answer at {r['answer_s'] or 0:.0f} s), {r['trials']} trials, num_workers {r['num_workers']} "
                 f"({r['workers_low']}-{r['workers_high']}), {r['side']} side, {r['resource']}, "
                 f"{r['samples_per_s']:,.1f} samples/s, confidence {r['answer_share']}")
         rows += got
     return pd.DataFrame(rows)
 
 
-def _answer_row(run, i: int, wall_s: float, g: dict) -> dict:
-    sure = g.get("confidence") or {}
-    return {"run": i, "group": group_label(g), "wall_s": wall_s, "trials": run.meta["analysis"]["trials"],
-            "recommended_workers": g.get("recommended_workers"), "workers_low": sure.get("workers_low"),
-            "workers_high": sure.get("workers_high"), "side": g.get("side_at_recommended"),
-            "resource": g.get("resource_at_recommended"), "also": ", ".join(g.get("also_at_recommended") or []),
-            "samples_per_s": g.get("recommended_samples_per_s"), "answer_share": sure.get("answer_share"),
-            "holds": sure.get("holds"), "folder": str(run.path)}
+def _answer_row(run, i: int, wall_s: float, a: Answer) -> dict:
+    """One run's answer for one group (``num_workers``: the recommended count; ``workers_low``/``high``: the
+    range its re-drawn windows allow, None where none were drawn)."""
+    sure = a.confidence or Confidence()
+    return {"run": i, "group": group_label(a.key), "wall_s": wall_s, "trials": run.meta["analysis"]["trials"],
+            "num_workers": a.workers, "workers_low": sure.workers_low, "workers_high": sure.workers_high,
+            "side": a.side, "resource": a.resource, "also": ", ".join(a.also or []),
+            "samples_per_s": a.samples_per_s, "answer_share": sure.answer_share, "holds": sure.holds,
+            "folder": str(run.path)}
 
 
 def agreement(df: pd.DataFrame) -> list[dict]:
@@ -167,8 +168,8 @@ def agreement(df: pd.DataFrame) -> list[dict]:
     ranges (from the re-drawn windows; the pick itself where absent) share a count."""
     out = []
     for group, g in df.groupby("group", sort=False):
-        low = g["workers_low"].fillna(g["recommended_workers"]).max()
-        high = g["workers_high"].fillna(g["recommended_workers"]).min()
+        low = g["workers_low"].fillna(g["num_workers"]).max()
+        high = g["workers_high"].fillna(g["num_workers"]).min()
         out.append({"group": group, "runs": len(g), "same_side": g["side"].nunique(dropna=False) == 1,
                     "same_resource": g["resource"].nunique(dropna=False) == 1, "ranges_overlap": bool(low <= high),
                     "common_workers": f"{int(low)}-{int(high)}" if low <= high else None,
@@ -187,7 +188,7 @@ def render_repeat(df: pd.DataFrame) -> str:
             f"{r.answer_share:.0%}{'' if r.holds else ' (does not hold)'}"
         also = f" (also {r.also})" if r.also else ""
         at = "" if r.answer_s is None or r.answer_s != r.answer_s else f" ({r.answer_s:.0f})"
-        lines.append(f"| {r.run} | {r.group} | {r.wall_s:.0f}{at} | {r.trials} | {r.recommended_workers}{rng} | {r.side} "
+        lines.append(f"| {r.run} | {r.group} | {r.wall_s:.0f}{at} | {r.trials} | {r.num_workers}{rng} | {r.side} "
                      f"| {r.resource}{also} | {r.samples_per_s:,.1f} | {share} |")
     for a in agreement(df):
         verdict = "agree" if a["same_side"] and a["same_resource"] and a["ranges_overlap"] else "DISAGREE"

@@ -25,6 +25,7 @@ import pandas as pd
 import yaml
 
 from pipeprof.analysis import cores_needed, cpu_curve, curves, handoff_limit, main_cpu_s_per_sample, ok, what_if
+from pipeprof.answer import CoresNeeded
 from pipeprof.results import Run, load_run
 
 #: The known-answer sizing config: 10 ms of CPU per sample (100 samples/s per core) feeding a
@@ -92,16 +93,16 @@ def step_rate(run: Run) -> Optional[float]:
     return float(ceiling["samples_per_s"].iloc[0]) if len(ceiling) else None
 
 
-def cores_per_gpu(run: Run, step: float) -> dict:
+def cores_per_gpu(run: Run, step: float) -> CoresNeeded:
     """Cores one GPU needs, from this run's own CPU curve, hand-off limit and training-process CPU."""
     best = _group_row(run)
     if best is None:
-        return {"cores_needed": None, "basis": "no end-to-end trial"}
+        return CoresNeeded(basis="no end-to-end trial")
     ws, rates = cpu_curve(run.trials, best)
     if not (ws > 0).any():
-        return {"cores_needed": None, "basis": "no cpu_pipeline trial with workers"}
-    return cores_needed(step, ws, rates, _main_s(run), run.meta["machine"]["cores"]["usable"],
-                        handoff_limit(run.trials, best))
+        return CoresNeeded(basis="no cpu_pipeline trial with workers")
+    return CoresNeeded.from_dict(cores_needed(step, ws, rates, _main_s(run), run.meta["machine"]["cores"]["usable"],
+                                              handoff_limit(run.trials, best)))
 
 
 def predict_at(full: Run, step: float, cores: int) -> dict:
@@ -160,8 +161,8 @@ def check(raw: dict, core_counts: list[int], out_dir: str | Path, overrides: lis
 
 def _need(run: Run, step: float) -> dict:
     need = cores_per_gpu(run, step)
-    return {"cores_per_gpu": need["cores_needed"], "cores_per_gpu_basis": need["basis"],
-            "handoff_limit_samples_per_s": need.get("handoff_limit")}
+    return {"cores_per_gpu": need.cores, "cores_per_gpu_basis": need.basis,
+            "handoff_limit_samples_per_s": need.handoff_limit}
 
 
 def summary(df: pd.DataFrame) -> dict:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from pipeprof.answer import Confidence
+
 from .calibrate import BurnDataset, BurnStepModel, FixedStepModel, expected_rate
 
 MEASURE = {"warmup_batches": 3, "warmup_s": 0.5, "window_s": 0.75, "window_batches": 3, "windows": 4,
@@ -96,7 +98,7 @@ def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] 
     burning CPU step beside 0.23 foreign cores read 167 of 200 samples/s in a CI run). Above, the tolerance
     stays ±15%."""
     verdict = (run.meta["analysis"]["verdicts"] or [{}])[0]
-    group = (run.meta["analysis"]["groups"] or [{}])[0]
+    sure = next((a.confidence for a in run.meta["analysis"]["groups"]), None) or Confidence()  # the first group's
     rate, side = expected
     side = " or ".join(edge) if edge else side
     measured = verdict.get("samples_per_s", float("nan"))
@@ -108,7 +110,7 @@ def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] 
     return {"case": name, "expected_samples_per_s": rate, "measured_samples_per_s": measured,
             "rate_error_frac": err, "foreign_cores": foreign, "rate_low_frac": low,
             "expected_verdict": side, "reported_verdict": verdict.get("verdict"),
-            "verdict_right": right, "answer_share": (group.get("confidence") or {}).get("answer_share"),
+            "verdict_right": right, "answer_share": sure.answer_share,
             "also": ", ".join(verdict.get("also") or []),
             "verdict_basis": verdict.get("verdict_basis"),
             "predicted_samples_per_s": verdict.get("predicted_samples_per_s"),

@@ -205,7 +205,7 @@ class PrebuiltDataset(Dataset):
 def stack(images) -> torch.Tensor:
     """Images stacked into one batch as PyTorch's default collate does it: inside a worker, straight into
     shared memory, so the batch crosses to the main process without another copy (a plain torch.stack
-    costs a copy of the whole batch there: 15-30% of the hand-off with 600 KB float samples)."""
+    costs a copy of the whole batch there, a large share of the hand-off with big float samples)."""
     return default_collate([torch.as_tensor(x) for x in images])
 
 

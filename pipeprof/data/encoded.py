@@ -5,9 +5,8 @@ takes), its label and its read's CPU seconds; :func:`collate_encoded` packs a ba
 flat tensor with each sample's length (JPEGs differ in length), and :func:`unpacked` splits it into the
 list of views that ``decode_jpeg`` decodes in one call on the step's device (``gpu_augment``). One
 tensor, not a list of 256: a DataLoader worker hands every tensor of a batch over through a
-shared-memory segment and a file descriptor of its own, and the pin-memory thread pins each; on the
-H200 box, with a list, the GPU pipeline alone took 82 ms per batch of 256, of which decode and augment
-were 35 (the hand-off is the likely rest; the flat form is not yet measured there).
+shared-memory segment and a file descriptor of its own, and the pin-memory thread pins each: with a
+list, handing a batch over cost more than decoding and augmenting it on the GPU (docs/measured.md).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 reused), packed shards (cached while the folder is unchanged), every source of ``data.source``
 opened once, and the storage facts run.json records.
 
-To add a source: a class in ``data/sources/`` registered in its ``SOURCES`` table, a spec class
+To add a source: a class in ``data/sources/`` registered in its ``REGISTRY`` table, a spec class
 in ``config`` (its ``kind``), and one entry in :data:`OPENERS`.
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def packed_shards(folder: str, cache_dir: str, shard_size_mb: Optional[float], s
 
 
 #: source kind -> how to open it from its spec: (spec, dataset folder, opener of an inner spec, config, log).
-#: Adding a source: its class in ``sources.SOURCES``, its spec in ``config``, and one entry here.
+#: Adding a source: its class in ``sources.REGISTRY``, its spec in ``config``, and one entry here.
 OPENERS: dict[str, Callable] = {
     "files": lambda spec, folder, inner, cfg, log: source_class("files")(_path(spec, folder, cfg)),
     # refuses a dataset larger than half the available RAM

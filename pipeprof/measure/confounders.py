@@ -54,11 +54,11 @@ def step_threads(kind: str, device_type: str, usable_cores: int, workers: Option
     """Intra-op threads for the training process in a trial; None: leave torch's setting alone.
 
     On a CPU device the step's OpenMP threads share the cores with the DataLoader workers.
-    Threads that find their core taken spin and wait for each other: on 2 cores a
-    mobilenet_v3_small step took 0.35 s with 1 thread and 7 s with 2 while another process
-    kept one core busy. So an end-to-end trial gives the step the cores the workers leave,
-    ``max(1, usable - workers)``, and the step ceiling, which runs alone, all of them. On a
-    GPU the host threads only launch kernels: torch's default stays.
+    Threads that find their core taken spin and wait for each other: a step with more threads
+    than free cores can run many times slower than with one (docs/measured.md, "The step"). So
+    an end-to-end trial gives the step the cores the workers leave, ``max(1, usable - workers)``,
+    and the step ceiling, which runs alone, all of them. On a GPU the host threads only launch
+    kernels: torch's default stays.
     """
     if device_type != "cpu" or kind not in ("end_to_end", "gpu_ceiling"):
         return None

@@ -7,19 +7,17 @@ measured decode time by the ratio of the two (``analysis.advice``); the action t
 
 A decode's cost depends on the process it runs in and on what runs beside it, not only on the bytes.
 Pillow's buffers come from malloc and go back at each free, so how many page faults a decode pays
-depends on the process's heap: in one process that alternated the two decoders sample by sample (as
-this probe did), Pillow took ~370 page faults a decode and OpenCV ~115 on this project's 2-core machine;
-a process running one decoder and then the preset's transforms, as a DataLoader worker does, settles at
-~44 and 0, and Pillow's time per decode moved with its process by up to 1.7x. And a core's speed depends on its neighbours': on the
-H200 box, with the decoders in 8 processes at once on 16 cores, Pillow's decode took what the workers'
-clocks read at 14 workers (2,810 against 2,765 us) but OpenCV's 9% less (1,887 against 2,076). Timed
-in one process, the probe set cv2 29% under pil where the workers' own clocks read 21% (the decoder
-action predicted +26%, its trial measured +14%). So each decoder is timed as the workers run it: in
+depends on the process's heap: one process that alternates the two decoders sample by sample pays
+several times the page faults of a process running one decoder and then the preset's transforms, as a
+DataLoader worker does, and Pillow's time per decode moves with its process. And a core's speed depends
+on its neighbours': with the decoders in several processes at once, the two decoders do not slow alike.
+Timed in one process, the probe overstated cv2's advantage over what the workers' own clocks read, and
+the decoder action's gain with it (docs/measured.md). So each decoder is timed as the workers run it: in
 processes forked from this one (as the DataLoader forks its workers), with the workers' thread policy,
 each running one decoder and the preset after each decode (untimed), a few samples untimed and then
 every sample timed; as many processes at once as there are usable cores, all of one decoder, in rounds
-A B B A (the machine's drift falls on both decoders alike). So timed on the H200, cv2 read 27.8% and 25.8%
-under pil on two starts where the action trials' worker clocks read 27.3% and 24.9%.
+A B B A (the machine's drift falls on both decoders alike). So timed, the ratio has come within a
+point of what the action trials' worker clocks read.
 """
 from __future__ import annotations
 

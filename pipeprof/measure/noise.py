@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 FOREIGN_MIN_CORES = 0.10  # outside processes using a tenth of a core or more on the run's CPUs ...
-FOREIGN_MIN_FRAC = 0.02  # ... and 2% of them: the kernel's own threads take ~0.1-0.2 cores of a busy 32-core box
+FOREIGN_MIN_FRAC = 0.02  # ... and 2% of them: a big busy machine's kernel threads alone take about that
 STEAL_MIN_PCT = 1.0  # the hypervisor took 1% of CPU time or more
 THROTTLE_MIN_FRAC = 0.05  # the GPU was throttled in 5% of the samples or more
 OVERSUBSCRIBED = 0.97  # the run's own processes kept the usable cores this busy

@@ -1,10 +1,10 @@
 """The machine's own CPU speed, measured with fixed work at the start and end of a run.
 
 A CPU-bound trial can only be as repeatable as the cores under it. On shared or
-virtual machines they are not: on the lent H200 box the same JPEG decoded by one
-process ran at 388, 325 and 324 decodes/s in three rounds a minute apart, and
-16 processes at 5,313, 5,107 and 4,619/s. A profiler that compares two runs
-without knowing that would blame the pipeline for the machine.
+virtual machines they are not: the same fixed work, a minute apart or on two
+cores at the same moment, can run tens of percent apart (docs/measured.md). A
+profiler that compares two runs without knowing that would blame the pipeline for
+the machine.
 
 So each run decodes one fixed JPEG (pipeprof's own synthetic image, so the work
 resembles the pipeline's) in 1 process and in one process per usable core, for a
@@ -12,9 +12,9 @@ set time, before the first trial and after the last. The change between the two
 is the drift of the machine during the run; the spread across processes shows
 cores of unequal speed. Two runs whose CPU-bound rates differ by no more than
 the machine moved cannot tell a change in the pipeline from a change in the
-machine. (It is a snapshot of a few seconds: on that box 16-worker pipeline
-rates repeated within 0.4% while the reference read 25% apart, so it bounds the
-doubt; it does not correct the rates.)
+machine. (It is a snapshot of a few seconds, and pipeline rates have repeated
+closely while the reference read far apart, so it bounds the doubt; it does not
+correct the rates.)
 """
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ def measure(cores: int, seconds: float = 1.0, rounds: int = 3) -> dict:
     """One core and all ``cores``, alternated for ``rounds`` rounds of ``seconds / rounds`` each.
 
     Each point is the median over its rounds, with the range: on a VM the rate of a
-    1-s probe moves by ±8% between back-to-back rounds, so one round would report
-    that as drift.
+    short probe moves between back-to-back rounds (docs/measured.md), so one round
+    would report that as drift.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")

@@ -49,10 +49,9 @@ class DeviceClock:
 def autotune_default(precision: str, override: bool | None = None) -> bool:
     """Whether cuDNN autotunes (``cudnn.benchmark``) for ``precision`` unless told otherwise.
 
-    On, as in the reference training recipes, except in true FP32: there cuDNN 9.19 on an
-    H200 did not finish autotuning VGG16's first backward pass in 35 s (nor in 190 s inside
-    a sweep), while without autotuning the step ran at 558 (channels_last) – 590 samples/s
-    from its second step on.
+    On, as in the reference training recipes, except in true FP32: there cuDNN's autotuning of
+    a large model's first backward pass has not finished in minutes, while without it the step
+    runs at its rate from its second step on (docs/measured.md, "The step").
     """
     return precision != "fp32" if override is None else bool(override)
 

@@ -304,8 +304,7 @@ def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants:
     cap (an unfinished cycle is dropped), so the cap is passed by at most one window (and its drain).
     ``started``: the trial's start on ``clock`` (default: now), from which ``max_trial_s`` counts, so that a
     caller's own untimed start before the windows falls inside the cap (an action trial opens and starts a
-    loader per side: on the H200 a rotation capped at ~109 s took 123, its start outside the cap; counted from
-    the trial's start, one capped at 109 s took 99).
+    loader per side, long enough that a cap counted from the first window was overrun by it: docs/measured.md).
     """
     on_phase("warmup")
     t_warm = clock()

@@ -37,13 +37,13 @@ from pipeprof.trials.watchdog import Leash, run_bounded
 from pipeprof.trials.heap import release
 from .sweep import SETUP_MARGIN_S, failure_columns, run_one
 
-# less left of the budget than this: no trial starts (on the H200, trials of 20 and 24 s got one pair, which
-# has no interval; trials of 42-66 s got 3-5 pairs)
+# less left of the budget than this: no trial starts (a shorter trial gets one pair of windows, which has no
+# interval: docs/measured.md)
 MIN_ACTION_S = 40.0
 # the two largest predicted gains share the budget (the answer's first lines name the best measured): of one
 # group, they run in one rotation (their baseline windows shared) that may take all of it; else the first may
-# take half of it, not all, and the second what the first left; the rest get what is left then. On the H200 two
-# trials of 4-6 pairs took 49 and 64 s (21 s of it each one's start): in one rotation the same 120 s hold 8 cycles
+# take half of it, not all, and the second what the first left; the rest get what is left then. One rotation
+# pays one trial's start instead of two, so the same budget holds more cycles
 SHARED_BY = 2
 BESIDE_MAX_S = 30.0  # the GPU pipeline beside the stand-in step, before the action trials: a sweep trial's windows
 

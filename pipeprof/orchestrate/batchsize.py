@@ -5,8 +5,7 @@ holds the optimizer's state) is tried at a few sizes, each recorded with the pea
 for it (run.json ``batch_size_search``). A size fits when it ran without running out of memory and its
 peak stayed under :data:`HEADROOM` of the device's memory: the trial that then runs at that size holds a
 little more than two bare steps (cuDNN's workspaces chosen again, the allocator's fragments, the
-loader's pinned batches), and a batch searched to the last byte ran out there (on an H200, 3,278 chosen
-at 142 of 144 GB, then out of memory in the ceiling trial).
+loader's pinned batches), and a batch searched to the last byte ran out there (docs/measured.md).
 
 The search (:func:`largest_batch`, over any ``fits(batch)``; :func:`next_size` is its rule):
 
@@ -18,7 +17,7 @@ The search (:func:`largest_batch`, over any ``fits(batch)``; :func:`next_size` i
   former (:data:`PRECISION`): finer steps cost a try each for a few percent of batch;
 - when the line misses (a size it predicts fails), it bisects.
 
-On the H200 this tries about four sizes instead of nineteen. The chosen size is then confirmed by the
+So it tries a few sizes, not one per multiple of 8. The chosen size is then confirmed by the
 gpu_ceiling trial that uses it (:func:`confirm`): one that runs out of memory there gives way to the
 next size down (an eighth smaller), with a line saying so, up to :data:`FALLBACKS` times.
 
@@ -89,8 +88,8 @@ def next_size(tried: list[dict], budget_mb: Optional[float], start: int = START,
         return None
     if edge is not None:
         # at least an eighth above the size that fits: memory that grows faster than the line (vgg16 fp32's
-        # convolution workspaces) kept the line's edge just above it, and the H200 search crept 504, 512,
-        # 576, 680, 696, 776 in steps of 1-2%
+        # convolution workspaces) kept the line's edge just above it, and the search crept up in steps of a
+        # few percent (docs/measured.md)
         nxt = max(_down(edge), low + step)
         if nxt < high:
             return nxt
@@ -148,8 +147,8 @@ def step_fits(ctx: TrialContext, spec: TrialSpec) -> Fits:
     """``fits(batch)``: the step of ``spec`` at that batch ran without running out of memory (and its peak);
     any other failure is raised."""
     def fits(batch: int) -> tuple[bool, Optional[float]]:
-        # release's collection walks only what this try made, not the whole heap (a full one took 0.45 s a try
-        # in a test process here); on a GPU the garbage already there is freed first (it may hold device
+        # release's collection walks only what this try made, not the whole heap (a full one walks every object
+        # the process holds, at each try); on a GPU the garbage already there is freed first (it may hold device
         # memory); inside the runner's search (``runner._batch_size``) its policy holds
         with trial_heap(collect_first=ctx.device.type == "cuda"):
             try:

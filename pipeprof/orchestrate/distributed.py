@@ -4,9 +4,8 @@ The sweep's process stays the parent. For an N-GPU trial (``gpus = N > 1``) it w
 (the resolved config, the dataset folder), starts ``torch.distributed.run`` (torchrun: its elastic
 agent, its rendezvous) with ``N / nnodes`` processes on this machine, hands the job the trial (a
 file) and reads back one result file per local rank. The job stays for the next trials of its GPU
-count and link setting (:class:`Job`, :func:`kept_jobs`): on the H200 box's CPUs (2 ranks, gloo) a
-job's start (torchrun, each rank's imports, the rendezvous) made its first trial 21-22 s against 3-4 s
-for the next. Each rank
+count and link setting (:class:`Job`, :func:`kept_jobs`): a job's start (torchrun, each rank's imports,
+the rendezvous) costs several times a later trial (docs/measured.md). Each rank
 (:func:`rank_main`):
 
 - takes its slice of the usable CPUs (``os.sched_setaffinity``, recorded), so one rank's
@@ -209,7 +208,7 @@ _keeping = False
 @contextlib.contextmanager
 def kept_jobs():
     """Within the block, consecutive N-GPU trials of one GPU count and link setting share a torchrun job
-    (its start, torchrun, the ranks' imports and the rendezvous, took 18-19 s on the H200 box's CPUs); the
+    (its start, torchrun, the ranks' imports and the rendezvous, is most of a job's first trial); the
     job ends before a trial of another kind (:func:`close_job`) and at the block's end. Outside it, each
     N-GPU trial starts and ends a job of its own."""
     global _keeping
@@ -429,6 +428,6 @@ def _span(cpus: list[int]) -> str:
 if __name__ == "__main__":
     code = rank_main(sys.argv[1])
     # the rank's files are written and its loaders shut down: no collection walks the objects of torch (DDP
-    # imports its compiler) at exit, which kept torchrun waiting 2-3 s for every rank of every job
+    # imports its compiler) at exit, which kept torchrun waiting seconds for every rank of every job
     gc.freeze()
     sys.exit(code)

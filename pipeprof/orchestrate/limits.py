@@ -2,9 +2,9 @@
 limit (a ConfigError: exit 2 on the command line, before the run folder exists).
 
 - ``loader.num_workers`` above :data:`WORKERS_PER_CORE` per usable core: every worker is a process with
-  its own memory and start-up, and past the cores they only take turns (5,000 workers on 2 cores never
-  finished starting). Network storage is the case for more workers than cores, and it is served well
-  below this multiple.
+  its own memory and start-up, and past the cores they only take turns (thousands of workers on a small
+  machine never finish starting). Network storage is the case for more workers than cores, and it is
+  served well below this multiple.
 - ``loader.batch_size`` above the dataset's samples: every batch would hold some samples twice, and the
   trial would measure a dataset that is not the user's.
 - Memory the machine cannot give: the batches a loader holds in flight (``num_workers ×
@@ -25,8 +25,9 @@ import torch
 from pipeprof.config import ConfigError
 from pipeprof.schema import TrialKind
 
-# a chosen cap, not a measured limit: far past the cores workers only take turns (5,000 workers on 2 cores did not
-# finish in 200 s), and a count this far past them is taken for a typo before it starts thousands of processes
+# a chosen cap, not a measured limit: far past the cores workers only take turns (thousands on 2 cores did not
+# finish starting: docs/measured.md), and a count this far past them is taken for a typo before it starts
+# thousands of processes
 WORKERS_PER_CORE = 8
 SHM = "/dev/shm"
 # the kinds whose loaders hold decoded batches in flight (storage_fetch holds encoded bytes)

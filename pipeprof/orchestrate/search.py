@@ -99,7 +99,7 @@ def plan_next(points: dict[int, Point], step_rate: float, per_worker: float, cor
         # the loader binds at the most workers measured, or at the first guess below a top that only doubling
         # reached: one probe just below says whether all are needed. The knee is usually there (S / r1 is where
         # a linear curve meets the step), so a curve that bends there is answered without bisecting the whole
-        # range below it (the H200 box: 15 and 16 good, then 7, 11 and 13 measured where 14 alone settled it)
+        # range below it (a bisection has measured three counts where this one probe settled it)
         return Step(below, "probe")
     if upper == below_of(top) and _still_rising(points[upper], points[top]):
         return None  # the probe just below the top ties with it, yet cannot be told from a curve still rising
@@ -121,8 +121,8 @@ def smallest_good(points: dict[int, Point]) -> int:
 def floor_of(points: dict[int, Point], per_worker: float) -> int:
     """The most workers that cannot be the answer: even at the one-worker rate (with :data:`PER_WORKER_SLACK`)
     each, they stay below :data:`TIE_FLOOR` of the best measured rate, which the answer must reach. Bisection
-    starts above it, not at 0 (the H200 box: 16 and 14 tied, then 7 and 10 measured where 229/s a worker
-    put any count under 11 out of reach of 2,974 × 0.9). 0 when the one-worker rate is unknown."""
+    starts above it, not at 0: from 0 it measured counts that could not reach the best (docs/measured.md).
+    0 when the one-worker rate is unknown."""
     if not points or not per_worker > 0:
         return 0
     best = max(p.rate for p in points.values())
@@ -138,8 +138,7 @@ def _probe_below(points: dict[int, Point], upper: int) -> bool:
 
 def _still_rising(probe: Point, top: Point) -> bool:
     """The probe's interval reaches the rate the top would give it if the rate grew in proportion to the
-    workers: the curve is not shown to have flattened between them (the H200 box: 14 workers 2,765-3,494
-    beside 16 workers' 3,268, whose proportional share at 14 is 2,860)."""
+    workers: the curve is not shown to have flattened between them."""
     return probe.low <= top.rate * probe.workers / top.workers
 
 

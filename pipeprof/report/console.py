@@ -11,7 +11,8 @@ import math
 import pandas as pd
 
 from pipeprof.analysis import groups
-from .summary import answer_lines, at_trial_words, gain_interval, shape
+from pipeprof.answer import Answer, CoresNeeded
+from .summary import answer_lines, at_trial_words, gain_interval, gpu_count, group_answers, shape
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
@@ -149,9 +150,10 @@ def sections(run) -> tuple[list[tuple[str, list[str], list[list[str]]]], list[st
 
 
 def recommendation_lines(run) -> list[str]:
-    """The answers, one line each, every one with its number and where it came from."""
+    """The evidence below the answers (each group's pick, cores and actions), then the run's own figures, one line
+    each, every one with its number and where it came from."""
     analysis = run.meta.get("analysis", {})
-    lines = [line for g in analysis.get("groups", []) for line in _group_lines(g)]
+    lines = [line for a in group_answers(run) for line in _group_lines(a)]
     lines += _page_cache_lines(run.meta.get("storage") or {}, analysis)
     lines += [e["text"] for e in analysis.get("epochs", [])]
     lines += _trust_lines(analysis) + data_lines(analysis)
@@ -163,34 +165,36 @@ def recommendation_lines(run) -> list[str]:
     return lines + ([ref] if ref else [])
 
 
-def _group_lines(g: dict) -> list[str]:
-    """One group's recommended workers, cores per GPU and its first three actions."""
-    where = " ".join(str(p) for p in _storage(g) if p is not None and p == p)
-    head = f"{g['model']} {g['precision']} {g['preset']} bs{g['batch_size']}" + (f" {where}" if where else "") + (
-        f" ({shape(g)})" if shape(g) else "")
-    tied = [w for w in g.get("tied_with_best", []) if w != g["recommended_workers"]]
+def _group_lines(a: Answer) -> list[str]:
+    """One group's evidence below its answer: how its count was picked, cores per GPU and its first three
+    actions. The answer itself is worded once, by ``summary.answer``, and printed once, above the tables
+    (:func:`print_answer`): these lines do not say it again."""
+    where = " ".join(str(p) for p in _storage(a.key) if p is not None and p == p)
+    k = a.key
+    head = f"{k['model']} {k['precision']} {k['preset']} bs{k['batch_size']}" + (f" {where}" if where else "") + (
+        f" ({shape(k)})" if shape(k) else "")
+    tied = [w for w in a.tied_with_best if w != a.workers]
     tie = f"; tied within noise: {', '.join(map(str, tied))}" if tied else ""
-    lines = [f"{head}: num_workers={g['recommended_workers']} gives {g['recommended_samples_per_s']:,.1f} "
-             f"samples/s, {g.get('verdict_at_recommended', '?')} (best {g['best_samples_per_s']:,.1f} at "
-             f"{g['best_workers']}{tie}; {g['criterion']})"]
-    need = g.get("cores_needed")
-    if need:
-        lines.append(_cores_line(head, need, int(g.get("gpus") or 1)))
-    if g.get("cpu_figures_skipped"):
-        lines.append(f"{head}: no cores-per-GPU or what-if: {g['cpu_figures_skipped']}")
-    lines += [line for a in g.get("actions", [])[:3] if (line := _action_line(head, a))]
-    skipped = [f"{a['action']} ({a['why_not_tried']})" for a in g.get("actions", [])[3:]
-               if a.get("tried") is False and a.get("why_not_tried") and a.get("gain_frac") is None]
+    best = f"{a.best_workers} worker{'' if a.best_workers == 1 else 's'}"
+    lines = [f"{head}: num_workers={a.workers} is the {a.criterion} (best {a.best_samples_per_s:,.1f} samples/s "
+             f"at {best}{tie})"]
+    if a.cores_needed is not None:
+        lines.append(_cores_line(head, a.cores_needed, gpu_count(k)))
+    if a.cpu_figures_skipped:
+        lines.append(f"{head}: no cores-per-GPU or what-if: {a.cpu_figures_skipped}")
+    lines += [line for x in a.actions[:3] if (line := _action_line(head, x))]
+    skipped = [f"{x['action']} ({x['why_not_tried']})" for x in a.actions[3:]
+               if x.get("tried") is False and x.get("why_not_tried") and x.get("gain_frac") is None]
     return lines + ([f"{head}: not tried: {'; '.join(skipped)}"] if skipped else [])
 
 
-def _cores_line(head: str, need: dict, gpus: int = 1) -> str:
+def _cores_line(head: str, need: CoresNeeded, gpus: int = 1) -> str:
     """Cores to reach the step ceiling: per GPU on one GPU; for N GPUs the job's figure, and per GPU."""
-    if need.get("cores_needed") is None:
-        return f"{head}: no core count feeds the step ceiling: {need['basis']}"
-    extra = ", extrapolated beyond the workers measured" if need["extrapolated"] else ""
-    what = "cores per GPU" if gpus == 1 else f"cores for the {gpus} GPUs ({need['cores_needed'] / gpus:.1f} per GPU)"
-    return f"{head}: {need['cores_needed']} {what} to reach the step ceiling ({need['basis']}{extra})"
+    if need.cores is None:
+        return f"{head}: no core count feeds the step ceiling: {need.basis}"
+    extra = ", extrapolated beyond the workers measured" if need.extrapolated else ""
+    what = "cores per GPU" if gpus == 1 else f"cores for the {gpus} GPUs ({need.cores / gpus:.1f} per GPU)"
+    return f"{head}: {need.cores} {what} to reach the step ceiling ({need.basis}{extra})"
 
 
 def _action_line(head: str, a: dict) -> str | None:

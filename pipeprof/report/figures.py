@@ -21,7 +21,7 @@ from matplotlib.patches import Rectangle
 from pipeprof.analysis import BOUND_KEYS, GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
 
-from .summary import group_label, rate
+from .summary import group_answers, group_label, rate
 
 # one colour per meaning, the same in every figure
 COLOURS = {"end_to_end": "#1f77b4", "cpu_pipeline": "#ff7f0e", "storage_fetch": "#2ca02c", "step": "#d62728",
@@ -77,7 +77,7 @@ def _band(ax, df: pd.DataFrame, colour: str, label: str, **line) -> None:
 
 
 def _skipped(run, g: dict) -> list[int]:
-    """Worker counts the adaptive search left out for this group (run.json ``search``)."""
+    """Worker counts the adaptive search left out for this group (``g``: its settings; run.json ``search``)."""
     found = []
     for s in (run.meta.get("search") or {}).get("skipped", []):
         m = re.match(r"end_to_end at (\d+) workers \((.*)\)", s.get("trial", ""))
@@ -106,6 +106,7 @@ def _storage_line(ax, io_: pd.DataFrame, top: float) -> None:
 
 
 def _curve_axes(ax, run, g: dict, e2e: pd.DataFrame) -> None:
+    """The bounds and the end-to-end curve of the group whose settings are ``g``."""
     trials = run.trials
     like = pd.Series(g)  # the group's settings, with the first end-to-end trial's others (decoder, pin_memory, ...)
     if "trial_id" in trials and "trial_id" in e2e:
@@ -139,23 +140,23 @@ def curve_figures(run) -> list[Figure]:
     """samples/s against num_workers per group, the bounds drawn in, the recommended count marked."""
     out = []
     curves = pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))
-    for i, g in enumerate(run.meta.get("analysis", {}).get("groups", []) if len(curves) else []):
-        e2e = matching(curves, g, GROUP_KEYS).sort_values("num_workers")
+    for i, a in enumerate(group_answers(run) if len(curves) else []):
+        e2e = matching(curves, a.key, GROUP_KEYS).sort_values("num_workers")
         if e2e.empty:
             continue
         with matplotlib.rc_context(STYLE):
             fig, ax = _subplots(figsize=(7.5, 3.6))
-            _curve_axes(ax, run, g, e2e.astype({"samples_per_s": float}))
-            w = g["recommended_workers"]
-            ax.scatter([w], [g["recommended_samples_per_s"]], s=220, marker="*", color="#ffbf00",
+            _curve_axes(ax, run, a.key, e2e.astype({"samples_per_s": float}))
+            w = a.workers
+            ax.scatter([w], [a.samples_per_s], s=220, marker="*", color="#ffbf00",
                        edgecolor="black", zorder=4, label=f"recommended: {w} worker{'' if w == 1 else 's'}")
-            skipped = _skipped(run, g)
+            skipped = _skipped(run, a.key)
             if skipped:
                 ax.scatter(skipped, [0] * len(skipped), marker="x", color="grey", label="not measured (search)")
             ax.set(xlabel="num_workers", ylabel="samples/s", ylim=(0, None))
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
             fid = f"fig-curve-{i}"
-            out.append(Figure(fid, f"samples/s against num_workers — {group_label(g)}", to_svg(fig, fid),
+            out.append(Figure(fid, f"samples/s against num_workers — {group_label(a.key)}", to_svg(fig, fid),
                               "Shaded: 95% interval of each trial's windows. Filled dots: measured end to end; "
                               "hollow dots: predicted from the bounds measured alone."))
     return out

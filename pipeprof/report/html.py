@@ -16,8 +16,8 @@ import yaml
 
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
-from .summary import (actions, answers, at_trial_words, best_action_line, confidence_line, gain_interval, rate,
-                      review_table, why)
+from .summary import (actions, answers, at_trial_words, best_action_line, confidence_line, gain_interval,
+                      group_answers, rate, review_table, why)
 
 REPORT = "report.html"
 CSS = """
@@ -86,11 +86,10 @@ def _answer(run) -> str:
         why_not = failed.get("no_answer") or "No answer: no end-to-end trial finished, or the run stopped before " \
                                              "its analysis."
         return f'<section id="answer" class="answer"><p>{esc(why_not)}</p></section>'
-    groups = run.meta.get("analysis", {}).get("groups", [])
     items = "".join(f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
                     + "".join(f'<p class="small">{esc(x)}</p>'
-                              for x in (best_action_line(g), confidence_line(g), why(g)) if x)
-                    for (label, text), g in zip(pairs, groups))
+                              for x in (best_action_line(a), confidence_line(a), why(a)) if x)
+                    for (label, text), a in zip(pairs, group_answers(run)))
     rests = f'<p class="small">{esc(failed["rests_on"])}</p>' if failed.get("rests_on") else ""
     return f'<section id="answer" class="answer">{items}{rests}</section>'
 

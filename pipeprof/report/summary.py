@@ -1,9 +1,10 @@
 """What a run says in words and small tables, read from what the analysis stored: the answer
 sentences, the ranked actions and the workstation reviews' images/s table.
 
-The console and the HTML report both print these, so a sentence is built in one place. Nothing
-here analyses again: every number is a stored value (``run.meta["analysis"]``, ``run.trials``),
-and the only arithmetic is a ratio of two stored rates (FP16 over FP32, N GPUs over one).
+The console and the HTML report both print these, so a sentence is built in one place: the answer's
+in :func:`answer`. Nothing here analyses again: every number is a stored value (each group's
+``answer.Answer`` in ``run.meta["analysis"]["groups"]``, ``run.trials``), and the only arithmetic is a
+ratio of two stored rates (FP16 over FP32, N GPUs over one).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from pipeprof.analysis import GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
+from pipeprof.answer import Answer
 
 VERDICT_WORDS = {"cpu-bound": "CPU-bound", "gpu-bound": "GPU-bound", "io-bound": "I/O-bound",
                  "step-bound": "Step-bound", "cores-bound": "Cores-bound", "loader-bound": "Loader-bound",
@@ -34,8 +36,9 @@ def rate(x: Optional[float]) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def group_label(g: dict) -> str:
-    """model precision · preset · batch · source (cache state) · shape: how a group is named everywhere."""
+def group_label(g) -> str:
+    """model precision · preset · batch · source (cache state) · shape: how a group is named everywhere
+    (``g``: the group's settings, an answer's ``key`` or a trial row)."""
     where = " ".join(str(p) for p in (g.get("source"), g.get("cache_state")) if p not in (None, "n/a"))
     parts = [f"{g['model']} {g['precision']}", str(g["preset"]), f"batch {g['batch_size']}", where, shape(g)]
     return " · ".join(p for p in parts if p)
@@ -51,12 +54,17 @@ def shape(g: dict) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _curve_row(run, g: dict, workers: int) -> dict:
-    """The stored curve row of group ``g`` at ``workers`` ({} when it is not there)."""
+def group_answers(run) -> list[Answer]:
+    """The answers the analysis stored, one per group, in its order ([] for a run without one)."""
+    return run.meta.get("analysis", {}).get("groups", [])
+
+
+def _curve_row(run, a: Answer, workers: int) -> dict:
+    """The stored curve row of answer ``a``'s group at ``workers`` ({} when it is not there)."""
     curves = pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))
     if curves.empty or "num_workers" not in curves:
         return {}
-    rows = matching(curves[curves["num_workers"] == workers], g, GROUP_KEYS)
+    rows = matching(curves[curves["num_workers"] == workers], a.key, GROUP_KEYS)
     return rows.iloc[0].to_dict() if len(rows) else {}
 
 
@@ -69,108 +77,107 @@ def _interval(row: dict) -> str:
     return f" ± {half:,.0f}" if half >= 100 else f" ± {half:.2g}"  # two figures: it is an interval
 
 
-def _gpus(g: dict) -> int:
+def gpu_count(g) -> int:
+    """The GPUs of a group (``g``: its settings), 1 for one GPU or where it was not recorded."""
     n = g.get("gpus")
     return int(n) if n is not None and n == n and n > 1 else 1
 
 
-def _cores_clause(g: dict, device: str) -> str:
-    need = g.get("cores_needed")
-    if device != "cuda" or not need:
+def _cores_clause(a: Answer, device: str) -> str:
+    need = a.cores_needed
+    if device != "cuda" or need is None:
         return ""
-    precision, n = str(g["precision"]).upper(), _gpus(g)
+    precision, n = str(a.key["precision"]).upper(), gpu_count(a.key)
     them = "this GPU" if n == 1 else f"these {n} GPUs"
-    if need.get("cores_needed") is None:
+    if need.cores is None:
         loaders = "one loader hands" if n == 1 else f"{n} loaders (one per GPU) hand"
         return (f"; no core count keeps {them} busy in {precision}: {loaders} off at most (measured) "
-                f"{rate(need.get('handoff_limit'))} samples/s (about {need.get('cores_to_handoff_limit')} cores "
+                f"{rate(need.handoff_limit)} samples/s (about {need.cores_to_handoff_limit} cores "
                 "reach 95% of that)")
-    past = ", extrapolated past the workers measured" if need.get("extrapolated") else ""
-    short = (f", if the hand-off (measured up to {rate(need.get('handoff_limit'))} samples/s) does not stop it short"
-             if need.get("handoff_straddles") else "")
-    return f"; about {need['cores_needed']} cores keep {them} busy in {precision}{past}{short}"
+    past = ", extrapolated past the workers measured" if need.extrapolated else ""
+    short = (f", if the hand-off (measured up to {rate(need.handoff_limit)} samples/s) does not stop it short"
+             if need.handoff_straddles else "")
+    return f"; about {need.cores} cores keep {them} busy in {precision}{past}{short}"
 
 
-def verdict_words(g: dict) -> str:
+def verdict_words(a: Answer) -> str:
     """The side and the resource at the recommended count, with how often the re-draws agree, and the
     other resources within their interval of binding: 'Input-bound, cores full (88% of re-draws; also: the
     hand-off)'. Runs stored before the two-level verdict have only its one word."""
-    side, res = g.get("side_at_recommended"), g.get("resource_at_recommended")
-    words = ANSWER_WORDS.get((side, res)) or ("Balanced" if side == "balanced" else VERDICT_WORDS.get(
-        g.get("verdict_at_recommended") or "unknown", g.get("verdict_at_recommended")))
-    sure, notes = g.get("confidence") or {}, []
-    if sure.get("draws"):
-        notes.append(f"{sure['answer_share']:.0%} of {sure['draws']} re-draws")
-    also = [RESOURCE_WORDS.get(a, a) for a in g.get("also_at_recommended") or []]
+    words = ANSWER_WORDS.get((a.side, a.resource)) or ("Balanced" if a.side == "balanced" else VERDICT_WORDS.get(
+        a.verdict or "unknown", a.verdict))
+    sure, notes = a.confidence, []
+    if sure is not None and sure.draws:
+        notes.append(f"{sure.answer_share:.0%} of {sure.draws} re-draws")
+    also = [RESOURCE_WORDS.get(r, r) for r in a.also or []]
     if also:
         notes.append(f"also within its interval of binding: {', '.join(also)}")
     return f"{words} ({'; '.join(notes)})" if notes else words
 
 
-def confidence_line(g: dict) -> str:
+def confidence_line(a: Answer) -> str:
     """Whether the answer holds when the windows are re-drawn; '' for a run stored without it."""
-    sure = g.get("confidence") or {}
-    if not sure.get("draws"):
+    sure = a.confidence
+    if sure is None or not sure.draws:
         return ""
-    lo, hi = sure["workers_low"], sure["workers_high"]
+    lo, hi = sure.workers_low, sure.workers_high
     counts = f"num_workers {lo}" if lo == hi else f"num_workers {lo}-{hi}"
-    side = f"{sure['side']} side" if sure.get("side") else "no side"
-    res = f", {RESOURCE_WORDS.get(sure['resource'], sure['resource'])}" if sure.get("resource") and \
-        sure.get("side") != "balanced" else ""
-    line = (f"{counts} in {sure['workers_share']:.0%} of re-draws of the windows; {side}{res} in "
-            f"{sure['answer_share']:.0%}")
-    if sure.get("holds"):
+    side = f"{sure.side} side" if sure.side else "no side"
+    res = f", {RESOURCE_WORDS.get(sure.resource, sure.resource)}" if sure.resource and sure.side != "balanced" else ""
+    line = (f"{counts} in {sure.workers_share:.0%} of re-draws of the windows; {side}{res} in "
+            f"{sure.answer_share:.0%}")
+    if sure.holds:
         return f"{line}: the answer holds."
-    load = sure.get("disturbed")
+    load = sure.disturbed
     if load:
         return (f"{line}, but the answer does not hold: other processes used up to {load['foreign_cores_max']:.2f} "
                 f"cores of the run's CPUs in {load['trials']} of its {load['of']} end-to-end trials; run it again "
                 "with the machine quiet.")
     alt = "; ".join(f"{a['side']} side, {RESOURCE_WORDS.get(a['resource'], a['resource'])} {a['share']:.0%}"
-                    for a in sure.get("alternatives", []) if a.get("side"))
+                    for a in sure.alternatives if a.get("side"))
     return f"{line}: the answer does not hold{f' (else {alt})' if alt else ''}; longer windows or a repeat would settle it."
 
 
-def answer(run, g: dict) -> str:
+def answer(run, a: Answer) -> str:
     """One group's answer: its side and resource at the recommended count (with their confidence), the
-    rate there with its interval, the step's ceiling, the count to set and (on a GPU) the cores it needs."""
+    rate there with its interval, the step's ceiling, the count to set and (on a GPU) the cores it needs.
+    The one place the answer is worded: the console's recommendations and the HTML report print this."""
     device = run.meta.get("config", {}).get("device", "cuda")
-    w = g["recommended_workers"]
-    row = _curve_row(run, g, w)
-    verdict = verdict_words(g)
+    w = a.workers
+    row = _curve_row(run, a, w)
+    verdict = verdict_words(a)
     ceiling = row.get("step_bound_samples_per_s")
-    n = _gpus(g)  # N GPUs: num_workers is each rank's, the rates and the ceiling the whole job's
+    n = gpu_count(a.key)  # N GPUs: num_workers is each rank's, the rates and the ceiling the whole job's
     what = ("the GPU alone takes" if n == 1 else f"the {n} GPUs alone take") if device == "cuda" else \
         "the step on the CPU alone takes"
     alone = f"; {what} {rate(ceiling)}" if ceiling is not None and ceiling == ceiling else ""
     per, each = ("", "") if n == 1 else (" per GPU", " in each rank's DataLoader")
-    doing = "inference" if g.get("mode") == "inference" else "training"
+    doing = "inference" if a.key.get("mode") == "inference" else "training"
     return (f"{verdict}: with {w} worker{'' if w == 1 else 's'}{per} {doing} runs at "
-            f"{rate(g['recommended_samples_per_s'])}{_interval(row)} samples/s{alone}; set num_workers={w}"
-            f"{each}{_cores_clause(g, device)}.")
+            f"{rate(a.samples_per_s)}{_interval(row)} samples/s{alone}; set num_workers={w}"
+            f"{each}{_cores_clause(a, device)}.")
 
 
 def answers(run) -> list[tuple[str, str]]:
     """(group label, answer sentence) for every group the analysis stored, in its order."""
-    return [(group_label(g), answer(run, g)) for g in run.meta.get("analysis", {}).get("groups", [])]
+    return [(group_label(a.key), answer(run, a)) for a in group_answers(run)]
 
 
 def answer_lines(run) -> list[str]:
     """The answers as plain lines, labelled by group when there is more than one, each followed by its
     confidence and its basis."""
-    pairs, groups = answers(run), run.meta.get("analysis", {}).get("groups", [])
+    pairs = answers(run)
     failed = run.meta.get("analysis", {}).get("failures") or {}  # analysis.failures: no answer, or what it rests on
     lines = [failed["no_answer"]] if failed.get("no_answer") else []
-    for (label, text), g in zip(pairs, groups):
+    for (label, text), a in zip(pairs, group_answers(run)):
         lines.append(f"{label}: {text}" if len(pairs) > 1 else text)
-        lines += [f"  {x}" for x in (best_action_line(g), confidence_line(g), why(g)) if x]
+        lines += [f"  {x}" for x in (best_action_line(a), confidence_line(a), why(a)) if x]
     return lines + ([failed["rests_on"]] if failed.get("rests_on") else [])
 
 
-def why(g: dict) -> str:
+def why(a: Answer) -> str:
     """The evidence behind the verdict at the recommended count, as the analysis stored it."""
-    basis = g.get("basis_at_recommended")
-    return f"Why: {basis}." if basis else ""
+    return f"Why: {a.basis}." if a.basis else ""
 
 
 class Action(NamedTuple):
@@ -205,13 +212,13 @@ def at_trial_words(gain: Optional[float], at: Optional[float]) -> str:
 
 def actions(run) -> list[Action]:
     """Every group's stored actions, in the analysis's rank order (findings first, then what was measured)."""
-    return [Action(group_label(g), a["action"], a.get("predicted_samples_per_s"), a.get("gain_frac"),
+    return [Action(group_label(g.key), a["action"], a.get("predicted_samples_per_s"), a.get("gain_frac"),
                    bool(a.get("within_noise")), a.get("basis", ""), a.get("tried"), bool(a.get("measured")),
                    a.get("measured_samples_per_s"), a.get("baseline_samples_per_s"), a.get("measured_gain_frac"),
                    (a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")), a.get("verified"),
                    a.get("why_not_tried"), a.get("error") and f"{a.get('status')}: {a.get('error')}",
                    a.get("unstable_reason") if a.get("unstable") else None, a.get("predicted_gain_at_trial_frac"))
-            for g in run.meta.get("analysis", {}).get("groups", []) for a in g.get("actions", [])]
+            for g in group_answers(run) for a in g.actions]
 
 
 def gain_interval(low: Optional[float], high: Optional[float]) -> str:
@@ -219,10 +226,10 @@ def gain_interval(low: Optional[float], high: Optional[float]) -> str:
     return "" if low is None or high is None else f"95% interval {low:+.0%} to {high:+.0%}"
 
 
-def best_action_line(g: dict) -> str:
+def best_action_line(a: Answer) -> str:
     """The best action the run measured, its gain and interval beside the baseline's rate: 'Best measured
     change: ...'; or that none was shown to help; '' when no action trial ran."""
-    best = g.get("best_measured_action")
+    best = a.best_measured_action
     if not best:
         return ""
     ci = gain_interval(best.get("measured_gain_ci95_low"), best.get("measured_gain_ci95_high"))
@@ -252,7 +259,7 @@ def review_table(run) -> pd.DataFrame:
 def _best_end_to_end(run, table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``table`` with the best end-to-end rate of the training groups of the same model, precision (and
     GPU count where both have it) beside each row: the review's end-to-end figure is a training one."""
-    e2e = pd.DataFrame(run.meta.get("analysis", {}).get("groups", []))
+    e2e = pd.DataFrame([a.key | {"best_samples_per_s": a.best_samples_per_s} for a in group_answers(run)])
     if e2e.empty or not {"model", "precision", "best_samples_per_s"} <= set(e2e):
         return table
     if "mode" in e2e:

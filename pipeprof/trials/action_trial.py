@@ -7,7 +7,7 @@ optimizer, one cuDNN cache), in ABBA windows (``measure.windows.rotating``), so 
 drift falls on both and the gain is read pair by pair with its 95% interval. Two variants share one
 rotation, A1 B A2 | A2 B A1: each cycle's baseline window is paired with both, so two gains take three
 windows a cycle instead of four, and one trial's start instead of two (the orchestrator tries a group's two
-largest predicted gains so: on the H200 each trial's start took about 21 s and a pair 7 s).
+largest predicted gains so: a trial's start costs as much as several pairs of windows, docs/measured.md).
 
 Each side is a :class:`Variant`: a loader of its own, opened at the start and kept running, and what
 the training process does to its batches before the step. While one side is timed the other's workers

@@ -9,8 +9,8 @@ device's decode/augment share, a resource on the step's side: the step and the p
 A stand-in for the step (``stand_in_s``) keeps the device busy for the step's own time before each batch,
 as the step does end to end: the host then decodes and queues the next batch while the device works, and
 the marks bracket the pipeline's own device time, not the host's. Without it (the pipeline alone) the
-device waits for the host inside the marks: on the H200 the standard preset's decode and augment took 34 ms
-a batch of 256 alone and 23 ms end to end, where the end-to-end rate was the step's 54.6 ms plus those 23.
+device waits for the host inside the marks, and its time alone overstates what it adds end to end, where a
+batch costs the step's time plus the pipeline's own device time (docs/measured.md, "The GPU pipeline").
 """
 from __future__ import annotations
 

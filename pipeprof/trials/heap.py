@@ -16,9 +16,9 @@ _HEAP_OWNED = False  # inside trial_heap, which froze the heap: release sets eac
 def release(device: torch.device) -> None:
     """Free what a trial left: its cycles, and the device memory torch's allocator still caches. Inside
     :func:`trial_heap` what survives the collection is set aside as well (``gc.freeze``): the modules the
-    first trials import on the way (torch's compiler, through the optimiser: 150,000 objects) were walked
-    again at every later trial, 0.13-0.17 s each on a 2-core box and 0.20-0.33 s on the H200 box; there a
-    release now takes 0.3-19 ms after the first trial's (resnet50 fp16, Python 3.12)."""
+    first trials import on the way (torch's compiler, through the optimiser) were otherwise walked again at
+    every later trial, a fraction of a second each; set aside, a release after the first trial's takes
+    milliseconds (docs/measured.md)."""
     gc.collect()
     if _HEAP_OWNED:
         gc.freeze()
@@ -31,10 +31,10 @@ def trial_heap(collect_first: bool = False) -> Iterator[None]:
     """Within the block, :func:`release`'s collection walks only the objects made since the last trial: what
     the process held before is set aside from the garbage collector (``gc.freeze``), so is what each trial
     leaves alive, and all of it is set back at the end (``gc.unfreeze``). A full collection walks the whole
-    heap: 0.2-0.3 s a trial with torch and pandas loaded (380,000 objects in a GPU run on the H200 box), for
-    cycles that only the trials make. Set-aside objects are still freed by reference count; only a cycle
-    among them that becomes garbage before the block ends waits for its end (nothing the sweep keeps from
-    one trial to the next holds device memory: each trial builds its own model and loader).
+    heap, torch's and pandas' objects included, a fraction of a second a trial, for cycles that only the
+    trials make. Set-aside objects are still freed by reference count; only a cycle among them that
+    becomes garbage before the block ends waits for its end (nothing the sweep keeps from one trial to the
+    next holds device memory: each trial builds its own model and loader).
     ``collect_first``: free the garbage already there before setting it aside (on a GPU, cycles holding
     device memory). What the process had frozen before is set back too: Python 3.12 starts with a few
     hundred objects frozen (375 on 3.12.1), and a block that stood aside for them never froze anything

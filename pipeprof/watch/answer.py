@@ -61,8 +61,8 @@ def analyse_loaders(rows: list[dict], cores: float, device: str, draws: int = 60
     for label in dict.fromkeys(r["loader"] for r in rows):
         mine = [r for r in rows if r["loader"] == label]
         part = analyse(frame(mine), cores=cores, device=device, draws=draws)
-        for g in part["groups"]:
-            g["loader"] = label
+        for a in part["groups"]:  # each an answer.Answer: a watch's group is keyed by its loader too
+            a.key["loader"] = label
         parts.append(part)
         loaders[label] = {"slowest_rank": slowest_rank(mine)}
     out = _merge(parts)

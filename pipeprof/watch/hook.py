@@ -289,7 +289,8 @@ class Watch:
             root = os.environ.get(channel.ENV_ROOT)
             if root and root not in sys.path:
                 sys.path.append(root)  # last: an installed pipeprof wins; the pause needs its package
-            importlib.import_module("pipeprof.watch.pause").serve(loader, self.client, cmd)
+            # the pause counts samples by this module's rule, handed over: it never imports the hook
+            importlib.import_module("pipeprof.watch.pause").serve(loader, self.client, cmd, count)
         except Exception as exc:  # the user's job must go on whatever the pause met
             self.client.send({"k": "tune_error", "error": f"{type(exc).__name__}: {exc}", "t": clock()})
             self.client.flush()

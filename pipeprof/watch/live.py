@@ -11,6 +11,8 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Optional
 
+from pipeprof.answer import CoresNeeded
+
 if TYPE_CHECKING:  # pandas loads in 0.4 s: the watch imports it after the job has started
     import pandas as pd
 
@@ -82,28 +84,30 @@ def _row_lines(r: pd.Series, v: dict) -> list[str]:
 
 
 def tune_lines(tune: Optional[dict]) -> list[str]:
+    """The pause's lines (``tune``: ``tune.recommend``'s result, with the pause's facts)."""
     if not tune:
         return []
     if tune.get("error"):
         return [f"  tune: {tune['error']}"]
+    from .tune import picked  # pandas: the watch imports it after the job has started
     points = ", ".join(f"{p['num_workers']} w {_rate(p['loader_alone_samples_per_s'])}/s"
                        for p in tune.get("predicted", []))
     out = [f"  tune ({tune['loader']}, paused {tune['paused_s']:.1f} s): the loader alone at {points}; the step "
            f"alone {_rate(tune.get('step_samples_per_s'))} samples/s"]
-    if tune.get("recommended_workers") is not None:
-        out.append(f"  → num_workers={tune['recommended_workers']} (predicted "
-                   f"{_rate(tune['recommended_samples_per_s'])} samples/s{_cores_text(tune)})")
+    pick = picked(tune)
+    if pick is not None:
+        out.append(f"  → num_workers={pick.workers} (predicted {_rate(pick.samples_per_s)} samples/s"
+                   f"{_cores_text(CoresNeeded.from_dict(tune.get('cores_needed')))})")
         if tune.get("change"):
             out.append(f"    {tune['change']}")
     return out
 
 
-def _cores_text(tune: dict) -> str:
+def _cores_text(need: Optional[CoresNeeded]) -> str:
     """The cores the step needs, said with what it rests on: past the counts the pause measured it is an
     extrapolation, and the pause does not measure the loader's hand-off limit, which may stop it sooner."""
-    need = tune.get("cores_needed") or {}
-    if not need.get("cores_needed"):
+    if need is None or not need.cores:
         return ""
-    past = ", extrapolated past the counts the pause measured" if need.get("extrapolated") else ""
-    return f"; about {need['cores_needed']} cores keep the step fed{past}, if the hand-off (not measured here) allows"
+    past = ", extrapolated past the counts the pause measured" if need.extrapolated else ""
+    return f"; about {need.cores} cores keep the step fed{past}, if the hand-off (not measured here) allows"
 

@@ -1,6 +1,8 @@
 """``--tune`` inside the watched process: the loop paused at a step boundary, the loader measured alone.
 
-The hook calls :func:`serve` from the user's ``next()`` when the parent asks. It says it has paused,
+The hook calls :func:`serve` from the user's ``next()`` when the parent asks, handing it its own rule
+for the samples in a batch (``hook.count``: this module imports nothing of the hook, which imports this
+one when a pause begins). It says it has paused,
 then for each worker count the parent asks for (``measure``) builds a new DataLoader from the
 arguments the user's loader was built with (the same dataset object, sampler, collate function,
 pin_memory, worker_init_fn; only ``num_workers``, and what 0 workers forbids, changed) and times it
@@ -22,14 +24,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipeprof.measure.windows import steady_state
-from .hook import count
 
 WAIT_S = 600.0  # the parent answers within the pause; past this the loop resumes on its own
-
-
-def _count(batch, batch_size) -> int:
-    """The hook's own rule for samples in a batch, with the watch's fallback (``records``: the batch size)."""
-    return count(batch) or batch_size or 1
 
 
 def rebuild(loader, workers: int) -> DataLoader:
@@ -64,21 +60,24 @@ class RandomStates:
             self.numpy[0].random.set_state(self.numpy[1])
 
 
-def measure(loader, workers: int, policy: dict, on_workers) -> dict:
+def measure(loader, workers: int, policy: dict, on_workers, count) -> dict:
     """The loader alone at ``workers``: steady-state windows over ``next()`` (a pass that ends starts
-    again, counted as ``loader_restarts``), then its workers shut down."""
+    again, counted as ``loader_restarts``), samples by ``count``, then its workers shut down."""
     clone = rebuild(loader, workers)
     state = SimpleNamespace(it=iter(clone), restarts=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 
+    def samples(batch) -> int:  # the hook's rule, with the watch's fallback (``records``: the batch size)
+        return count(batch) or clone.batch_size or 1
+
     def step() -> int:
         try:
-            return _count(next(state.it), clone.batch_size)
+            return samples(next(state.it))
         except StopIteration:
             state.restarts += 1
             state.it = iter(clone)
             on_workers([w.pid for w in getattr(state.it, "_workers", [])])
-            return _count(next(state.it), clone.batch_size)
+            return samples(next(state.it))
 
     depth = workers * (clone.prefetch_factor or 0)
     try:
@@ -91,8 +90,9 @@ def measure(loader, workers: int, policy: dict, on_workers) -> dict:
     return m.stats() | {"loader_restarts": state.restarts}
 
 
-def serve(loader, client, first: dict) -> None:
-    """The pause: answer ``measure`` commands until ``resume`` (or silence for WAIT_S)."""
+def serve(loader, client, first: dict, count) -> None:
+    """The pause: answer ``measure`` commands until ``resume`` (or silence for WAIT_S); ``count(batch)``: the
+    samples in a batch, by the hook's rule."""
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()  # the step in flight finishes before the loader is timed alone
     states = RandomStates(loader)
@@ -106,14 +106,14 @@ def serve(loader, client, first: dict) -> None:
                 break
             for cmd in cmds:
                 if cmd.get("cmd") == "measure":
-                    _measure_one(loader, client, cmd)
+                    _measure_one(loader, client, cmd, count)
     finally:
         states.restore()
         client.send({"k": "tune_resumed", "t": time.perf_counter(), "paused_s": time.perf_counter() - t0})
         client.flush()
 
 
-def _measure_one(loader, client, cmd: dict) -> None:
+def _measure_one(loader, client, cmd: dict, count) -> None:
     w = int(cmd["workers"])
 
     def on_workers(pids):
@@ -123,7 +123,7 @@ def _measure_one(loader, client, cmd: dict) -> None:
     client.send({"k": "tune_start", "workers": w, "t": time.perf_counter()})
     client.flush()
     try:
-        stats = measure(loader, w, cmd["policy"], on_workers)
+        stats = measure(loader, w, cmd["policy"], on_workers, count)
         client.send({"k": "tune_point", "workers": w, "t": time.perf_counter(), "stats": stats})
     except Exception as exc:  # a count that cannot run (memory, a worker that dies) is a row, not a crash
         client.send({"k": "tune_point", "workers": w, "t": time.perf_counter(),

@@ -380,7 +380,7 @@ class Session:
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
         """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""
-        from .tune import change_line, recommend
+        from .tune import change_line, picked, recommend
 
         label = self.tuned
         mine = [r for r in rows if r["loader"] == label and r["status"] == "ok"]
@@ -391,6 +391,6 @@ class Session:
         if not (watched and step and points):
             return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
         found = recommend(points, watched, step, cores)
-        loader = self.store.loaders[label]
+        loader, pick = self.store.loaders[label], picked(found)
         return found | {"site": f"{loader.get('path')}:{loader.get('line')}",
-                        "change": change_line(loader, int(watched["num_workers"]), found.get("recommended_workers"))}
+                        "change": change_line(loader, int(watched["num_workers"]), pick and pick.workers)}

@@ -11,7 +11,8 @@ an end-to-end point would be.
 ``analysis.predict`` on the watched row moved to that count (the step, the loader alone there, the
 workers the training process leaves cores for), the pick is ``analysis.recommend_workers`` over those
 predictions with their intervals, and the cores it needs ``analysis.cores_needed`` on the measured
-curve. Nothing is re-implemented here.
+curve. Nothing is re-implemented here. Its result is a dict in run.json's stored names (run.json's ``tune``);
+:func:`picked` reads its pick as an ``answer.Recommendation``.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.analysis import cores_needed, predict, recommend_workers
+from pipeprof.answer import Recommendation
 from pipeprof.config import MeasureConfig
 from pipeprof.orchestrate.search import Point, next_workers
 
@@ -99,6 +101,12 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float) -> di
                    "step_samples_per_s": step["samples_per_s"],
                    "model": "analysis.predict (min of the step, the loader alone at the workers the training "
                             "process leaves cores for, and the cores' budget), analysis.recommend_workers"}
+
+
+def picked(found: dict) -> Optional[Recommendation]:
+    """The pause's pick in :func:`recommend`'s result (stored as run.json's ``tune``), typed; None where the
+    pause gave none (no count gave a rate, or it did not run)."""
+    return Recommendation.from_dict(found) if found.get("recommended_workers") is not None else None
 
 
 def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str]:

@@ -28,7 +28,7 @@ RETRY_BACKOFF_S = 0.1  # first pause between attempts; doubles each retry
 
 # Filesystems this module created. A forked worker inherits them (and any not yet
 # garbage-collected), but their client sessions belong to the parent's event-loop
-# thread, which does not exist in the child: finalizing one there blocks ~1 s in
+# thread, which does not exist in the child: finalizing one there blocks in
 # fsspec's close_session (it waits on the dead loop), and closing its sockets would
 # unregister them from the epoll instance the parent shares. So a child keeps them
 # alive, untouched, until it exits (DataLoader workers leave via os._exit).
