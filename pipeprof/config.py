@@ -369,8 +369,9 @@ class MeasureConfig(_Strict):
     warmup_batches: NonNegativeInt = 2  # margin: the trial adds the loader's prefetch depth to this
     warmup_s: float = Field(0.0, ge=0)  # the least warm-up time; it then ends when the rate settles
     warmup_max_s: float = Field(15.0, ge=0)  # the most (also at most half of max_trial_s); 0: no settling
-    # settled: two warm-up chunks (half a window each) within this share; window-to-window noise on a
-    # shared 16-core box is 5-10%, so a tighter figure mistakes noise for a transient and warms up for 10 s
+    # settled: two warm-up chunks (half a window each) within this share; window-to-window noise on a shared
+    # machine comes close to it (docs/measured.md), so a tighter figure mistakes noise for a transient and keeps
+    # warming up
     settle_tol: float = Field(0.15, gt=0)
     window_s: float = Field(0.75, gt=0)  # windows are set by time (whole worker rounds), not batch counts
     window_batches: PositiveInt = 1  # and hold at least this many batches
@@ -383,27 +384,27 @@ class MeasureConfig(_Strict):
     # action trials (trials/action_trial.py): a gain is a ratio of two windows, so each pair's noise is two
     # windows' worth and the switch between two running loaders is drained untimed; windows of several
     # worker rounds average the rounds' phase, and pairs are added until the gain's 95% interval is within
-    # ± ci_target of the rate (t95 of 2 pairs is 12.7: 2 pairs of 1 s windows gave ±40% on the 16-core box)
+    # ± ci_target of the rate (t95 of 2 pairs is 12.7: a fixed 2 pairs of short windows gave intervals of tens of
+    # percent, docs/measured.md)
     action_window_s: Optional[float] = Field(None, gt=0)  # None: 4 × window_s (3 s at the default)
     action_pairs: int = Field(4, ge=2)  # planned pairs
     action_max_pairs: int = Field(10, ge=2)  # at most (and max_trial_s)
     # all action trials together, after the answer: the two largest predicted gains first (of one group in one
     # rotation that may take all of it; of two groups the first half, the second what is left); what it leaves
-    # out is listed as not tried with this reason. On the H200 the default run's action trials took 54-66 s for
-    # 4-5 pairs each, and with 120 s its whole runs took 251 and 266 s
+    # out is listed as not tried with this reason. This much holds the two largest gains' trials of a few pairs
+    # each in a default run of under 5 minutes (docs/measured.md, "Action-trial timing and budgets")
     actions_max_s: float = Field(120.0, gt=0)
     # and no action trial past this many seconds into the run (from its start, after the data is made or
-    # found): the whole run within 5 minutes on the H200 box. There the command's start and the data check
-    # took ~11 s before it, and the last window's end, the analysis and the report 10-12 s after the budget:
-    # an answer at 160 s with the full 120 s of actions ended at 301 s on its log, and at 280 here runs that
-    # answered at 161 and 176 s ended at 297 and 302 s; at 270, with max_trial_s counting an action trial's start
-    # (its loaders'), one that answered at 143 s ended at 265 s. None: no limit
+    # found): a default run within 5 minutes. The command's start and the data check come before the run's
+    # clock, and the last window's end, the analysis and the report after the budget, so the cap sits half a
+    # minute under 300 s, with max_trial_s counting an action trial's start (its loaders') too (docs/measured.md,
+    # "Action-trial timing and budgets"). None: no limit
     run_max_s: Optional[float] = Field(270.0, gt=0)
     # the adaptive search's fine end: no bisection step starts that would end past this many seconds into the
     # run (per group searched: the k-th group, k times it); the bound, the knee and the probe just below the
-    # top are always measured. On the H200 box a default run whose bisection went on to 12 and 13 workers
-    # answered at 216 s; with this budget three runs answered at 142-170 s (a step there took 46-49 s, the
-    # search's own record). None: no limit
+    # top are always measured. A bisection step (the loader alone and end to end at a count) can take most of a
+    # minute, and a search that bisected on answered markedly later (docs/measured.md, "Default runs"). None: no
+    # limit
     answer_max_s: Optional[float] = Field(150.0, gt=0)
 
 

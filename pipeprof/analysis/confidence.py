@@ -1,14 +1,14 @@
 """How much the answer can be trusted: re-draw each trial's windows and ask again.
 
 A run's answer (the num_workers to set, the side and the resource that bind) is computed from
-medians of a few timed windows. On a shared machine those windows move 5-20%, so the same run
-repeated can pick a neighbouring count or a neighbouring verdict. Here each trial's windows are
-resampled with replacement (a bootstrap: the rates, the data-wait shares); the monitor's figures
-that have only an interval (busy cores, workers' CPU) are drawn from it. The recommendation and the
-verdict are recomputed for every draw, and the answer's confidence is how often they agree:
-"num_workers 14-16 (95% of re-draws); input side, cores (88%)". Re-draws see only the noise inside the
-trials: an answer read from trials that shared the cores with other processes (:func:`disturbed`) does
-not hold, however often its re-draws agree.
+medians of a few timed windows. On a shared machine those windows move by several percent
+(docs/measured.md), so the same run repeated can pick a neighbouring count or a neighbouring
+verdict. Here each trial's windows are resampled with replacement (a bootstrap: the rates, the
+data-wait shares); the monitor's figures that have only an interval (busy cores, workers' CPU) are
+drawn from it. The recommendation and the verdict are recomputed for every draw, and the answer's
+confidence is how often they agree: "num_workers 14-16 (95% of re-draws); input side, cores (88%)".
+Re-draws see only the noise inside the trials: an answer read from trials that shared the cores with
+other processes (:func:`disturbed`) does not hold, however often its re-draws agree.
 
 Pure: trials in, a dict per group out. ``draws`` and ``seed`` fix the result for a given table.
 """
@@ -30,9 +30,9 @@ from .bounds import (BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, cpu_curve_rows, cu
 from .verdict import at_recommended, verdicts
 
 DRAWS = 60  # shares move by about 1/sqrt(draws): ±6 points at 60, enough to say whether 80% holds; each draw
-# reads the verdicts and the recommendation again (60 draws of a 9-trial run on a 2-core machine: 0.9-1.2 s; 2.3-2.5 s
-# when each draw found its groups and loader curves again, 4.7 s when it also re-joined the table), so more would add
-# seconds to every run
+# reads the verdicts and the recommendation again (the draws share one layout: which trials join, which make each
+# group and its loader curve; finding them again in every draw made the re-draws several times slower:
+# docs/measured.md), so more would add seconds to every run
 HOLDS = 0.80  # the answer holds when at least 80% of the re-draws give it
 SPREAD = {"usable_busy_cores": "usable_busy_cores_mean", "workers_cpu_pct": "workers_cpu_pct_mean"}
 
@@ -166,11 +166,10 @@ def disturbed(curve: pd.DataFrame) -> Optional[dict]:
     trials), where it could move the answer: the monitor flagged it (``measure.noise.causes``: a tenth of a
     core and 2% of the cores) and it held at least ``1 - NEAR_BEST`` of the usable cores, the most it can take
     from a rate that needs every core. Less cannot move a rate beyond the 5% within which the answer already
-    calls two rates the same (the H200 box: 0.35 of 16 cores in one of four trials, windows moving 7-13%,
-    read "does not hold" where the same run's re-draws agreed). Re-drawing windows that all shared the cores
-    with such a load cannot say what the pipeline does on a quiet machine: on the 2-core CPU box a run beside
-    a test suite answered num_workers=1 at 73 samples/s where three quiet runs answered 0 at 102-106, each at
-    100% of its re-draws. None when nothing was."""
+    calls two rates the same (a smaller load, flagged, had read "does not hold" where the run's re-draws agreed).
+    Re-drawing windows that all shared the cores with such a load cannot say what the pipeline does on a quiet
+    machine: a run beside other work can answer a different count from quiet runs, each at 100% of its re-draws
+    (docs/measured.md, "The answer's confidence under outside load"). None when nothing was."""
     hit = [r for r in curve.to_dict("records") if any(c == "foreign load" for c, _ in causes(r))
            and r["foreign_cores_mean"] >= (1 - NEAR_BEST) * (r.get("usable_cores") or 0)]
     if not hit:

@@ -48,8 +48,9 @@ WAIT_INPUT = 0.20  # the step waits >= 20% of the wall time: input-bound
 WAIT_STEP = 0.05  # the step waits < 5%: the step binds
 SATURATED = 0.90  # >= 90% of the usable cores busy: the machine's cores are the limit
 # a step running > 10% below its rate alone, hardly waiting for data, with >= 80% of the cores busy:
-# its host side is starved (a machine-wide mean hides each DDP rank's full slice: on the 2xH200 box
-# 2 ranks x (15 workers + the training process) kept 28.7 of 32 cores busy at 70% of the 2-GPU ceiling)
+# its host side is starved (a machine-wide mean hides each DDP rank's full slice: with each rank's workers and
+# training process sharing its slice, a 2-GPU step ran well under its ceiling while the machine-wide mean stayed
+# under 90%; docs/measured.md, "Two GPUs against one")
 SLOWED_SATURATED = 0.80
 WORKERS_BUSY = 0.70  # workers computing >= 70% of their time: they are the CPU limit, not waiting
 # decode + augment on the GPU taking >= 25% of the wall time: the GPU is bound by its input work too
@@ -222,7 +223,8 @@ def readings(ev: Evidence, bounds: dict, row: pd.Series) -> list[Reading]:
 
 
 # what the resource rules out is measured; what might help instead is the ranked actions' to say (predicted,
-# and measured by the action trials): on the H200 decoding on the GPU was slower than the 16 cores it spared
+# and measured by the action trials): decoding on the GPU can be slower than the cores it spares
+# (docs/measured.md, "The GPU pipeline")
 ADVICE = {"storage": "the storage binds: see the ranked actions (RAM, shards) for what was measured",
           "cores": "more workers cannot help (the cores are full); more cores or a cheaper pipeline may: see the "
                    "ranked actions",
@@ -412,10 +414,10 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     too little to recommend (under 5%, or not separable from it), and "more workers" is refuted by
     measurement. The answer then names the next resource within its interval of binding at the recommended
     count itself, on its own side; only where there is none, what binds at the fastest larger count. Its
-    basis says why. On the H200 two machine starts answered "too few workers" at 14 (16 measured, tied) and
-    "cores full" at 16; and two runs on one start, both with the cores within their interval at 14, answered
-    "input-bound, cores full" (cores the first resource at 14) and "step-bound, its host short of cores"
-    (workers first at 14, and 16's own side taken): one answer now."""
+    basis says why. Without this, runs of one workload answered "too few workers" at the recommended count
+    where others answered "cores full" at a larger measured one, and, where the workers came first at the
+    recommended count with the cores within their interval there, took the larger count's side: one answer
+    now (docs/measured.md, "The answer at the recommended count")."""
     at = mine[mine["num_workers"] == recommended] if len(mine) else mine
     if at.empty:
         return None

@@ -59,7 +59,7 @@ def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, o
     for i in range(repeats):
         for sweep in ("adaptive", "exhaustive") if i % 2 == 0 else ("exhaustive", "adaptive"):
             # pipeprof's own costs (monitor, stage clocks) are measured once, in the first run: per pair
-            # they took 40-70 s each on the 16-core box and the benchmark did not fit a 10-minute call
+            # they cost about a minute each and the benchmark outgrew a 10-minute call (docs/measured.md)
             checks = f"overhead_checks={str(not rows).lower()}"
             cfg = cfgmod.load(config, [*base, checks, f"sweep={sweep}", f"name=bench-{sweep}"])
             log(f"pair {i + 1}/{repeats}: {sweep} sweep")

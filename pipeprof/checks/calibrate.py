@@ -14,8 +14,8 @@ So ``min(w / c, b / s)`` is the expected end-to-end rate and the binding side is
 the expected verdict; tests and ``pipeprof validate`` assert both.
 
 Profile them with ``model.threads: 1`` (``profile(threads=1)``): after each sleep torch's
-idle intra-op threads take 4–8 ms to wake for the loss and backward, which would add a
-cost nobody asked for (a GPU step leaves those threads alone).
+idle intra-op threads take milliseconds to wake for the loss and backward (docs/measured.md),
+which would add a cost nobody asked for (a GPU step leaves those threads alone).
 """
 from __future__ import annotations
 

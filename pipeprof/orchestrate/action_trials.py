@@ -113,7 +113,7 @@ def _facts(plan_) -> Facts:
     cfg = plan_.cfg
     own = "loader" if plan_.user_loader is not None else ("dataset" if plan_.user_dataset is not None else "pipeline")
     kinds = {label: s.kind for label, s in plan_.sources.items()}
-    # the GPU pipeline's refusal only where it could be tried: mapping a preset imports torchvision (1.4 s)
+    # the GPU pipeline's refusal only where it could be tried: mapping a preset imports torchvision (slow)
     only = tuple(cfg.actions) if isinstance(cfg.actions, list) else None  # a list: try only these
     mode = "measure" if only is not None else cfg.actions
     tried = mode == "measure" and (only is None or "gpu_pipeline" in only)

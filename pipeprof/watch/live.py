@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pipeprof.answer import CoresNeeded
 
-if TYPE_CHECKING:  # pandas loads in 0.4 s: the watch imports it after the job has started
+if TYPE_CHECKING:  # pandas is slow to import: the watch imports it after the job has started
     import pandas as pd
 
 

@@ -126,7 +126,7 @@ class Session:
 
             self.monitor = Monitor(hz=5).start()
             self.monitor.set_trial("watch")
-            if self.o.tune:  # the pause's search imports torch (1-2 s): while the job starts, not after the window
+            if self.o.tune:  # the pause's search imports torch (slow): while the job starts, not after the window
                 from . import tune  # noqa: F401
             try:
                 return self._loop()
