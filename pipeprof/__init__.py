@@ -8,27 +8,45 @@ Python API::
     pipeprof.run("configs/default.yaml")
     pipeprof.load_run("out/run-20261129-141500")
 """
+
 from __future__ import annotations
 
-from ._version import __version__  # noqa: F401 - the package's public version
-
 from pipeprof.measure.confounders import quiet_albumentations
+
+from ._version import __version__  # noqa: F401 - the package's public version
 
 quiet_albumentations()
 
 
 def run(config=None, overrides=(), **kwargs):
     """Run an experiment file (or the defaults) with ``section.key=value`` overrides; returns a Run."""
-    from .config import RunConfig, load
     from pipeprof.orchestrate.runner import execute
+
+    from .config import RunConfig, load
 
     cfg = config if isinstance(config, RunConfig) else load(config, list(overrides))
     return execute(cfg, **kwargs)
 
 
-def profile(dataset=None, model="auto", batch_size=None, num_workers=None, precision=None, *,
-            mode=None, trials=None, measure=None, out_dir=None, name=None, log=print, loss_fn=None,
-            threads=None, loader=None, config=None, **sections):
+def profile(
+    dataset=None,
+    model="auto",
+    batch_size=None,
+    num_workers=None,
+    precision=None,
+    *,
+    mode=None,
+    trials=None,
+    measure=None,
+    out_dir=None,
+    name=None,
+    log=print,
+    loss_fn=None,
+    threads=None,
+    loader=None,
+    config=None,
+    **sections,
+):
     """Profile ``dataset`` (a map-style Dataset or an IterableDataset of ``(CHW tensor, label)``;
     None: the synthetic one) feeding ``model`` (an ``nn.Module``, a model name, or "auto") over
     worker counts.
@@ -51,8 +69,9 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
     (which needs labels in ``[0, model outputs)``). ``threads``: the CPU step's intra-op threads
     (``model.threads``; default: the cores the workers leave).
     """
-    from .config import build
     from pipeprof.orchestrate.runner import execute
+
+    from .config import build
 
     if dataset is not None and loader is not None:
         raise ValueError("profile(): pass dataset= or loader=, not both (the loader factory builds its own dataset)")
@@ -64,9 +83,17 @@ def profile(dataset=None, model="auto", batch_size=None, num_workers=None, preci
 
         template, model = model, f"{USER_PREFIX}{type(model).__name__}"
         models[model] = lambda: copy.deepcopy(template)
-    shortcuts = {"name": name, "out_dir": out_dir, "trials": trials, "model.name": None if model == "auto" else model,
-                 "model.precision": precision, "model.mode": mode, "model.threads": threads,
-                 "loader.num_workers": num_workers, "loader.batch_size": batch_size}
+    shortcuts = {
+        "name": name,
+        "out_dir": out_dir,
+        "trials": trials,
+        "model.name": None if model == "auto" else model,
+        "model.precision": precision,
+        "model.mode": mode,
+        "model.threads": threads,
+        "loader.num_workers": num_workers,
+        "loader.batch_size": batch_size,
+    }
     raw = _profile_config(config, sections | ({"measure": measure} if measure else {}), shortcuts)
     cfg = build({"name": "profile"} | raw, origin="profile() arguments")
     return execute(cfg, user_dataset=dataset, models=models, log=log, loss_fn=loss_fn, user_loader=loader)

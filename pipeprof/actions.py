@@ -23,6 +23,7 @@ Pure (no torch, no pandas): a row is anything with ``.get`` (a pandas Series or 
 ``answer.Answer``. Every layer may import this module. The action trials' measured figures are put beside the
 predictions here too (:func:`combine`, :func:`best_measured`), so the report reads one record per action.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class Facts(NamedTuple):
     mode: str = "measure"  # config ``actions``
     gpu_refusal: Optional[str] = None  # why the preset cannot run on the GPU (None: it can)
     source_kinds: dict = {}  # source label -> its storage layout (files, memory, shards, url)
-    prefetch_factor: Optional[int] = None  # the loader's (config loader.prefetch_factor); None: a user's DataLoader's own
+    prefetch_factor: Optional[int] = (
+        None  # the loader's (config loader.prefetch_factor); None: a user's DataLoader's own
+    )
     only: Optional[tuple] = None  # config ``actions`` as a list: only these action ids are tried
 
 
@@ -69,7 +72,9 @@ class Action:
     needs_cuda: bool = False
     needs_workers: bool = False  # a knob of the workers: nothing to change at 0 workers
     cpu_side: bool = False  # moves work off the CPU's decode/augment: not where the GPU already does them
-    new_handoff: bool = False  # what the loader hands over changes (bytes, uint8): the float32 hand-off's limit is not its
+    new_handoff: bool = (
+        False  # what the loader hands over changes (bytes, uint8): the float32 hand-off's limit is not its
+    )
     cannot: Optional[str] = None  # why a predicted action stays a prediction
 
 
@@ -80,10 +85,12 @@ def _other_decoder(row, facts: Facts) -> dict:
 def _source_params(kind: str) -> Params:
     """The source a storage action reads (``<kind>-action``, built by the variant); None where it is what runs,
     or (shards) where the data is not a folder of files to pack."""
+
     def params(row, facts: Facts) -> Optional[dict]:
         there = facts.source_kinds.get(row.get("source"))
         packable = there in (None, "files")  # None: a user's data, refused by the scope with its reason
         return None if there == kind or (kind == "shards" and not packable) else {"source": f"{kind}-action"}
+
     return params
 
 
@@ -101,45 +108,138 @@ def _endless(row, facts: Facts) -> Optional[str]:
 
 
 #: action id -> its entry. The order is the report's for actions with no prediction.
-ACTIONS: dict[str, Action] = {a.id: a for a in [
-    Action("decoder", "decode with {decoder} instead of {was} (data.decoder: {decoder})", CPU_SIDE,
-           predict="other_decoder", variant="pipeline_as", params=_other_decoder, cpu_side=True),
-    Action("uint8", "send uint8 batches, normalise on the GPU (preset without Normalize)", CPU_SIDE | {"handoff"},
-           predict="uint8_to_gpu", variant="uint8", rule=_no_normalize, needs_cuda=True, cpu_side=True,
-           new_handoff=True),
-    Action("gpu_pipeline", "decode (nvJPEG) and augment on the GPU (augment.device: cuda): workers only read",
-           CPU_SIDE | {"handoff"}, predict="gpu_pipeline", variant="pipeline_as",
-           params=lambda row, facts: {"augment_device": "cuda"}, rule=lambda row, facts: facts.gpu_refusal,
-           needs_cuda=True, cpu_side=True, new_handoff=True),
-    Action("memory", "cache the dataset in RAM (source: memory)", frozenset({"storage"}), STORAGE,
-           predict="in_memory", variant="other_source", params=_source_params("memory")),
-    Action("shards", "pack the files into tar shards and read them sequentially (source: shards)",
-           frozenset({"storage"}), STORAGE, predict="in_shards", variant="other_source", params=_source_params("shards")),
-    Action("pin_memory", "pin_memory={pin_memory}", frozenset({"handoff"}), KNOB, variant="knobs",
-           params=lambda row, facts: {"pin_memory": not bool(row.get("pin_memory"))} if facts.device == "cuda"
-           else None),
-    # twice the loader's own: the config's, or (a user's DataLoader) whatever it was built with
-    Action("prefetch_factor", "prefetch_factor={prefetch_factor}", frozenset({"handoff", "startup"}), KNOB,
-           variant="knobs", needs_workers=True,
-           params=lambda row, facts: {"prefetch_factor": 2 * facts.prefetch_factor if facts.prefetch_factor else "2x"}),
-    Action("persistent_workers", "persistent_workers=True", frozenset({"startup"}), KNOB, variant="knobs",
-           params=lambda row, facts: {"persistent_workers": True}, rule=_endless, needs_workers=True),
-    # a worker whose batch comes late (a costly sample) holds back the batches after it: out of order, the others
-    # are handed over as they are made (DataLoader in_order, torch >= 2.6)
-    Action("in_order", "in_order=False (batches handed over as workers finish them)", frozenset({"workers"}), KNOB,
-           variant="knobs", params=lambda row, facts: {"in_order": False}, needs_workers=True,
-           rule=lambda row, facts: "one worker makes its batches in order" if int(row.get("num_workers") or 0) < 2
-           else None),
-    # predictions only: pipeprof cannot make these changes itself
-    Action("stage", "drop or cheapen a costly transform", CPU_SIDE, ADVICE, predict="cheapen_costliest_stage",
-           cannot="pipeprof cannot drop a transform from the preset: edit it and run again"),
-    Action("workers", "more workers", CPU_SIDE, ADVICE, predict="all_cores_as_workers",
-           cannot="a worker count past the ones measured: set it and run again"),
-    Action("faster_storage", "faster storage", frozenset({"storage"}), ADVICE, predict="faster_storage",
-           cannot="needs other storage than this machine has"),
-    Action("workers_latency", "more workers to hide storage latency", frozenset({"storage"}), ADVICE,
-           predict="workers_for_latency", cannot="a worker count past the ones measured: set it and run again"),
-]}
+ACTIONS: dict[str, Action] = {
+    a.id: a
+    for a in [
+        Action(
+            "decoder",
+            "decode with {decoder} instead of {was} (data.decoder: {decoder})",
+            CPU_SIDE,
+            predict="other_decoder",
+            variant="pipeline_as",
+            params=_other_decoder,
+            cpu_side=True,
+        ),
+        Action(
+            "uint8",
+            "send uint8 batches, normalise on the GPU (preset without Normalize)",
+            CPU_SIDE | {"handoff"},
+            predict="uint8_to_gpu",
+            variant="uint8",
+            rule=_no_normalize,
+            needs_cuda=True,
+            cpu_side=True,
+            new_handoff=True,
+        ),
+        Action(
+            "gpu_pipeline",
+            "decode (nvJPEG) and augment on the GPU (augment.device: cuda): workers only read",
+            CPU_SIDE | {"handoff"},
+            predict="gpu_pipeline",
+            variant="pipeline_as",
+            params=lambda row, facts: {"augment_device": "cuda"},
+            rule=lambda row, facts: facts.gpu_refusal,
+            needs_cuda=True,
+            cpu_side=True,
+            new_handoff=True,
+        ),
+        Action(
+            "memory",
+            "cache the dataset in RAM (source: memory)",
+            frozenset({"storage"}),
+            STORAGE,
+            predict="in_memory",
+            variant="other_source",
+            params=_source_params("memory"),
+        ),
+        Action(
+            "shards",
+            "pack the files into tar shards and read them sequentially (source: shards)",
+            frozenset({"storage"}),
+            STORAGE,
+            predict="in_shards",
+            variant="other_source",
+            params=_source_params("shards"),
+        ),
+        Action(
+            "pin_memory",
+            "pin_memory={pin_memory}",
+            frozenset({"handoff"}),
+            KNOB,
+            variant="knobs",
+            params=lambda row, facts: (
+                {"pin_memory": not bool(row.get("pin_memory"))} if facts.device == "cuda" else None
+            ),
+        ),
+        # twice the loader's own: the config's, or (a user's DataLoader) whatever it was built with
+        Action(
+            "prefetch_factor",
+            "prefetch_factor={prefetch_factor}",
+            frozenset({"handoff", "startup"}),
+            KNOB,
+            variant="knobs",
+            needs_workers=True,
+            params=lambda row, facts: {"prefetch_factor": 2 * facts.prefetch_factor if facts.prefetch_factor else "2x"},
+        ),
+        Action(
+            "persistent_workers",
+            "persistent_workers=True",
+            frozenset({"startup"}),
+            KNOB,
+            variant="knobs",
+            params=lambda row, facts: {"persistent_workers": True},
+            rule=_endless,
+            needs_workers=True,
+        ),
+        # a worker whose batch comes late (a costly sample) holds back the batches after it: out of order, the others
+        # are handed over as they are made (DataLoader in_order, torch >= 2.6)
+        Action(
+            "in_order",
+            "in_order=False (batches handed over as workers finish them)",
+            frozenset({"workers"}),
+            KNOB,
+            variant="knobs",
+            params=lambda row, facts: {"in_order": False},
+            needs_workers=True,
+            rule=lambda row, facts: (
+                "one worker makes its batches in order" if int(row.get("num_workers") or 0) < 2 else None
+            ),
+        ),
+        # predictions only: pipeprof cannot make these changes itself
+        Action(
+            "stage",
+            "drop or cheapen a costly transform",
+            CPU_SIDE,
+            ADVICE,
+            predict="cheapen_costliest_stage",
+            cannot="pipeprof cannot drop a transform from the preset: edit it and run again",
+        ),
+        Action(
+            "workers",
+            "more workers",
+            CPU_SIDE,
+            ADVICE,
+            predict="all_cores_as_workers",
+            cannot="a worker count past the ones measured: set it and run again",
+        ),
+        Action(
+            "faster_storage",
+            "faster storage",
+            frozenset({"storage"}),
+            ADVICE,
+            predict="faster_storage",
+            cannot="needs other storage than this machine has",
+        ),
+        Action(
+            "workers_latency",
+            "more workers to hide storage latency",
+            frozenset({"storage"}),
+            ADVICE,
+            predict="workers_for_latency",
+            cannot="a worker count past the ones measured: set it and run again",
+        ),
+    ]
+}
 
 #: the actions an action trial can try (config ``actions`` takes these ids)
 TRIED: tuple[str, ...] = tuple(k for k, a in ACTIONS.items() if a.variant)
@@ -198,8 +298,10 @@ def why_not(a: Action, answer, row, facts: Facts) -> Optional[str]:
     if not input_side(answer):
         return "the answer binds on the step side: an input-side change cannot raise the rate"
     if a.scope in (PIPELINE, STORAGE) and facts.own != "pipeline":
-        return (f"a user's own {'DataLoader' if facts.own == 'loader' else 'Dataset'}: its decoding, transforms and "
-                "storage are its own; only the DataLoader's knobs are tried")
+        return (
+            f"a user's own {'DataLoader' if facts.own == 'loader' else 'Dataset'}: its decoding, transforms and "
+            "storage are its own; only the DataLoader's knobs are tried"
+        )
     if a.cpu_side and row.get("augment_device") not in (None, "cpu"):
         return "the GPU already decodes and augments in this pipeline"
     if a.needs_cuda and facts.device != "cuda":
@@ -217,6 +319,7 @@ def why_not(a: Action, answer, row, facts: Facts) -> Optional[str]:
 
 # ---- measured beside predicted --------------------------------------------------------------
 
+
 def measured(row: dict) -> dict:
     """An action trial row's figures for the report: rates, gain with its 95% interval, verified (the whole
     interval above zero), and the trial's status and error when it failed."""
@@ -226,15 +329,22 @@ def measured(row: dict) -> dict:
         return {"measured": False, "status": "no pair", "error": row.get("unstable_reason")}
     lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
     known = lo is not None and hi is not None and lo == lo and hi == hi
-    return {"measured": True, "measured_samples_per_s": row.get("samples_per_s"),
-            "baseline_samples_per_s": row.get("baseline_samples_per_s"),
-            "measured_gain_frac": row.get("action_gain_frac"), "measured_gain_ci95_low": lo if known else None,
-            "measured_gain_ci95_high": hi if known else None, "verified": bool(known and lo > 0),
-            "pairs": row.get("pairs"), "action_trial_id": row.get("trial_id"),
-            "worker_us_per_sample": row.get("worker_us_per_sample"),
-            "baseline_worker_us_per_sample": row.get("baseline_worker_us_per_sample"),
-            "unstable": bool(row.get("unstable")), "unstable_reason": row.get("unstable_reason"),
-            "num_workers": row.get("num_workers")}
+    return {
+        "measured": True,
+        "measured_samples_per_s": row.get("samples_per_s"),
+        "baseline_samples_per_s": row.get("baseline_samples_per_s"),
+        "measured_gain_frac": row.get("action_gain_frac"),
+        "measured_gain_ci95_low": lo if known else None,
+        "measured_gain_ci95_high": hi if known else None,
+        "verified": bool(known and lo > 0),
+        "pairs": row.get("pairs"),
+        "action_trial_id": row.get("trial_id"),
+        "worker_us_per_sample": row.get("worker_us_per_sample"),
+        "baseline_worker_us_per_sample": row.get("baseline_worker_us_per_sample"),
+        "unstable": bool(row.get("unstable")),
+        "unstable_reason": row.get("unstable_reason"),
+        "num_workers": row.get("num_workers"),
+    }
 
 
 def combine(predicted: list[dict], planned: list[Planned], rows: dict) -> list[dict]:
@@ -245,8 +355,15 @@ def combine(predicted: list[dict], planned: list[Planned], rows: dict) -> list[d
     by_id = {p.id: p for p in planned}
     out = [_entry(a, by_id.get(a.get("id")), rows.get(a.get("id"))) for a in predicted]
     have = {a.get("id") for a in predicted}
-    extra = [_entry({"id": p.id, "action": p.action, "predicted_samples_per_s": None, "gain_frac": None,
-                     "basis": ""}, p, rows.get(p.id)) for p in planned if p.id not in have]
+    extra = [
+        _entry(
+            {"id": p.id, "action": p.action, "predicted_samples_per_s": None, "gain_frac": None, "basis": ""},
+            p,
+            rows.get(p.id),
+        )
+        for p in planned
+        if p.id not in have
+    ]
     return out + sorted(extra, key=lambda a: not a.get("tried"))
 
 
@@ -255,8 +372,16 @@ def _entry(a: dict, p: Optional[Planned], row: Optional[dict]) -> dict:
         m = measured(row)
         gain, lo, hi = at_trial_baseline(a, m), m.get("measured_gain_ci95_low"), m.get("measured_gain_ci95_high")
         agrees = None if gain is None or lo is None else bool(lo <= gain <= hi)
-        return a | {"action": p.action if p else a["action"], "tried": True, "agrees": agrees,
-                    "predicted_gain_at_trial_frac": gain} | m
+        return (
+            a
+            | {
+                "action": p.action if p else a["action"],
+                "tried": True,
+                "agrees": agrees,
+                "predicted_gain_at_trial_frac": gain,
+            }
+            | m
+        )
     if p is not None:
         why = p.why_not or "its action trial did not run (the run was interrupted first)"
     else:

@@ -17,6 +17,7 @@ newer pipeprof adds survives a round trip; a group setting goes to ``key``.
 
 May import: the standard library and ``schema`` only (a noun: every layer reads it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -90,8 +91,12 @@ class Confidence:
         """Every field where windows were re-drawn (``disturbed`` only where set); with none, ``draws`` and
         what was set (``analysis._with_load`` adds ``holds`` and ``disturbed``), as the analysis stores them."""
         drawn = bool(self.draws)
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra" and (
-            f.name == "draws" or getattr(self, f.name) not in (None, []) or (drawn and f.name != "disturbed"))}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "extra"
+            and (f.name == "draws" or getattr(self, f.name) not in (None, []) or (drawn and f.name != "disturbed"))
+        }
         return out | self.extra
 
 
@@ -121,8 +126,11 @@ class CoresNeeded:
         return cls(**known, extra=rest)
 
     def to_dict(self) -> dict:
-        out = {self.STORED.get(f.name, f.name): getattr(self, f.name) for f in fields(self)
-               if f.name != "extra" and not (f.name in self.OPTIONAL and getattr(self, f.name) is None)}
+        out = {
+            self.STORED.get(f.name, f.name): getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "extra" and not (f.name in self.OPTIONAL and getattr(self, f.name) is None)
+        }
         return out | self.extra
 
 
@@ -157,17 +165,36 @@ class Answer:
     best_measured_action: Optional[dict] = None
     extra: dict = field(default_factory=dict)
 
-    STORED = {"workers": "recommended_workers", "samples_per_s": "recommended_samples_per_s",
-              **{k: f"{k}_at_recommended" for k in ("verdict", "side", "resource", "also", "basis")}}
-    ALWAYS = ("workers", "samples_per_s", "best_workers", "best_samples_per_s", "tied_with_best", "criterion",
-              "confidence", "actions", "main_cpu_s_per_sample")  # stored even when None; the rest only where set
+    STORED = {
+        "workers": "recommended_workers",
+        "samples_per_s": "recommended_samples_per_s",
+        **{k: f"{k}_at_recommended" for k in ("verdict", "side", "resource", "also", "basis")},
+    }
+    ALWAYS = (
+        "workers",
+        "samples_per_s",
+        "best_workers",
+        "best_samples_per_s",
+        "tied_with_best",
+        "criterion",
+        "confidence",
+        "actions",
+        "main_cpu_s_per_sample",
+    )  # stored even when None; the rest only where set
 
     @classmethod
     def from_parts(cls, key: dict, pick: Recommendation, **rest) -> "Answer":
         """The answer of group ``key`` from its recommendation and the other fields by name."""
-        return cls(key=dict(key), workers=pick.workers, samples_per_s=pick.samples_per_s,
-                   best_workers=pick.best_workers, best_samples_per_s=pick.best_samples_per_s,
-                   tied_with_best=list(pick.tied_with_best), criterion=pick.criterion, **rest)
+        return cls(
+            key=dict(key),
+            workers=pick.workers,
+            samples_per_s=pick.samples_per_s,
+            best_workers=pick.best_workers,
+            best_samples_per_s=pick.best_samples_per_s,
+            tied_with_best=list(pick.tied_with_best),
+            criterion=pick.criterion,
+            **rest,
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> "Answer":

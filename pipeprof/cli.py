@@ -5,6 +5,7 @@ Exit status: 0 done, 1 a run without an answer (every trial of a kind the answer
 before anything ran, 130 / 143 a run stopped by SIGINT
 (Ctrl-C) / SIGTERM (128 + the signal's number, as a shell reports a process the signal killed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,16 +20,30 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a sweep (default config when no file is given)")
     run.add_argument("config", nargs="?", help="experiment YAML (see configs/)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                     help="override a config field, value in YAML: --set loader.num_workers=[0,2,4]")
-    run.add_argument("--gpus", help="GPU counts per trial, e.g. 1,2 or all (distributed.gpus): N > 1 runs as N "
-                                    "DDP processes under torchrun")
-    run.add_argument("--exhaustive", action="store_true",
-                     help="measure every point of the grid (sweep: exhaustive) instead of searching num_workers")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config field, value in YAML: --set loader.num_workers=[0,2,4]",
+    )
+    run.add_argument(
+        "--gpus",
+        help="GPU counts per trial, e.g. 1,2 or all (distributed.gpus): N > 1 runs as N DDP processes under torchrun",
+    )
+    run.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="measure every point of the grid (sweep: exhaustive) instead of searching num_workers",
+    )
     run.add_argument("--no-action-trials", action="store_true", help="predict actions only (actions: predict)")
-    run.add_argument("--resume", metavar="RUN_DIR",
-                     help="finish this run folder: run only its trials that are missing or did not end ok, with "
-                          "the config (and --set overrides) it was started with, on the same machine")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="finish this run folder: run only its trials that are missing or did not end ok, with "
+        "the config (and --set overrides) it was started with, on the same machine",
+    )
     doctor = sub.add_parser("doctor", help="the machine as pipeprof sees it")
     doctor.add_argument("--path", default="out", help="dataset path whose filesystem to report")
     doctor.add_argument("--json", action="store_true", help="print the raw snapshot as JSON")
@@ -40,13 +55,23 @@ def _parser() -> argparse.ArgumentParser:
     _report_parsers(sub)
     validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
     validate.add_argument("--out-dir", default="out")
-    validate.add_argument("--sizing", action="store_true",
-                          help="check the core-count predictions: re-run the sweep inside CPU masks of fewer cores")
+    validate.add_argument(
+        "--sizing",
+        action="store_true",
+        help="check the core-count predictions: re-run the sweep inside CPU masks of fewer cores",
+    )
     validate.add_argument("--config", help="with --sizing: the experiment to size (default: a known-answer workload)")
-    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                          help="with --sizing: override a field of --config")
-    validate.add_argument("--cores", help="with --sizing: core counts to check, e.g. 4,8 (default: 1/4 and 1/2 "
-                                          "of the usable cores)")
+    validate.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="with --sizing: override a field of --config",
+    )
+    validate.add_argument(
+        "--cores", help="with --sizing: core counts to check, e.g. 4,8 (default: 1/4 and 1/2 of the usable cores)"
+    )
     validate.add_argument("--full-run", help="with --sizing: reuse this run folder as the all-cores run")
     _multi_run_parsers(sub)
     pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
@@ -64,16 +89,26 @@ def _watch_parser(sub) -> None:
     watch = sub.add_parser("watch", help="run your own training command unchanged and say whether it waits for data")
     watch.add_argument("--seconds", type=float, help="watch this long from the first batch (the job runs on after)")
     watch.add_argument("--steps", type=int, help="watch this many batches of the training loop's loader (rank 0)")
-    watch.add_argument("--tune", action="store_true", help="after the window, pause the loop once, measure its "
-                                                          "loader alone at a few worker counts, recommend num_workers")
+    watch.add_argument(
+        "--tune",
+        action="store_true",
+        help="after the window, pause the loop once, measure its "
+        "loader alone at a few worker counts, recommend num_workers",
+    )
     watch.add_argument("--stop", action="store_true", help="stop the job (SIGINT) when the window ends")
     watch.add_argument("--out-dir", default="out")
     watch.add_argument("--window-s", type=float, default=0.75, help="steady-state window length (measure.window_s)")
     watch.add_argument("--live-s", type=float, default=5.0, help="seconds between live lines")
-    watch.add_argument("--redraws", type=int, default=60, help="re-draws of the windows for the answer's confidence "
-                                                             "(measure.redraws; 0: none)")
+    watch.add_argument(
+        "--redraws",
+        type=int,
+        default=60,
+        help="re-draws of the windows for the answer's confidence (measure.redraws; 0: none)",
+    )
     watch.add_argument("--log", metavar="FILE", help="pipeprof's own lines go to FILE instead of stderr")
-    watch.add_argument("job", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...: the job, unchanged")
+    watch.add_argument(
+        "job", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND ARGS...: the job, unchanged"
+    )
 
 
 def _multi_run_parsers(sub) -> None:
@@ -81,18 +116,28 @@ def _multi_run_parsers(sub) -> None:
     merge.add_argument("run_dirs", nargs="+", help="each node's run folder, node 0's first")
     merge.add_argument("--out-dir", default="out")
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
-    bench.add_argument("which", choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment",
-                                         "action-trials"],
-                       help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
-                            "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
-                            "the GPU pipeline's per-sample against its batched transforms, ms per batch; "
-                            "action-trials: action trials on workloads of known cost, measured against the truth")
+    bench.add_argument(
+        "which",
+        choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment", "action-trials"],
+        help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
+        "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
+        "the GPU pipeline's per-sample against its batched transforms, ms per batch; "
+        "action-trials: action trials on workloads of known cost, measured against the truth",
+    )
     bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
-    bench.add_argument("config", nargs="?", help="sweep-speed: experiment YAML (loader.num_workers unset; default: "
-                                                 "the defaults); soak: folder for the runs (default: a temporary one)")
+    bench.add_argument(
+        "config",
+        nargs="?",
+        help="sweep-speed: experiment YAML (loader.num_workers unset; default: "
+        "the defaults); soak: folder for the runs (default: a temporary one)",
+    )
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    bench.add_argument("--repeats", type=int, default=1, help="pairs of runs (the order alternates per pair); "
-                                                              "gpu-augment: timed batches of each form (at least 10)")
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="pairs of runs (the order alternates per pair); gpu-augment: timed batches of each form (at least 10)",
+    )
     bench.add_argument("--preset", default="standard", help="gpu-augment: the augmentation preset (name or YAML)")
     bench.add_argument("--batch", type=int, default=256, help="gpu-augment: images per batch")
     bench.add_argument("--device", help="gpu-augment: where the pipeline runs (default: cuda where there is one)")
@@ -100,26 +145,44 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument("--workers", type=int, default=4, help="action-trials: the loaders' workers")
     bench.add_argument("--pairs", type=int, default=6, help="action-trials: pairs of windows a trial")
     bench.add_argument("--out-dir", default="out/bench")
-    bench.add_argument("--steps", type=int, default=200, help="watch-overhead: the script's steps per run, passed "
-                                                             "as --steps N")
-    bench.add_argument("--progress", help="watch-overhead: regex of the script's "
-                       "progress lines, its first group the step count (default: 'step <n>')")
+    bench.add_argument(
+        "--steps", type=int, default=200, help="watch-overhead: the script's steps per run, passed as --steps N"
+    )
+    bench.add_argument(
+        "--progress",
+        help="watch-overhead: regex of the script's "
+        "progress lines, its first group the step count (default: 'step <n>')",
+    )
     bench.add_argument("--script-args", default="", help="watch-overhead: the script's other arguments, one string")
 
 
 def _report_parsers(sub) -> None:
     report = sub.add_parser("report", help="print a saved run's tables again, or write them as HTML or CSV")
     report.add_argument("run_dir")
-    report.add_argument("--format", help="a renderer of pipeprof.report.RENDERERS (text, markdown, html) printed "
-                                         "to stdout; default: the console")
-    report.add_argument("--html", nargs="?", const="", metavar="FILE",
-                        help="write the self-contained HTML report to FILE (default: RUN_DIR/report.html)")
-    report.add_argument("--csv", action="store_true",
-                        help="write the trials, one row per trial, as RUN_DIR/trials.csv (for spreadsheets)")
+    report.add_argument(
+        "--format",
+        help="a renderer of pipeprof.report.RENDERERS (text, markdown, html) printed to stdout; default: the console",
+    )
+    report.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write the self-contained HTML report to FILE (default: RUN_DIR/report.html)",
+    )
+    report.add_argument(
+        "--csv",
+        action="store_true",
+        help="write the trials, one row per trial, as RUN_DIR/trials.csv (for spreadsheets)",
+    )
     compare = sub.add_parser("compare", help="two or more runs side by side: ratios of matching trials, what differs")
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the baseline")
-    compare.add_argument("--html", default="compare.html", metavar="FILE",
-                         help="where to write the HTML page (default: compare.html here); markdown goes to stdout")
+    compare.add_argument(
+        "--html",
+        default="compare.html",
+        metavar="FILE",
+        help="where to write the HTML page (default: compare.html here); markdown goes to stdout",
+    )
 
 
 def _check_data_parser(sub) -> None:
@@ -176,9 +239,11 @@ def cmd_run(args) -> int:
 
     from pipeprof import config as cfgmod
 
-    extra = (["sweep=exhaustive"] if args.exhaustive else []) + (["actions=predict"] if args.no_action_trials
-                                                                 else []) + (
-        [f"distributed.gpus={args.gpus if args.gpus == 'all' else '[' + args.gpus + ']'}"] if args.gpus else [])
+    extra = (
+        (["sweep=exhaustive"] if args.exhaustive else [])
+        + (["actions=predict"] if args.no_action_trials else [])
+        + ([f"distributed.gpus={args.gpus if args.gpus == 'all' else '[' + args.gpus + ']'}"] if args.gpus else [])
+    )
     cfg = cfgmod.load(args.config, args.overrides + extra)
     console = Console(width=None if Console().is_terminal else 140)  # a log file gets the wide tables
     with Signals() as signals:
@@ -194,12 +259,18 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
     """The run with a progress bar, then its summary, console tables and report.html; the exit status."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pipeprof.orchestrate.runner import execute
     from pipeprof.report.console import print_answer, render_console, render_markdown
     from pipeprof.report.summary import answer_lines
-    from pipeprof.orchestrate.runner import execute
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("preparing", total=None)
 
         def progress(spec, i, n):
@@ -220,15 +291,19 @@ def _run_and_report(cfg, resume, console, signals: Signals) -> int:
     render_console(run, console, answer=shown != answer_lines(run))
     _write_html(run, console)
     if run.meta["status"] == "interrupted":
-        console.print(f"[yellow]interrupted: the trials measured so far are saved; `pipeprof run --resume "
-                      f"{run.path}` (with the same config) runs the rest[/yellow]", highlight=False)
+        console.print(
+            f"[yellow]interrupted: the trials measured so far are saved; `pipeprof run --resume "
+            f"{run.path}` (with the same config) runs the rest[/yellow]",
+            highlight=False,
+        )
         return 130
     return 1 if run.meta["status"].startswith("failed") else 0  # no answer: said first (analysis.failures)
 
 
 def cmd_doctor(args) -> int:
-    from .env import snapshot
     from pipeprof.report.doctor import render_doctor
+
+    from .env import snapshot
 
     snap = snapshot(args.path)
     print(json.dumps(snap, indent=2)) if args.json else render_doctor(snap)
@@ -239,9 +314,11 @@ def cmd_make_dataset(args) -> int:
     from pipeprof.data.synthetic import make_dataset
 
     stats = make_dataset(args.dir, args.images, args.classes, args.seed)
-    print(f"wrote {stats.images} images in {stats.classes} classes to {stats.path}: mean {stats.mean_kb:.1f} KB, "
-          f"{stats.mean_width:.0f}x{stats.mean_height:.0f} px mean, {stats.total_mb:.1f} MB in all, "
-          f"Pillow decode {stats.decode_ms_per_image:.2f} ms/image (one core, bytes in memory)")
+    print(
+        f"wrote {stats.images} images in {stats.classes} classes to {stats.path}: mean {stats.mean_kb:.1f} KB, "
+        f"{stats.mean_width:.0f}x{stats.mean_height:.0f} px mean, {stats.total_mb:.1f} MB in all, "
+        f"Pillow decode {stats.decode_ms_per_image:.2f} ms/image (one core, bytes in memory)"
+    )
     return 0
 
 
@@ -256,8 +333,9 @@ def _write_html(run, console) -> None:
 
 
 def cmd_report(args) -> int:
-    from .report import render
     from pipeprof.report.console import render_console
+
+    from .report import render
     from .results import load_run
 
     run = load_run(args.run_dir, partial=True)  # a damaged folder: report what can be read
@@ -286,6 +364,7 @@ def cmd_compare(args) -> int:
 
     from pipeprof.analysis.compare import compare
     from pipeprof.report.comparison import render_compare_html, render_compare_markdown
+
     from .results import load_run
 
     runs = [load_run(d) for d in args.run_dirs]
@@ -308,23 +387,40 @@ def cmd_validate(args) -> int:
         return _validate_sizing(args, console)
     df = run_validation(args.out_dir, progress=lambda c: console.print(f"running {c.name}", style="dim"))
     t = Table(title="pipeprof validate: known answers", title_justify="left")
-    for h in ("case", "expected/s", "measured/s", "err", "expected verdict", "reported", "re-draws", "predicted/s",
-              "pred err"):
+    for h in (
+        "case",
+        "expected/s",
+        "measured/s",
+        "err",
+        "expected verdict",
+        "reported",
+        "re-draws",
+        "predicted/s",
+        "pred err",
+    ):
         t.add_column(h, justify="left" if h in ("case", "expected verdict", "reported") else "right")
     for _, r in df.iterrows():
         share = r.get("answer_share")
-        t.add_row(r["case"], f"{r['expected_samples_per_s']:.1f}", f"{r['measured_samples_per_s']:.1f}",
-                  f"{r['rate_error_frac']:+.1%}", r["expected_verdict"],
-                  str(r["reported_verdict"]) + (f" (also {r['also']})" if r.get("also") else ""),
-                  "–" if share is None or share != share else f"{share:.0%}",
-                  f"{r['predicted_samples_per_s']:.1f}", f"{r['prediction_error_frac']:+.1%}")
+        t.add_row(
+            r["case"],
+            f"{r['expected_samples_per_s']:.1f}",
+            f"{r['measured_samples_per_s']:.1f}",
+            f"{r['rate_error_frac']:+.1%}",
+            r["expected_verdict"],
+            str(r["reported_verdict"]) + (f" (also {r['also']})" if r.get("also") else ""),
+            "–" if share is None or share != share else f"{share:.0%}",
+            f"{r['predicted_samples_per_s']:.1f}",
+            f"{r['prediction_error_frac']:+.1%}",
+        )
     console.print(t)
     agree = int(df["verdict_right"].sum())
-    console.print(f"verdicts agree in {agree} of {len(df)} cases, {int(df['passed'].sum())} of {len(df)} pass "
-                  f"(verdict, and rate within ±15%, or lower by the share of a core other processes took: up to "
-                  f"{df['foreign_cores'].max():.2f} here); median |rate error| "
-                  f"{df['rate_error_frac'].abs().median():.1%}; median |prediction error| "
-                  f"{df['prediction_error_frac'].abs().median():.1%}")
+    console.print(
+        f"verdicts agree in {agree} of {len(df)} cases, {int(df['passed'].sum())} of {len(df)} pass "
+        f"(verdict, and rate within ±15%, or lower by the share of a core other processes took: up to "
+        f"{df['foreign_cores'].max():.2f} here); median |rate error| "
+        f"{df['rate_error_frac'].abs().median():.1%}; median |prediction error| "
+        f"{df['prediction_error_frac'].abs().median():.1%}"
+    )
     return 0 if df["passed"].all() else 1
 
 
@@ -332,6 +428,7 @@ def _validate_sizing(args, console) -> int:
     from rich.table import Table
 
     from pipeprof import config as cfgmod
+
     from .checks import sizing
     from .env import usable_cores
 
@@ -341,32 +438,51 @@ def _validate_sizing(args, console) -> int:
         import yaml
 
         raw = yaml.safe_load(open(args.config)) or {}
-    cores = [int(c) for c in args.cores.split(",")] if args.cores else \
-        sizing.default_core_counts(usable_cores()["usable"])
-    df = sizing.check(raw, cores, f"{args.out_dir}/sizing", args.overrides, args.full_run,
-                      progress=lambda text: console.print(f"running {text}", style="dim"))
-    t = Table(title="pipeprof validate --sizing: predicted from the all-cores run vs measured in a CPU mask",
-              title_justify="left")
+    cores = (
+        [int(c) for c in args.cores.split(",")] if args.cores else sizing.default_core_counts(usable_cores()["usable"])
+    )
+    df = sizing.check(
+        raw,
+        cores,
+        f"{args.out_dir}/sizing",
+        args.overrides,
+        args.full_run,
+        progress=lambda text: console.print(f"running {text}", style="dim"),
+    )
+    t = Table(
+        title="pipeprof validate --sizing: predicted from the all-cores run vs measured in a CPU mask",
+        title_justify="left",
+    )
     for h in ("cores", "CPUs", "predicted/s", "measured/s", "at w", "err", "cores per GPU"):
         t.add_column(h, justify="left" if h == "CPUs" else "right")
     for _, r in df.iterrows():
         pred = r.get("predicted_samples_per_s")
-        t.add_row(str(r["cores"]), r["cpus"], "–" if pred != pred or pred is None else
-                  f"{pred:,.1f}{' (extrap.)' if r.get('extrapolated') is True else ''}",
-                  f"{r['measured_samples_per_s']:,.1f}", str(r["measured_workers"]),
-                  "–" if r.get("rate_error_frac") != r.get("rate_error_frac") or r.get("rate_error_frac") is None
-                  else f"{r['rate_error_frac']:+.1%}",
-                  "unreachable" if r["cores_per_gpu"] is None or r["cores_per_gpu"] != r["cores_per_gpu"]
-                  else f"{r['cores_per_gpu']:.0f}")
+        t.add_row(
+            str(r["cores"]),
+            r["cpus"],
+            "–"
+            if pred != pred or pred is None
+            else f"{pred:,.1f}{' (extrap.)' if r.get('extrapolated') is True else ''}",
+            f"{r['measured_samples_per_s']:,.1f}",
+            str(r["measured_workers"]),
+            "–"
+            if r.get("rate_error_frac") != r.get("rate_error_frac") or r.get("rate_error_frac") is None
+            else f"{r['rate_error_frac']:+.1%}",
+            "unreachable"
+            if r["cores_per_gpu"] is None or r["cores_per_gpu"] != r["cores_per_gpu"]
+            else f"{r['cores_per_gpu']:.0f}",
+        )
     console.print(t)
     for _, r in df.iterrows():
         console.print(f"cores per GPU from the {r['cores']}-core run: {r['cores_per_gpu_basis']}", highlight=False)
     s = sizing.summary(df)
     spread = f"{s['cores_per_gpu_spread_frac']:.0%}"
     worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
-    console.print(f"largest |predicted − measured| {worst} (target ≤ "
-                  f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
-                  f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}")
+    console.print(
+        f"largest |predicted − measured| {worst} (target ≤ "
+        f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
+        f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}"
+    )
     return 0 if s["passed"] else 1
 
 
@@ -391,28 +507,62 @@ def cmd_bench(args) -> int:
     if args.which == "gpu-augment":
         from pipeprof.checks.bench import gpu_augment, render_gpu_augment
 
-        print(render_gpu_augment(gpu_augment(args.preset, args.batch, max(10, args.repeats), device=args.device,
-                                             log=lambda text: print(text, file=sys.stderr))), end="")
+        print(
+            render_gpu_augment(
+                gpu_augment(
+                    args.preset,
+                    args.batch,
+                    max(10, args.repeats),
+                    device=args.device,
+                    log=lambda text: print(text, file=sys.stderr),
+                )
+            ),
+            end="",
+        )
         return 0
     if args.which == "watch-overhead":
         from pipeprof.checks.watch_overhead import PROGRESS, render_watch_overhead, watch_overhead
 
-        print(render_watch_overhead(watch_overhead(args.config, args.script_args, args.steps, max(args.repeats, 2),
-                                                   args.out_dir, args.progress or PROGRESS,
-                                                   log=lambda text: print(text, file=sys.stderr))), end="")
+        print(
+            render_watch_overhead(
+                watch_overhead(
+                    args.config,
+                    args.script_args,
+                    args.steps,
+                    max(args.repeats, 2),
+                    args.out_dir,
+                    args.progress or PROGRESS,
+                    log=lambda text: print(text, file=sys.stderr),
+                )
+            ),
+            end="",
+        )
         return 0
     if args.which == "action-trials":
         from pipeprof.checks.action_known import bench_action_trials, render_action_trials
 
-        print(render_action_trials(bench_action_trials(args.workers, args.pairs, max(args.repeats, 1),
-                                                 log=lambda text: print(text, file=sys.stderr))), end="")
+        print(
+            render_action_trials(
+                bench_action_trials(
+                    args.workers, args.pairs, max(args.repeats, 1), log=lambda text: print(text, file=sys.stderr)
+                )
+            ),
+            end="",
+        )
         return 0
     if args.which == "repeat":
-        print(render_repeat(repeat(args.config, args.overrides, args.times, args.out_dir,
-                                   log=lambda text: print(text, file=sys.stderr))), end="")
+        print(
+            render_repeat(
+                repeat(
+                    args.config, args.overrides, args.times, args.out_dir, log=lambda text: print(text, file=sys.stderr)
+                )
+            ),
+            end="",
+        )
         return 0
-    df = sweep_speed(args.config, args.overrides, args.repeats, args.out_dir,
-                     log=lambda text: print(text, file=sys.stderr))
+    df = sweep_speed(
+        args.config, args.overrides, args.repeats, args.out_dir, log=lambda text: print(text, file=sys.stderr)
+    )
     print(render_sweep_speed(df), end="")
     return 0
 
@@ -429,8 +579,20 @@ def cmd_watch(args) -> int:
     log = (lambda text: print(text, file=sink)) if sink else (lambda text: print(text, file=sys.stderr, flush=True))
     seconds = 30.0 if args.tune and args.seconds is None and args.steps is None else args.seconds
     try:
-        return Session(Options(command, seconds, args.steps, args.tune, args.stop, args.out_dir, args.window_s,
-                               args.live_s, log, args.redraws)).execute()
+        return Session(
+            Options(
+                command,
+                seconds,
+                args.steps,
+                args.tune,
+                args.stop,
+                args.out_dir,
+                args.window_s,
+                args.live_s,
+                log,
+                args.redraws,
+            )
+        ).execute()
     finally:
         if sink:
             sink.close()
@@ -445,8 +607,10 @@ def cmd_pack(args) -> int:
         hint = " (--overwrite replaces them)" if isinstance(exc, FileExistsError) else ""
         print(f"pipeprof pack: {exc}{hint}", file=sys.stderr)
         return 2
-    print(f"packed {info['samples']} samples into {info['shards']} shards, {info['total_mb']:.1f} MB in all, "
-          f"in {args.dst}")
+    print(
+        f"packed {info['samples']} samples into {info['shards']} shards, {info['total_mb']:.1f} MB in all, "
+        f"in {args.dst}"
+    )
     for skipped in info["skipped"]:  # not regular files (a FIFO, a directory named x.jpg): never opened
         print(f"  skipped: {skipped}")
     return 0
@@ -466,8 +630,19 @@ def cmd_check_data(args) -> int:
     return 1 if found.unreadable else 0
 
 
-COMMANDS = {"check-data": cmd_check_data, "run": cmd_run, "pack": cmd_pack, "validate": cmd_validate, "doctor": cmd_doctor, "make-dataset": cmd_make_dataset, "report": cmd_report, "compare": cmd_compare,
-            "bench": cmd_bench, "merge": cmd_merge, "watch": cmd_watch}
+COMMANDS = {
+    "check-data": cmd_check_data,
+    "run": cmd_run,
+    "pack": cmd_pack,
+    "validate": cmd_validate,
+    "doctor": cmd_doctor,
+    "make-dataset": cmd_make_dataset,
+    "report": cmd_report,
+    "compare": cmd_compare,
+    "bench": cmd_bench,
+    "merge": cmd_merge,
+    "watch": cmd_watch,
+}
 
 
 def _input_errors() -> tuple:

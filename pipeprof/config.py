@@ -6,6 +6,7 @@ worker counts, sources): the sweep runs their product. ``None`` means "pick for
 this machine" and is resolved by :func:`resolve` so that run.json records what
 was actually used.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
-                      ValidationError, ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .actions import TRIED
 from .schema import TRIAL_KINDS
@@ -154,8 +167,10 @@ class ShardsSpec(_SourceSpec):
     @model_validator(mode="after")
     def _size_only_when_packing(self):
         if self.path is not None and self.shard_size_mb is not None:
-            raise ValueError("shard_size_mb applies when pipeprof packs the dataset itself (no path); "
-                             "existing shards keep their size")
+            raise ValueError(
+                "shard_size_mb applies when pipeprof packs the dataset itself (no path); "
+                "existing shards keep their size"
+            )
         return self
 
     def _auto_label(self) -> str:
@@ -213,9 +228,11 @@ class ThrottledSpec(_SourceSpec):
 
     @property
     def throttle(self) -> str:
-        parts = [f"{_num(self.mb_s)}MBps" if self.mb_s is not None else None,
-                 f"{_num(self.latency_ms)}ms" if self.latency_ms else None,
-                 f"{_num(self.reads_s)}rps" if self.reads_s is not None else None]
+        parts = [
+            f"{_num(self.mb_s)}MBps" if self.mb_s is not None else None,
+            f"{_num(self.latency_ms)}ms" if self.latency_ms else None,
+            f"{_num(self.reads_s)}rps" if self.reads_s is not None else None,
+        ]
         return "-".join(p for p in parts if p)
 
     def _auto_label(self) -> str:
@@ -258,7 +275,6 @@ class DataConfig(_Strict):
         v = _listify(v)
         return [_as_spec(x) for x in v] if isinstance(v, list) else v
 
-
     @field_validator("source")
     @classmethod
     def _unique_labels(cls, v):
@@ -280,8 +296,10 @@ class DataConfig(_Strict):
     @model_validator(mode="after")
     def _storage_needs_pipeline(self):
         if self.kind in ("factory", "loader") and self.storage_swept:
-            raise ValueError(f"source/cache: storage axes need pipeprof's own pipeline (data.kind synthetic or "
-                             f"folder); a {self.kind} hides its storage")
+            raise ValueError(
+                f"source/cache: storage axes need pipeprof's own pipeline (data.kind synthetic or "
+                f"folder); a {self.kind} hides its storage"
+            )
         return self
 
     @property
@@ -293,11 +311,13 @@ class DataConfig(_Strict):
     @classmethod
     def _factory_path(cls, v, info: ValidationInfo):
         if v is None and info.data.get("kind") == "loader":
-            raise ValueError("required with kind 'loader': 'package.module:function', "
-                             "a function(num_workers) returning a DataLoader")
+            raise ValueError(
+                "required with kind 'loader': 'package.module:function', a function(num_workers) returning a DataLoader"
+            )
         if v is None and info.data.get("kind") == "factory":
-            raise ValueError("required with kind 'factory': 'package.module:function', "
-                             "a function() returning a map-style Dataset")
+            raise ValueError(
+                "required with kind 'factory': 'package.module:function', a function() returning a map-style Dataset"
+            )
         return v if v is None else _importable(v)
 
 
@@ -352,7 +372,8 @@ class ModelConfig(_Strict):
             if not is_known(name):
                 raise ValueError(
                     f"unknown model {name!r}; allowed: {', '.join(sorted(TORCHVISION))}, "
-                    "'timm:NAME' or 'package.module:function'")
+                    "'timm:NAME' or 'package.module:function'"
+                )
             if is_import_path(name):
                 _importable(name)
         return v
@@ -546,8 +567,10 @@ def resolve(cfg: RunConfig, cuda: bool, bf16_ok: bool, usable_cores: int, gpu_co
     if c.loader.pin_memory is None:
         c.loader.pin_memory = gpu
     if "cuda" in c.augment.device and not gpu:
-        raise ConfigError("augment.device: 'cuda' decodes and augments on the GPU, but this run has none "
-                          f"(device {c.device}); allowed here: cpu")
+        raise ConfigError(
+            "augment.device: 'cuda' decodes and augments on the GPU, but this run has none "
+            f"(device {c.device}); allowed here: cpu"
+        )
     c.distributed.gpus = _gpu_counts(c.distributed, gpu_count if gpu else usable_cores, gpu)
     return c
 

@@ -10,6 +10,7 @@ plain JSON (dict/list/str/int/float/bool/None).
 
 Units: memory in GiB (``*_gb``) or MiB (``*_mb``), i.e. powers of two.
 """
+
 from __future__ import annotations
 
 import ast
@@ -243,9 +244,12 @@ def _nvlinks(nv, h) -> dict:
         if state:
             up += 1
             versions.add(_safe(nv.nvmlDeviceGetNvLinkVersion, h, link))
-            peers.add(_decode(_safe(lambda: nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)))
-    return {"nvlink_links_up": up, "nvlink_version": max((v for v in versions if v), default=None),
-            "nvlink_peers": sorted(p for p in peers if p)}
+            peers.add(_decode(_safe(lambda: nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)))  # noqa: B023 called now
+    return {
+        "nvlink_links_up": up,
+        "nvlink_version": max((v for v in versions if v), default=None),
+        "nvlink_peers": sorted(p for p in peers if p),
+    }
 
 
 def _peer_gpus(gpus: list[dict]) -> list[dict]:
@@ -288,16 +292,18 @@ def torch_info() -> dict:
         return {"version": None, "cuda_available": False}
     cuda = bool(_safe(torch.cuda.is_available, default=False))
     count = _safe(torch.cuda.device_count, default=0) if cuda else 0
-    return _jsonable({
-        "version": torch.__version__,
-        "cuda_available": cuda,
-        "cuda_version": torch.version.cuda,
-        "cudnn_version": _safe(torch.backends.cudnn.version),
-        "device_count": count,
-        "device_names": [_safe(torch.cuda.get_device_name, i) for i in range(count)],
-        "bf16_supported": _safe(torch.cuda.is_bf16_supported) if cuda else None,
-        "num_threads": _safe(torch.get_num_threads),
-    })
+    return _jsonable(
+        {
+            "version": torch.__version__,
+            "cuda_available": cuda,
+            "cuda_version": torch.version.cuda,
+            "cudnn_version": _safe(torch.backends.cudnn.version),
+            "device_count": count,
+            "device_names": [_safe(torch.cuda.get_device_name, i) for i in range(count)],
+            "bf16_supported": _safe(torch.cuda.is_bf16_supported) if cuda else None,
+            "num_threads": _safe(torch.get_num_threads),
+        }
+    )
 
 
 def _module_version(name: str) -> str | None:
@@ -321,8 +327,12 @@ def _version_file(name: str) -> str | None:
         return None
     tree = ast.parse((Path(spec.origin).parent / "version.py").read_text(encoding="utf-8"))
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets) \
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "__version__" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             return node.value.value
     return None
 
@@ -385,9 +395,7 @@ def filesystem_of(path) -> dict:
     resolved, existing = _resolve_lenient(path)
     best = None
     for part in _safe(psutil.disk_partitions, True, default=[]):
-        if _under(str(existing), part.mountpoint) and (
-            best is None or len(part.mountpoint) >= len(best.mountpoint)
-        ):
+        if _under(str(existing), part.mountpoint) and (best is None or len(part.mountpoint) >= len(best.mountpoint)):
             best = part
     return {
         "path": str(resolved),

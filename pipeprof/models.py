@@ -5,6 +5,7 @@ step does not depend on the weights' values. To add a torchvision model, add its
 name and native input size to ``TORCHVISION``; any ``package.module:function``
 returning an ``nn.Module`` works without registration.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,10 +13,19 @@ from typing import Callable
 
 # name -> native input side in pixels (the augmentation crop is set to it)
 TORCHVISION: dict[str, int] = {
-    "resnet18": 224, "resnet34": 224, "resnet50": 224, "resnet101": 224,
-    "efficientnet_b0": 224, "vgg16": 224, "alexnet": 224, "googlenet": 224,
-    "inception_v3": 299, "mobilenet_v3_large": 224, "mobilenet_v3_small": 224,
-    "convnext_tiny": 224, "vit_b_16": 224,
+    "resnet18": 224,
+    "resnet34": 224,
+    "resnet50": 224,
+    "resnet101": 224,
+    "efficientnet_b0": 224,
+    "vgg16": 224,
+    "alexnet": 224,
+    "googlenet": 224,
+    "inception_v3": 299,
+    "mobilenet_v3_large": 224,
+    "mobilenet_v3_small": 224,
+    "convnext_tiny": 224,
+    "vit_b_16": 224,
 }
 TIMM_PREFIX = "timm:"
 USER_PREFIX = "user:"  # an nn.Module handed to profile(): built from the object, not imported
@@ -34,7 +44,7 @@ def is_known(name: str) -> bool:
 def input_size(name: str) -> int:
     """Native square input side of the model, in pixels (224 unless known otherwise)."""
     if name.startswith(TIMM_PREFIX):
-        return _timm_input_size(name[len(TIMM_PREFIX):])
+        return _timm_input_size(name[len(TIMM_PREFIX) :])
     return TORCHVISION.get(name, 224)
 
 
@@ -43,7 +53,7 @@ def build(name: str, num_classes: int = 1000):
     if name.startswith(TIMM_PREFIX):
         import timm
 
-        return timm.create_model(name[len(TIMM_PREFIX):], pretrained=False, num_classes=num_classes)
+        return timm.create_model(name[len(TIMM_PREFIX) :], pretrained=False, num_classes=num_classes)
     if name in TORCHVISION:
         import torchvision.models as tvm
 

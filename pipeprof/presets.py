@@ -6,6 +6,7 @@ environment variable points elsewhere. A user can also point at any YAML written
 ``albumentations.save``. Config validation resolves names here, so checking a config
 does not load albumentations and OpenCV; ``augment`` loads the pipeline itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,5 +36,7 @@ def preset_path(name: str) -> Path:
     shipped = PRESET_DIR / f"{name}.yaml"
     if shipped.is_file():
         return shipped
-    raise ValueError(f"unknown augmentation preset {name!r}; available: {', '.join(available())} "
-                     "or a path to an albumentations YAML file")
+    raise ValueError(
+        f"unknown augmentation preset {name!r}; available: {', '.join(available())} "
+        "or a path to an albumentations YAML file"
+    )

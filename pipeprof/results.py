@@ -13,6 +13,7 @@ it measured. Every file is written whole or not at all: to a temporary name in t
 (``<file>.<pid>.tmp``), synced, then renamed over the old one; a ``.tmp`` whose writer is no
 longer running is stale and is removed when the folder is opened (:func:`clean_stale`).
 """
+
 from __future__ import annotations
 
 import errno
@@ -45,9 +46,11 @@ class DiskFull(RuntimeError):
         held = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
         # a table is rewritten whole next to its old copy: room for both, and for the files to grow
         need = max(2 * max(partial_bytes, path.stat().st_size if path.exists() else 0), 1 << 20)
-        super().__init__(f"disk full writing {path.name} in {folder}: {free / 1e6:.1f} MB free on its "
-                         f"filesystem, the run folder holds {held / 1e6:.1f} MB; free at least {need / 1e6:.1f} MB "
-                         f"more and finish it with --resume {folder}")
+        super().__init__(
+            f"disk full writing {path.name} in {folder}: {free / 1e6:.1f} MB free on its "
+            f"filesystem, the run folder holds {held / 1e6:.1f} MB; free at least {need / 1e6:.1f} MB "
+            f"more and finish it with --resume {folder}"
+        )
 
 
 class SchemaError(ValueError):
@@ -65,11 +68,14 @@ def check_out_dir(out_dir: str | Path) -> None:
         probe.unlink()
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename and Path(exc.filename) != path else ""
-        hint = {FileExistsError: "a file, not a folder, has that name", NotADirectoryError: "a file stands "
-                "where a folder of its path should be", PermissionError: "no permission to write there"}.get(
-                    type(exc), exc.strerror or str(exc))
-        raise ConfigError(f"out_dir: {out_dir} cannot hold run folders: {hint}{where} "
-                          f"[{type(exc).__name__}: {exc.strerror or exc}]") from None
+        hint = {
+            FileExistsError: "a file, not a folder, has that name",
+            NotADirectoryError: "a file stands where a folder of its path should be",
+            PermissionError: "no permission to write there",
+        }.get(type(exc), exc.strerror or str(exc))
+        raise ConfigError(
+            f"out_dir: {out_dir} cannot hold run folders: {hint}{where} [{type(exc).__name__}: {exc.strerror or exc}]"
+        ) from None
 
 
 def new_run_dir(out_dir: str | Path, name: str) -> Path:
@@ -139,8 +145,12 @@ def frame(rows: list[dict]) -> pd.DataFrame:
     """Rows → DataFrame with numbers kept numeric (None → NaN only in numeric columns)."""
     df = pd.DataFrame(rows)
     for col in df.columns:
-        if df[col].dtype == object and df[col].map(lambda v: v is None or isinstance(v, (int, float))).all() \
-                and df[col].notna().any() and not df[col].map(lambda v: isinstance(v, bool)).any():
+        if (
+            df[col].dtype == object
+            and df[col].map(lambda v: v is None or isinstance(v, (int, float))).all()
+            and df[col].notna().any()
+            and not df[col].map(lambda v: isinstance(v, bool)).any()
+        ):
             df[col] = pd.to_numeric(df[col])
     return df
 
@@ -162,8 +172,11 @@ class Run:
         status = self.meta.get("status")
         if status not in ("running", "interrupted"):
             return None
-        why = ("it was interrupted" if status == "interrupted" else
-               "its process stopped without finishing — killed, crashed, or still running")
+        why = (
+            "it was interrupted"
+            if status == "interrupted"
+            else "its process stopped without finishing — killed, crashed, or still running"
+        )
         planned = self.meta.get("trials_planned")
         of = f" of {planned} planned" if planned else " (an adaptive search: the number planned grows as it goes)"
         analysed = "" if "analysis" in self.meta else "; no analysis was saved: the trials are shown as measured"
@@ -258,8 +271,10 @@ def _read_meta(file: Path) -> dict:
         raise ValueError(f"{file}: expected a JSON object, got {type(meta).__name__}")
     version = meta.get("schema_version", 1)
     if version > SCHEMA_VERSION:  # never a partial report: the fields may mean something else
-        raise SchemaError(f"{file.parent} was written with run-folder schema {version}; this pipeprof "
-                           f"({__version__}) reads schema {SCHEMA_VERSION} and older: upgrade pipeprof to report it")
+        raise SchemaError(
+            f"{file.parent} was written with run-folder schema {version}; this pipeprof "
+            f"({__version__}) reads schema {SCHEMA_VERSION} and older: upgrade pipeprof to report it"
+        )
     return meta
 
 
@@ -309,9 +324,19 @@ def _from_schema_1(meta: dict, trials: pd.DataFrame) -> dict:
     meta = dict(meta)
     analysis = dict(meta.get("analysis") or {})
     rows = pd.DataFrame(analysis.get("verdicts", [])).rename(
-        columns={"gpu_bound_samples_per_s": "step_bound_samples_per_s"})
-    extra = ["trial_id", "samples_per_s_cv", "cpu_util_pct_mean", "pss_mb_steady", "status", "unstable",
-             "unstable_reason", "cache_note", "emulated"]
+        columns={"gpu_bound_samples_per_s": "step_bound_samples_per_s"}
+    )
+    extra = [
+        "trial_id",
+        "samples_per_s_cv",
+        "cpu_util_pct_mean",
+        "pss_mb_steady",
+        "status",
+        "unstable",
+        "unstable_reason",
+        "cache_note",
+        "emulated",
+    ]
     if len(rows) and "trial_id" in trials:
         rows = rows.merge(trials[[c for c in extra if c in trials]], on="trial_id", how="left")
     analysis["curves"] = rows.astype(object).where(rows.notna(), None).to_dict("records")

@@ -4,6 +4,7 @@ Every module may import this one (it imports nothing of pipeprof's). A stored ru
 ``SCHEMA_VERSION``; ``results.load_run`` checks it. ``GROUP_KEYS``: the settings a group of trials (and its
 answer) is keyed by.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -14,8 +15,18 @@ from enum import Enum
 SCHEMA_VERSION = 3
 
 #: The settings that make a group of end-to-end trials (one curve, one answer), in the order labels name them.
-GROUP_KEYS = ["model", "precision", "mode", "preset", "augment_device", "batch_size", "source", "cache_state", "gpus",
-              "p2p"]
+GROUP_KEYS = [
+    "model",
+    "precision",
+    "mode",
+    "preset",
+    "augment_device",
+    "batch_size",
+    "source",
+    "cache_state",
+    "gpus",
+    "p2p",
+]
 
 
 class TrialKind(str, Enum):
@@ -40,23 +51,23 @@ TRIAL_KINDS: tuple[str, ...] = tuple(k.value for k in TrialKind)
 #: What each figure's clock saw, written into run.json (the kinds' own entries come from the registry).
 TIMED_REGIONS = {
     "read_latency_ms": "storage_fetch: wall time of each sample's read inside the worker (waits included); "
-                       "p50/p95/p99 over the measured windows; reads_s and read_mb_s: reads and bytes / measured time",
+    "p50/p95/p99 over the measured windows; reads_s and read_mb_s: reads and bytes / measured time",
     "stage_us_per_sample": "per-sample clocks inside the worker around read, decode, each top-level transform; "
-                           "collate per batch; divided by samples. read counts the worker thread's CPU time "
-                           "(time.thread_time), not its wait for storage: the stage sums are worker CPU cost",
+    "collate per batch; divided by samples. read counts the worker thread's CPU time "
+    "(time.thread_time), not its wait for storage: the stage sums are worker CPU cost",
     "cache_state": "set right before the trial, outside the timed region: warm = every file read once; cold = "
-                   "posix_fadvise(DONTNEED) per file (after fdatasync); cold-system = the kernel's drop_caches; "
-                   "n/a = the source does not read local files (memory, url). resident_frac_before: mincore after "
-                   "setting it. disk_read_frac: delta read_bytes / delta read_chars (/proc/PID/io) of the processes "
-                   "that read the files (the workers, or the main process at 0 workers) over the measured windows",
+    "posix_fadvise(DONTNEED) per file (after fdatasync); cold-system = the kernel's drop_caches; "
+    "n/a = the source does not read local files (memory, url). resident_frac_before: mincore after "
+    "setting it. disk_read_frac: delta read_bytes / delta read_chars (/proc/PID/io) of the processes "
+    "that read the files (the workers, or the main process at 0 workers) over the measured windows",
     "cache_prepare_s": "setting the cache state before the trial (reading every file once, or evicting them)",
     "h2d_ms_mean / compute_ms": "CUDA events (CPU clock off the GPU) around the host->device copy and around the step, "
-                                "per measured step, read after the window's sync; device_busy_frac: their sum / "
-                                "measured time",
+    "per measured step, read after the window's sync; device_busy_frac: their sum / "
+    "measured time",
     "trial_s": "the whole trial as the sweep saw it: model build, loader start-up, warm-up, windows, monitor "
-               "summary, clean-up",
+    "summary, clean-up",
     "stage_clock_overhead_frac": "cpu_pipeline at the most workers on one loader, stage clocks switched on and off "
-                                 "between windows (ABBA order; the batches in flight after each switch are run "
-                                 "untimed): 1 - clocked rate / unclocked rate per pair of windows, mean and 95% CI; "
-                                 "the row's samples_per_s is the unclocked windows' median",
+    "between windows (ABBA order; the batches in flight after each switch are run "
+    "untimed): 1 - clocked rate / unclocked rate per pair of windows, mean and 95% CI; "
+    "the row's samples_per_s is the unclocked windows' median",
 }

@@ -3,6 +3,7 @@
 One place for it: the trials' windows (``measure.windows``), the monitor's blocks, the data-wait shares,
 the overhead pairs and the analysis's re-drawn windows all read their intervals from here.
 """
+
 from __future__ import annotations
 
 import statistics

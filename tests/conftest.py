@@ -48,14 +48,15 @@ the other runs ``one_core`` tests), the other ``one_core`` tests, and the other 
 shared ones, the other readers of those runs first (by then the lanes have measured them; one of them runs the
 watched job again plainly, 6-9 s mostly asleep: last, it was the suite's tail with the other core idle).
 Within a phase the tests marked ``slow`` (8 s or more) come first, as a scheduler of unequal jobs on two machines
-starts the long ones first: a phase ends when its last test does, and a long one started last kept the other worker idle at the phase's
-end or the suite's (8.5 s once, where the lanes turned into the shared phase). ``--maxschedchunk 1`` hands them out
-in that order a test or two at a time, so both workers take the ``alone`` tests in turn, then the lanes side by
-side, then the shared ones in parallel (``pytest -n 2`` alone hands each worker a long run of consecutive tests:
-correct, only slower). A worker done with its alone tests waits for the other's before it starts a lane or a
-shared test (``_after_the_alone_tests``), and the first reader of a run measured in a lane holds that lane from
-its start.
+starts the long ones first: a phase ends when its last test does, and a long one started last kept the other worker
+idle at the phase's end or the suite's (8.5 s once, where the lanes turned into the shared phase). ``--maxschedchunk
+1`` hands them out in that order a test or two at a time, so both workers take the ``alone`` tests in turn, then the
+lanes side by side, then the shared ones in parallel (``pytest -n 2`` alone hands each worker a long run of
+consecutive tests: correct, only slower). A worker done with its alone tests waits for the other's before it starts
+a lane or a shared test (``_after_the_alone_tests``), and the first reader of a run measured in a lane holds that
+lane from its start.
 """
+
 from __future__ import annotations
 
 import compileall
@@ -179,8 +180,11 @@ def pytest_configure(config):
         os.sync()
     else:
         # xdist gives each local worker <the controller's basetemp>/popen-gwN: the parent is the run's own folder
-        SHARED = (Path(config.option.basetemp).parent if config.option.basetemp else
-                  Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}") / "shared"
+        SHARED = (
+            Path(config.option.basetemp).parent
+            if config.option.basetemp
+            else Path(tempfile.gettempdir()) / f"pipeprof-tests-{config.workerinput['testrunuid']}"
+        ) / "shared"
         CORES = CoreLock(SHARED, int(config.workerinput["workerid"].removeprefix("gw")))
         # one intra-op thread for the torch work a test does in this process (a Step, a model's forward): beside
         # the other worker's test, a second OpenMP thread finds its core taken and spins (a googlenet step of a
@@ -201,8 +205,9 @@ def pytest_unconfigure(config):
 
 
 def mode_of(item) -> str:
-    return ("exclusive" if item.get_closest_marker("alone") else
-            "lane" if item.get_closest_marker("one_core") else "shared")
+    return (
+        "exclusive" if item.get_closest_marker("alone") else "lane" if item.get_closest_marker("one_core") else "shared"
+    )
 
 
 # fixtures made by measured_once in a lane, whose readers are ordered around them (``phase``); the lock each is
@@ -232,8 +237,11 @@ FIRST_READERS: dict[str, str] = {}  # the first reader of each run measured in a
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):  # before xdist's worker reports the order it collected
     if hasattr(session.config, "workerinput"):  # the same stable order on every worker
-        first = {next(i.nodeid for i in session.items if name in i.fixturenames): mode
-                 for name, mode in MEASURED.items() if any(name in i.fixturenames for i in session.items)}
+        first = {
+            next(i.nodeid for i in session.items if name in i.fixturenames): mode
+            for name, mode in MEASURED.items()
+            if any(name in i.fixturenames for i in session.items)
+        }
         session.items.sort(key=lambda i: (*phase(i, set(first)), not i.get_closest_marker("slow")))
         ALONE.update(i.nodeid for i in session.items if mode_of(i) == "exclusive")
         FIRST_READERS.update(first)
@@ -311,8 +319,9 @@ def no_leftovers():
     """Fail a test that leaks a monitor thread or a DataLoader worker."""
     yield
     threads = [t.name for t in threading.enumerate() if t.name.startswith("pipeprof")]
-    children = [p for p in psutil.Process().children(recursive=True) if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+    children = [
+        p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    ]
     for p in children:  # give workers being torn down a moment before calling it a leak
         try:
             p.wait(timeout=5)
@@ -358,11 +367,26 @@ def cpu_run_dir(tmp_path_factory):
     from pipeprof.cli import main
 
     def make(out: Path) -> Path:
-        sets = ["data.images=16", "data.classes=2", f"data.cache_dir={out}/datasets", f"out_dir={out}",
-                "loader.num_workers=[0,1]", "loader.batch_size=4", "augment.preset=light", "name=t",
-                "measure.warmup_s=0.2", "measure.window_s=0.3", "measure.window_batches=2", "measure.windows=3",
-                "measure.max_windows=5", "measure.ci_target=0.1", "measure.redraws=10", "measure.cpu_reference_s=0.3",
-                "overhead_checks=true", "actions=predict"]
+        sets = [
+            "data.images=16",
+            "data.classes=2",
+            f"data.cache_dir={out}/datasets",
+            f"out_dir={out}",
+            "loader.num_workers=[0,1]",
+            "loader.batch_size=4",
+            "augment.preset=light",
+            "name=t",
+            "measure.warmup_s=0.2",
+            "measure.window_s=0.3",
+            "measure.window_batches=2",
+            "measure.windows=3",
+            "measure.max_windows=5",
+            "measure.ci_target=0.1",
+            "measure.redraws=10",
+            "measure.cpu_reference_s=0.3",
+            "overhead_checks=true",
+            "actions=predict",
+        ]
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             assert main(["run"] + [a for s in sets for a in ("--set", s)]) == 0
@@ -376,8 +400,17 @@ def cpu_run_dir(tmp_path_factory):
 @pytest.fixture
 def quick_measure() -> dict:
     """A short steady-state policy for tests: enough windows to compute a spread."""
-    return MeasureConfig(warmup_batches=3, warmup_s=0.2, window_s=0.3, window_batches=3, windows=3,
-                         max_trial_s=30, ci_target=0.25, cpu_reference_s=0, redraws=10).model_dump()
+    return MeasureConfig(
+        warmup_batches=3,
+        warmup_s=0.2,
+        window_s=0.3,
+        window_batches=3,
+        windows=3,
+        max_trial_s=30,
+        ci_target=0.25,
+        cpu_reference_s=0,
+        redraws=10,
+    ).model_dump()
 
 
 LOOPBACK = "127.0.0.1"  # tests talk only to this machine
@@ -393,8 +426,9 @@ def serve_folder(root):
     """A real HTTP file server for ``root`` on a free loopback port; yields its base URL."""
     server = http.server.ThreadingHTTPServer((LOOPBACK, 0), functools.partial(QuietHandler, directory=str(root)))
     # polled every 50 ms (not 0.5 s): shutdown() returns at the next poll
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-http",
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="test-http", daemon=True
+    )
     thread.start()
     try:
         yield f"http://{LOOPBACK}:{server.server_address[1]}"
@@ -409,7 +443,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
-
 
 
 def session_alive(sid: int) -> list[int]:

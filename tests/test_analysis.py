@@ -1,4 +1,5 @@
 """Analysis on trial tables of known content: verdicts, predictions and advice are exact."""
+
 import math
 
 import numpy as np
@@ -7,15 +8,31 @@ import pytest
 
 from pipeprof.analysis import analyse, cores_needed, curves, recommend_workers, stage_overhead, verdicts, what_if
 
-GROUP = dict(model="m", precision="bf16", mode="train", preset="p", decoder="pil", source="files",
-             batch_size=8, pin_memory=True, image_size=224)
+GROUP = dict(
+    model="m",
+    precision="bf16",
+    mode="train",
+    preset="p",
+    decoder="pil",
+    source="files",
+    batch_size=8,
+    pin_memory=True,
+    image_size=224,
+)
 
 
 def trial(kind, rate, w=None, **extra):
-    keys = {"gpu_ceiling": ["model", "precision", "mode", "batch_size", "image_size"],
-            "storage_fetch": ["source", "batch_size"]}.get(kind, list(GROUP))
-    row = {k: GROUP[k] for k in keys} | {"kind": kind, "status": "ok", "samples_per_s": rate,
-                                         "samples_per_s_cv": 0.01, "num_workers": w}
+    keys = {
+        "gpu_ceiling": ["model", "precision", "mode", "batch_size", "image_size"],
+        "storage_fetch": ["source", "batch_size"],
+    }.get(kind, list(GROUP))
+    row = {k: GROUP[k] for k in keys} | {
+        "kind": kind,
+        "status": "ok",
+        "samples_per_s": rate,
+        "samples_per_s_cv": 0.01,
+        "num_workers": w,
+    }
     row["trial_id"] = f"{kind}/w{w}/{rate}"
     return row | extra
 
@@ -46,8 +63,7 @@ def test_the_what_if_reads_the_storage_the_run_measured():
     df = table(gpu=5000.0, cpu={1: 1000, 2: 2000}, e2e={1: 990, 2: 1980}, io={1: 5000, 2: 9000})
     assert "mean_sample_kb" in curves(df)
     (group,) = analyse(df, cores=32, device="cuda", draws=0)["groups"]
-    rows = {(r["gpus"], r["cores"], r["storage_mb_s"] if r["storage"] == "assumed" else None): r
-            for r in group.what_if}
+    rows = {(r["gpus"], r["cores"], r["storage_mb_s"] if r["storage"] == "assumed" else None): r for r in group.what_if}
     measured = rows[(1, 64, None)]
     assert measured["binding"] != "io" and measured["storage_mb_s"] == pytest.approx(900.0)
     slow = rows[(1, 64, 125.0)]
@@ -105,9 +121,21 @@ WS, RATES = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0]), np.array([100.0, 200.0, 
 
 
 def test_what_if_reads_the_measured_curve_at_the_workers_c_cores_allow():
-    rows = {(r["gpus"], r["cores"]): r for r in
-            what_if(5000.0, WS, RATES, 0.0, 32, io_mb_s=None, sample_mb=None, core_counts=(7, 16, 64),
-                    gpus=(1, 2), storage_mb_s=(None,))}
+    rows = {
+        (r["gpus"], r["cores"]): r
+        for r in what_if(
+            5000.0,
+            WS,
+            RATES,
+            0.0,
+            32,
+            io_mb_s=None,
+            sample_mb=None,
+            core_counts=(7, 16, 64),
+            gpus=(1, 2),
+            storage_mb_s=(None,),
+        )
+    }
     # 7 cores: 7 workers, interpolated between 4 (400/s) and 8 (800/s). One efficiency taken at
     # 32 workers (56%) would have said 100 x 7 x 0.56 = 394: the 2x error the sizing check found
     assert rows[(1, 7)]["predicted_samples_per_s"] == pytest.approx(700) and not rows[(1, 7)]["extrapolated"]
@@ -125,8 +153,7 @@ def test_the_training_process_takes_cpu_in_proportion_to_its_rate():
 def test_the_curve_gives_the_same_answer_from_a_smaller_machine():
     # the same CPUs measured on 16 cores: the what-if at 8 cores must not change with where it was measured
     big = what_if(5000.0, WS, RATES, 1e-3, 32, None, None, core_counts=(8,), gpus=(1,), storage_mb_s=(None,))
-    small = what_if(5000.0, WS[:5], RATES[:5], 1e-3, 16, None, None, core_counts=(8,), gpus=(1,),
-                    storage_mb_s=(None,))
+    small = what_if(5000.0, WS[:5], RATES[:5], 1e-3, 16, None, None, core_counts=(8,), gpus=(1,), storage_mb_s=(None,))
     assert small[0]["predicted_samples_per_s"] == pytest.approx(big[0]["predicted_samples_per_s"])
 
 
@@ -143,8 +170,14 @@ def test_cores_needed_interpolates_then_extrapolates():
 
 
 def e2e_row(w, rate, wait, *, busy=None, run=None, workers_cpu=None, ci=0.02, **extra):
-    row = trial("end_to_end", rate, w, data_wait_frac=wait, samples_per_s_ci95_low=rate * (1 - ci),
-                samples_per_s_ci95_high=rate * (1 + ci))
+    row = trial(
+        "end_to_end",
+        rate,
+        w,
+        data_wait_frac=wait,
+        samples_per_s_ci95_low=rate * (1 - ci),
+        samples_per_s_ci95_high=rate * (1 + ci),
+    )
     if busy is not None:
         row |= {"usable_busy_cores_mean": busy, "run_cores_mean": run if run is not None else busy}
     if workers_cpu is not None:
@@ -158,8 +191,9 @@ def frame(*rows):
 
 def test_missing_ceiling_the_trial_evidence_decides_not_a_guess():
     # case 2: the ceiling trial failed; the step takes 62 ms a batch (wait 2%), the loader alone gives 147/s
-    df = frame(trial("gpu_ceiling", None) | {"status": "error"}, trial("cpu_pipeline", 147.0, 2),
-               e2e_row(2, 60.0, 0.02))
+    df = frame(
+        trial("gpu_ceiling", None) | {"status": "error"}, trial("cpu_pipeline", 147.0, 2), e2e_row(2, 60.0, 0.02)
+    )
     v = verdicts(df, 2, "cpu").iloc[0]
     assert v["verdict"] == "step-bound" and v["bounds_verdict"] == "unknown"
     assert v["predicted_samples_per_s"] != v["predicted_samples_per_s"]  # NaN: no prediction without the step
@@ -174,8 +208,10 @@ def test_a_figure_no_row_measured_reads_as_missing_not_a_type_error():
     from pipeprof.results import frame as rows_frame
 
     def rows(missing):
-        return [trial("gpu_ceiling", 175.0, 0, main_cpu_pct_mean=missing),
-                e2e_row(0, 160.0, 0.05, main_cpu_pct_mean=missing, workers_cpu_pct_mean=missing)]
+        return [
+            trial("gpu_ceiling", 175.0, 0, main_cpu_pct_mean=missing),
+            e2e_row(0, 160.0, 0.05, main_cpu_pct_mean=missing, workers_cpu_pct_mean=missing),
+        ]
 
     none, nan = rows_frame(rows(None)), rows_frame(rows(float("nan")))
     assert none["main_cpu_pct_mean"].dtype == object  # what the analysis is given
@@ -201,22 +237,32 @@ def test_cpu_only_machine_says_step_and_skips_gpu_sizing():
 
 def test_all_cores_busy_is_cores_bound_even_above_the_isolated_loader():
     # case 5: 32 workers + the training process on 32 cores, end-to-end above the loader alone
-    df = frame(trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3500.0, 32), trial("storage_fetch", 9e4, 32),
-               e2e_row(32, 3900.0, 0.30, busy=31.6, workers_cpu=3000.0, ci=0.06))
+    df = frame(
+        trial("gpu_ceiling", 4700.0),
+        trial("cpu_pipeline", 3500.0, 32),
+        trial("storage_fetch", 9e4, 32),
+        e2e_row(32, 3900.0, 0.30, busy=31.6, workers_cpu=3000.0, ci=0.06),
+    )
     v = verdicts(df, 32).iloc[0]
     assert v["verdict"] == "cores-bound" and "31.6 of 32" in v["verdict_basis"]
 
 
-@pytest.mark.parametrize("workers_cpu, io, handoff, verdict", [
-    (380.0, 9e4, None, "cpu-bound"),  # 4 workers computing 95% of the time on a 16-core box: more workers help
-    (100.0, 9e4, 415.0, "loader-bound"),  # workers idle 75%, the storage keeps up, the hand-off measured at 415/s
-    (100.0, 9e4, None, "input-bound"),  # ... the hand-off not measured: no limit is claimed that was not measured
-    (100.0, None, 415.0, "loader-bound"),  # the storage unmeasured, but the measured hand-off binds
-    (100.0, 410.0, None, "io-bound"),  # the pipeline runs at the storage's rate
-])
+@pytest.mark.parametrize(
+    "workers_cpu, io, handoff, verdict",
+    [
+        (380.0, 9e4, None, "cpu-bound"),  # 4 workers computing 95% of the time on a 16-core box: more workers help
+        (100.0, 9e4, 415.0, "loader-bound"),  # workers idle 75%, the storage keeps up, the hand-off measured at 415/s
+        (100.0, 9e4, None, "input-bound"),  # ... the hand-off not measured: no limit is claimed that was not measured
+        (100.0, None, 415.0, "loader-bound"),  # the storage unmeasured, but the measured hand-off binds
+        (100.0, 410.0, None, "io-bound"),  # the pipeline runs at the storage's rate
+    ],
+)
 def test_input_bound_trials_name_the_input_side_from_their_evidence(workers_cpu, io, handoff, verdict):
-    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 420.0, 4),
-            e2e_row(4, 400.0, 0.6, busy=5.0, workers_cpu=workers_cpu)]
+    rows = [
+        trial("gpu_ceiling", 4700.0),
+        trial("cpu_pipeline", 420.0, 4),
+        e2e_row(4, 400.0, 0.6, busy=5.0, workers_cpu=workers_cpu),
+    ]
     if io:
         rows.append(trial("storage_fetch", io, 4))
     if handoff:
@@ -234,19 +280,33 @@ def test_evidence_against_the_bounds_is_said_with_both_figures():
 
 
 def test_recommended_workers_are_tied_when_intervals_overlap():
-    curve = pd.DataFrame({"num_workers": [4, 8, 16], "samples_per_s": [500.0, 920.0, 1000.0],
-                          "samples_per_s_ci95_low": [480.0, 850.0, 900.0],
-                          "samples_per_s_ci95_high": [520.0, 990.0, 1100.0]})
+    curve = pd.DataFrame(
+        {
+            "num_workers": [4, 8, 16],
+            "samples_per_s": [500.0, 920.0, 1000.0],
+            "samples_per_s_ci95_low": [480.0, 850.0, 900.0],
+            "samples_per_s_ci95_high": [520.0, 990.0, 1100.0],
+        }
+    )
     r = recommend_workers(curve)
     assert r["recommended_workers"] == 8 and r["tied_with_best"] == [8, 16]
-    narrow = curve.assign(samples_per_s=[500.0, 900.0, 1000.0], samples_per_s_ci95_low=[495.0, 890.0, 990.0],
-                          samples_per_s_ci95_high=[505.0, 910.0, 1010.0])
+    narrow = curve.assign(
+        samples_per_s=[500.0, 900.0, 1000.0],
+        samples_per_s_ci95_low=[495.0, 890.0, 990.0],
+        samples_per_s_ci95_high=[505.0, 910.0, 1010.0],
+    )
     assert recommend_workers(narrow)["recommended_workers"] == 16  # 10% below, intervals apart: not tied
 
 
 def test_actions_rank_the_costliest_transform_first():
-    extra = {"stage_share.decode": 0.2, "stage_share.Affine": 0.5, "stage_share.Normalize": 0.1,
-             "stage_share.collate": 0.0, "stage_us_per_sample.decode": 200.0, "stage_us_per_sample.Affine": 500.0}
+    extra = {
+        "stage_share.decode": 0.2,
+        "stage_share.Affine": 0.5,
+        "stage_share.Normalize": 0.1,
+        "stage_share.collate": 0.0,
+        "stage_us_per_sample.decode": 200.0,
+        "stage_us_per_sample.Affine": 500.0,
+    }
     a = analyse(table(gpu=5000, cpu={1: 100, 2: 200}, e2e={1: 100, 2: 200}, **extra), cores=3)
     top = a["groups"][0].actions[0]
     assert top["action"].startswith("drop or cheapen Affine")
@@ -255,8 +315,16 @@ def test_actions_rank_the_costliest_transform_first():
 
 def test_stage_overhead_reads_the_alternating_trial_and_its_interval():
     df = table(cpu={4: 380}, e2e={4: 370})
-    twin = trial("cpu_pipeline", 400.0, 4, stage_timing=False, clocked_samples_per_s=380.0,
-                 stage_clock_overhead_frac=0.05, stage_clock_overhead_ci95_low=0.02, stage_clock_overhead_ci95_high=0.08)
+    twin = trial(
+        "cpu_pipeline",
+        400.0,
+        4,
+        stage_timing=False,
+        clocked_samples_per_s=380.0,
+        stage_clock_overhead_frac=0.05,
+        stage_clock_overhead_ci95_low=0.02,
+        stage_clock_overhead_ci95_high=0.08,
+    )
     noisy = twin | {"preset": "q", "stage_clock_overhead_ci95_low": -0.01}
     out = stage_overhead(pd.DataFrame([*df.to_dict("records"), twin, noisy]))
     assert [(o["overhead_frac"], o["resolved"]) for o in out] == [(0.05, True), (0.05, False)]
@@ -294,46 +362,76 @@ def test_a_saturated_hand_off_caps_the_sizing_and_makes_the_trial_loader_bound()
     # the curve flattened below 95% of that limit, so reaching it lies past the 32 cores measured
     assert need.cores_to_handoff_limit > 32 and "not reachable by adding cores" in need.basis
     # the limit's interval straddling the step: a count, and the caveat that the hand-off may stop it short
-    split = cores_needed(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32,
-                         cap=4900.0, cap_low=4400.0)
+    split = cores_needed(
+        4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, cap=4900.0, cap_low=4400.0
+    )
     assert split["cores_needed"] is not None and split["handoff_straddles"]
     assert "4,400-4,900" in split["basis"] and "may stop the rate short" in split["basis"]
     assert "straddles the step's rate" in split["basis"]
     # wholly below the step but within the margin: said as such, not as straddling it
-    below = cores_needed(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32,
-                         cap=4500.0, cap_low=4400.0)
+    below = cores_needed(
+        4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, cap=4500.0, cap_low=4400.0
+    )
     assert below["handoff_straddles"] and "below the step's rate: it may stop" in below["basis"]
     assert "straddles" not in below["basis"]
     # the H200 repeat runs: limits of 3,950-4,583 and 4,477-4,970 beside a 4,680 step read the same way
     for low, high in ((3950.0, 4583.0), (4477.0, 4970.0)):
-        assert cores_needed(4680.0, np.array([4.0, 8, 16]), np.array([1000.0, 1900, 3000]), 0.0, 16, cap=high,
-                            cap_low=low)["handoff_straddles"]
-    caps = what_if(4688.0, np.array([4.0, 8, 16, 32]), np.array([1096.0, 1688, 3483, 3488]), 0.0, 32, None, None,
-                   core_counts=(64,), gpus=(1, 2), storage_mb_s=(None,), cap=3450.0)
+        assert cores_needed(
+            4680.0, np.array([4.0, 8, 16]), np.array([1000.0, 1900, 3000]), 0.0, 16, cap=high, cap_low=low
+        )["handoff_straddles"]
+    caps = what_if(
+        4688.0,
+        np.array([4.0, 8, 16, 32]),
+        np.array([1096.0, 1688, 3483, 3488]),
+        0.0,
+        32,
+        None,
+        None,
+        core_counts=(64,),
+        gpus=(1, 2),
+        storage_mb_s=(None,),
+        cap=3450.0,
+    )
     assert [r["predicted_samples_per_s"] for r in caps] == [pytest.approx(3450), pytest.approx(6900)]  # a loader each
 
 
 def test_bounds_within_their_noise_are_balanced_not_ranked():
     # the loader alone 1,000/s and the step alone 1,070/s: 7% apart, but each measured to ±4%
-    rows = [trial("gpu_ceiling", 1070.0, samples_per_s_ci95_low=1027.0, samples_per_s_ci95_high=1113.0),
-            trial("cpu_pipeline", 1000.0, 4, samples_per_s_ci95_low=960.0, samples_per_s_ci95_high=1040.0),
-            e2e_row(4, 990.0, 0.10)]
+    rows = [
+        trial("gpu_ceiling", 1070.0, samples_per_s_ci95_low=1027.0, samples_per_s_ci95_high=1113.0),
+        trial("cpu_pipeline", 1000.0, 4, samples_per_s_ci95_low=960.0, samples_per_s_ci95_high=1040.0),
+        e2e_row(4, 990.0, 0.10),
+    ]
     assert verdicts(frame(*rows), 16).iloc[0]["verdict"] == "balanced"
-    tight = [r | {"samples_per_s_ci95_low": r["samples_per_s"] * 0.995, "samples_per_s_ci95_high": r["samples_per_s"]
-                  * 1.005} for r in rows[:2]]
+    tight = [
+        r
+        | {"samples_per_s_ci95_low": r["samples_per_s"] * 0.995, "samples_per_s_ci95_high": r["samples_per_s"] * 1.005}
+        for r in rows[:2]
+    ]
     assert verdicts(frame(*tight, rows[2]), 16).iloc[0]["verdict"] == "cpu-bound"
 
 
-@pytest.mark.parametrize("rate, busy, verdict", [
-    (6247.0, 28.7, "cores-bound"),  # 70% of the 2-GPU ceiling with 90% of the cores busy (2xH200, DDP)
-    (6247.0, 20.0, "gpu-bound"),    # as slow, but cores to spare: nothing says the host is starved
-    (8700.0, 28.7, "gpu-bound"),    # at its ceiling: busy cores alone do not make the cores bind
-])
+@pytest.mark.parametrize(
+    "rate, busy, verdict",
+    [
+        (6247.0, 28.7, "cores-bound"),  # 70% of the 2-GPU ceiling with 90% of the cores busy (2xH200, DDP)
+        (6247.0, 20.0, "gpu-bound"),  # as slow, but cores to spare: nothing says the host is starved
+        (8700.0, 28.7, "gpu-bound"),  # at its ceiling: busy cores alone do not make the cores bind
+    ],
+)
 def test_a_gpu_step_slowed_below_its_ceiling_on_busy_cores_is_cores_bound(rate, busy, verdict):
     from pipeprof.analysis.verdict import Evidence, decide
 
-    ev = Evidence(wait=0.02, busy_cores=busy, run_cores=busy, foreign_cores=0.0, cores=32, workers=15,
-                  worker_busy=0.87, device_busy=0.94)
+    ev = Evidence(
+        wait=0.02,
+        busy_cores=busy,
+        run_cores=busy,
+        foreign_cores=0.0,
+        cores=32,
+        workers=15,
+        worker_busy=0.87,
+        device_busy=0.94,
+    )
     row = pd.Series({"samples_per_s": rate, "num_workers": 15})
     got, basis = decide(ev, {"step": 8892.0, "cpu": 6624.0, "io": None}, row, "cuda", "gpu-bound")
     assert got == verdict and basis.count("waits for data") == 1, basis

@@ -1,5 +1,6 @@
 """A group's answer, typed (``pipeprof.answer``): its stored form round-trips, through a run folder too; an
 older run folder's groups load as answers; a newer schema is still refused."""
+
 import json
 import shutil
 from pathlib import Path
@@ -12,23 +13,54 @@ from pipeprof.results import Run, SchemaError, load_run, upgrade
 from pipeprof.schema import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
-KEY = {"model": "resnet50", "precision": "bf16", "mode": "train", "preset": "standard", "batch_size": 256,
-       "source": "files", "cache_state": "warm", "gpus": 1, "p2p": None}
+KEY = {
+    "model": "resnet50",
+    "precision": "bf16",
+    "mode": "train",
+    "preset": "standard",
+    "batch_size": 256,
+    "source": "files",
+    "cache_state": "warm",
+    "gpus": 1,
+    "p2p": None,
+}
 # one group as run.json stores it (schema 2 and 3 alike): its settings beside the answer's fields
 STORED = KEY | {
-    "recommended_workers": 14, "recommended_samples_per_s": 3358.0, "best_workers": 16, "best_samples_per_s": 3400.0,
-    "tied_with_best": [14, 16], "criterion": "smallest num_workers within 5% of the best",
-    "confidence": {"draws": 30, "workers_low": 12, "workers_high": 16, "workers_share": 0.97,
-                   "recommended_share": 0.6, "side": "input", "resource": "cores", "side_share": 1.0,
-                   "answer_share": 0.9, "alternatives": [{"side": "input", "resource": "handoff", "share": 0.1}],
-                   "holds": True},
+    "recommended_workers": 14,
+    "recommended_samples_per_s": 3358.0,
+    "best_workers": 16,
+    "best_samples_per_s": 3400.0,
+    "tied_with_best": [14, 16],
+    "criterion": "smallest num_workers within 5% of the best",
+    "confidence": {
+        "draws": 30,
+        "workers_low": 12,
+        "workers_high": 16,
+        "workers_share": 0.97,
+        "recommended_share": 0.6,
+        "side": "input",
+        "resource": "cores",
+        "side_share": 1.0,
+        "answer_share": 0.9,
+        "alternatives": [{"side": "input", "resource": "handoff", "share": 0.1}],
+        "holds": True,
+    },
     "actions": [{"id": "decoder", "action": "decode with cv2", "gain_frac": 0.2}],
     "main_cpu_s_per_sample": 0.0002,
-    "cores_needed": {"cores_needed": 17, "workers_needed": 15.2, "extrapolated": False, "handoff_limit": None,
-                     "handoff_straddles": False, "basis": "15.2 workers reach the step's 4,700 samples/s"},
+    "cores_needed": {
+        "cores_needed": 17,
+        "workers_needed": 15.2,
+        "extrapolated": False,
+        "handoff_limit": None,
+        "handoff_straddles": False,
+        "basis": "15.2 workers reach the step's 4,700 samples/s",
+    },
     "what_if": [{"gpus": 1, "cores": 8, "predicted_samples_per_s": 2000.0, "binding": "cpu"}],
-    "verdict_at_recommended": "cores-bound", "side_at_recommended": "input", "resource_at_recommended": "cores",
-    "also_at_recommended": ["handoff"], "basis_at_recommended": "14 workers keep the cores busy",
+    "verdict_at_recommended": "cores-bound",
+    "side_at_recommended": "input",
+    "resource_at_recommended": "cores",
+    "also_at_recommended": ["handoff"],
+    "basis_at_recommended": "14 workers keep the cores busy",
     "best_measured_action": {"id": "decoder", "measured_gain_frac": 0.18},
 }
 
@@ -53,22 +85,40 @@ def test_a_key_a_newer_pipeprof_stored_survives_the_round_trip():
 
 def test_what_the_analysis_leaves_out_stays_out():
     """A run without re-draws, verdicts or GPU figures stores only what it has (as before the Answer)."""
-    bare = {"model": "m", "precision": "fp32", "preset": "light", "batch_size": 4, "recommended_workers": 0,
-            "recommended_samples_per_s": 40.0, "best_workers": 0, "best_samples_per_s": 40.0,
-            "tied_with_best": [0], "criterion": "c", "confidence": {"draws": 0}, "actions": [],
-            "main_cpu_s_per_sample": 0.03, "cpu_figures_skipped": "no GPU"}
+    bare = {
+        "model": "m",
+        "precision": "fp32",
+        "preset": "light",
+        "batch_size": 4,
+        "recommended_workers": 0,
+        "recommended_samples_per_s": 40.0,
+        "best_workers": 0,
+        "best_samples_per_s": 40.0,
+        "tied_with_best": [0],
+        "criterion": "c",
+        "confidence": {"draws": 0},
+        "actions": [],
+        "main_cpu_s_per_sample": 0.03,
+        "cpu_figures_skipped": "no GPU",
+    }
     a = Answer.from_dict(bare)
     assert a.cores_needed is None and a.side is None and a.confidence == Confidence(draws=0)
     assert a.workers_range == (0, 0) and a.to_dict() == bare
     pick = Recommendation.from_dict(bare)
-    assert Answer.from_parts(a.key, pick, confidence=a.confidence, main_cpu_s_per_sample=0.03,
-                             cpu_figures_skipped="no GPU") == a
+    assert (
+        Answer.from_parts(
+            a.key, pick, confidence=a.confidence, main_cpu_s_per_sample=0.03, cpu_figures_skipped="no GPU"
+        )
+        == a
+    )
 
 
 def test_answers_round_trip_through_a_saved_run_folder(tmp_path):
     a = Answer.from_dict(STORED)
-    run = Run(tmp_path, meta={"schema_version": SCHEMA_VERSION, "status": "complete",
-                              "analysis": {"groups": [a], "curves": []}})
+    run = Run(
+        tmp_path,
+        meta={"schema_version": SCHEMA_VERSION, "status": "complete", "analysis": {"groups": [a], "curves": []}},
+    )
     run.save_meta()
     run.save_trials([{"trial_id": "t", "kind": "end_to_end", "status": "ok", "samples_per_s": 1.0}])
     assert json.loads((tmp_path / "run.json").read_text())["analysis"]["groups"] == [STORED]  # the flat dict

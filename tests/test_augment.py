@@ -1,4 +1,5 @@
 """Presets: each loads, runs on a seeded image, and round-trips through albumentations' YAML."""
+
 import numpy as np
 import pytest
 
@@ -11,12 +12,27 @@ def image():
     return np.random.default_rng(0).integers(0, 256, (375, 500, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("name, dtype, stages", [
-    ("light", "uint8", ["RandomCrop", "HorizontalFlip", "ToTensorV2"]),
-    ("standard", "float32", ["RandomResizedCrop", "HorizontalFlip", "Normalize", "ToTensorV2"]),
-    ("heavy", "float32", ["RandomResizedCrop", "HorizontalFlip", "ColorJitter", "Affine", "GaussianBlur",
-                          "GaussNoise", "Normalize", "ToTensorV2"]),
-])
+@pytest.mark.parametrize(
+    "name, dtype, stages",
+    [
+        ("light", "uint8", ["RandomCrop", "HorizontalFlip", "ToTensorV2"]),
+        ("standard", "float32", ["RandomResizedCrop", "HorizontalFlip", "Normalize", "ToTensorV2"]),
+        (
+            "heavy",
+            "float32",
+            [
+                "RandomResizedCrop",
+                "HorizontalFlip",
+                "ColorJitter",
+                "Affine",
+                "GaussianBlur",
+                "GaussNoise",
+                "Normalize",
+                "ToTensorV2",
+            ],
+        ),
+    ],
+)
 def test_preset_runs_and_round_trips(name, dtype, stages, image, tmp_path):
     compose = load_preset(name)
     compose.set_random_seed(7)

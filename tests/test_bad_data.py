@@ -1,5 +1,6 @@
 """Bad data injected for real: unreadable, empty, cut-short and non-image files in an ImageFolder, images
 of every pixel format, an outsize image. Checked: rows, run.json, console, exit status, no process left."""
+
 import io
 import json
 import os
@@ -73,16 +74,31 @@ def dirty_dataset(tiny_dataset, tmp_path):
     return root
 
 
-BAD = {"img_0000002z.jpg": "cannot identify image file", "img_0000004z.jpg": "truncated",
-       "img_0000005z.jpg": "cannot identify image file", "img_0000007z.jpg": "No such file"}
-QUICK = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.window_batches=2",
-         "measure.windows=3", "measure.max_windows=3", "measure.cpu_reference_s=0", "loader.batch_size=4",
-         "augment.preset=light", "name=t"]
+BAD = {
+    "img_0000002z.jpg": "cannot identify image file",
+    "img_0000004z.jpg": "truncated",
+    "img_0000005z.jpg": "cannot identify image file",
+    "img_0000007z.jpg": "No such file",
+}
+QUICK = [
+    "measure.warmup_s=0.2",
+    "measure.warmup_max_s=1",
+    "measure.redraws=10",
+    "measure.window_s=0.3",
+    "measure.window_batches=2",
+    "measure.windows=3",
+    "measure.max_windows=3",
+    "measure.cpu_reference_s=0",
+    "loader.batch_size=4",
+    "augment.preset=light",
+    "name=t",
+]
 
 
 def _run(root, out, *sets) -> tuple[int, pd.DataFrame, dict, str]:
-    argv = ["run"] + [a for s in (*QUICK, "data.kind=folder", f"data.path={root}", f"out_dir={out}", *sets)
-                      for a in ("--set", s)]
+    argv = ["run"] + [
+        a for s in (*QUICK, "data.kind=folder", f"data.path={root}", f"out_dir={out}", *sets) for a in ("--set", s)
+    ]
     code = main(argv)
     assert not [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
     folders = [p for p in out.iterdir() if p.name.startswith("t-")] if out.exists() else []
@@ -96,8 +112,15 @@ def _run(root, out, *sets) -> tuple[int, pd.DataFrame, dict, str]:
 # decode and transform time, about 16%, within 3-60%: both sides are timed in the same worker, so a busy machine
 # slows them alike)
 def test_bad_samples_are_skipped_counted_and_named_outsize_images_reported(dirty_dataset, tmp_path, capfd):
-    code, df, meta, _ = _run(dirty_dataset, tmp_path / "out", "trials=[cpu_pipeline]", "loader.num_workers=[0,2]",
-                             "data.max_bad_frac=0.3", "data.max_pixels=500000", "stage_timing=true")
+    code, df, meta, _ = _run(
+        dirty_dataset,
+        tmp_path / "out",
+        "trials=[cpu_pipeline]",
+        "loader.num_workers=[0,2]",
+        "data.max_bad_frac=0.3",
+        "data.max_pixels=500000",
+        "stage_timing=true",
+    )
     out = capfd.readouterr().out
     assert code == 0
     # the pre-flight scan found every bad file and the outsize one before any trial
@@ -106,7 +129,7 @@ def test_bad_samples_are_skipped_counted_and_named_outsize_images_reported(dirty
     assert "checked 29 of 29 files" in out and "4 unreadable, 1 above 0.5 MP" in out
     rows = df[df["stage_timing"].isna()].set_index("num_workers")  # not the untimed twin
     assert list(rows.index) == [0, 2] and (rows["status"] == "ok").all()
-    for w, r in rows.iterrows():  # with 2 workers the counts came back from the worker processes
+    for _, r in rows.iterrows():  # with 2 workers the counts came back from the worker processes
         # 4 bad of 29 files, each met once a pass, the sample after it standing in: 4 skipped per 29
         # delivered (a trial ends within a pass, so a little either way)
         assert r["bad_samples"] >= 4 and r["bad_samples_frac"] == pytest.approx(4 / 33, abs=0.03)
@@ -124,8 +147,9 @@ def test_bad_samples_are_skipped_counted_and_named_outsize_images_reported(dirty
 
 
 def test_a_trial_skipping_more_than_max_bad_frac_fails_with_the_reason(dirty_dataset, tmp_path, capfd):
-    code, df, meta, _ = _run(dirty_dataset, tmp_path / "out", "trials=[cpu_pipeline]", "loader.num_workers=[2]",
-                             "stage_timing=false")
+    code, df, meta, _ = _run(
+        dirty_dataset, tmp_path / "out", "trials=[cpu_pipeline]", "loader.num_workers=[2]", "stage_timing=false"
+    )
     assert code == 1  # every trial failed
     (row,) = df.itertuples()
     assert row.status == "failed" and row.bad_samples >= 1
@@ -135,15 +159,23 @@ def test_a_trial_skipping_more_than_max_bad_frac_fails_with_the_reason(dirty_dat
 
 def test_policy_fail_stops_before_measuring_or_fails_the_trial_naming_the_file(dirty_dataset, tmp_path, capfd):
     out = tmp_path / "out"
-    code, df, _, _ = _run(dirty_dataset, out, "trials=[cpu_pipeline]", "loader.num_workers=[2]",
-                          "data.on_bad_sample=fail")
+    code, df, _, _ = _run(
+        dirty_dataset, out, "trials=[cpu_pipeline]", "loader.num_workers=[2]", "data.on_bad_sample=fail"
+    )
     err = capfd.readouterr().err
     assert code == 2 and df.empty and not list(out.glob("t-*"))  # nothing measured, no run folder
     assert "data.on_bad_sample is 'fail' and 4 of the 29 files checked cannot be read" in err
     assert any(name in err for name in BAD)
     # without the scan the worker meets the file: the trial fails naming it
-    code, df, _, _ = _run(dirty_dataset, out, "trials=[cpu_pipeline]", "loader.num_workers=[2]",
-                          "data.on_bad_sample=fail", "data.check_files=0", "stage_timing=false")
+    code, df, _, _ = _run(
+        dirty_dataset,
+        out,
+        "trials=[cpu_pipeline]",
+        "loader.num_workers=[2]",
+        "data.on_bad_sample=fail",
+        "data.check_files=0",
+        "stage_timing=false",
+    )
     (row,) = df.itertuples()
     assert code == 1 and row.status == "error" and "(data.on_bad_sample: fail)" in row.error
     assert any(f"{name}: " in row.error.splitlines()[0] for name in BAD)
@@ -151,8 +183,13 @@ def test_policy_fail_stops_before_measuring_or_fails_the_trial_naming_the_file(d
 
 def test_check_data_lists_unreadable_files_with_reasons(dirty_dataset, tiny_dataset, tmp_path):
     def check(*args):
-        return subprocess.run([sys.executable, "-m", "pipeprof", "check-data", *map(str, args)],
-                              capture_output=True, text=True, timeout=120, cwd=HERE)
+        return subprocess.run(
+            [sys.executable, "-m", "pipeprof", "check-data", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=HERE,
+        )
 
     found = check(dirty_dataset, "--max-pixels", "500000")
     assert found.returncode == 1
@@ -163,7 +200,9 @@ def test_check_data_lists_unreadable_files_with_reasons(dirty_dataset, tiny_data
         assert line.startswith("  unreadable: ") and why in line
     assert any(x.startswith("  large: ") and "img_0000008z.jpg (1 MP)" in x for x in lines)
     clean = check(tiny_dataset)
-    assert clean.returncode == 0 and clean.stdout.startswith("checked 12 of 12 files") and "0 unreadable" in clean.stdout
+    assert (
+        clean.returncode == 0 and clean.stdout.startswith("checked 12 of 12 files") and "0 unreadable" in clean.stdout
+    )
     missing = check(tmp_path / "nowhere")
     assert missing.returncode == 2 and "dataset folder not found" in missing.stderr and "nowhere" in missing.stderr
     limited = check(dirty_dataset, "--limit", "10")

@@ -1,5 +1,6 @@
 """`pipeprof bench gpu-augment`: the GPU pipeline's per-sample and batch forms timed on one batch, alternating;
 run here on CPU tensors with a tiny batch (the figures mean something on a GPU only)."""
+
 import pandas as pd
 
 from pipeprof.checks.bench import gpu_augment, render_gpu_augment
@@ -14,8 +15,18 @@ def test_both_forms_alternate_and_warm_up_is_left_out():
 
 
 def test_the_table_gives_median_and_range_per_form_and_the_ratio():
-    rows = [{"form": f, "repeat": i, "decode_ms": 10.0, "augment_ms": a * i, "augment_host_ms": 1.0,
-             "images_per_s": 256 / (10 + a * i) * 1e3} for i in (1, 2, 3) for f, a in (("per-sample", 80.0), ("batched", 4.0))]
+    rows = [
+        {
+            "form": f,
+            "repeat": i,
+            "decode_ms": 10.0,
+            "augment_ms": a * i,
+            "augment_host_ms": 1.0,
+            "images_per_s": 256 / (10 + a * i) * 1e3,
+        }
+        for i in (1, 2, 3)
+        for f, a in (("per-sample", 80.0), ("batched", 4.0))
+    ]
     text = render_gpu_augment(pd.DataFrame(rows))
     assert "| per-sample | 3 | 10.0 (10.0–10.0) | 160.0 (80.0–240.0) |" in text
     assert "| batched | 3 | 10.0 (10.0–10.0) | 8.0 (4.0–12.0) |" in text

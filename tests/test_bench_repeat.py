@@ -1,4 +1,5 @@
 """`pipeprof bench repeat`'s verdict on its runs: do they give one answer? Rows of known content."""
+
 import pandas as pd
 
 from pipeprof.checks.bench import agreement, render_repeat
@@ -6,10 +7,28 @@ from pipeprof.checks.bench import agreement, render_repeat
 
 def runs(*answers):
     """One row per run: (side, resource, workers_low, workers_high)."""
-    return pd.DataFrame([{"run": i + 1, "group": "g", "wall_s": 130.0 + i, "answer_s": 120.0, "trials": 8,
-                          "num_workers": lo, "workers_low": lo, "workers_high": hi, "side": side,
-                          "resource": res, "also": "", "samples_per_s": 3000.0, "answer_share": 0.9, "holds": True,
-                          "folder": "x"} for i, (side, res, lo, hi) in enumerate(answers)])
+    return pd.DataFrame(
+        [
+            {
+                "run": i + 1,
+                "group": "g",
+                "wall_s": 130.0 + i,
+                "answer_s": 120.0,
+                "trials": 8,
+                "num_workers": lo,
+                "workers_low": lo,
+                "workers_high": hi,
+                "side": side,
+                "resource": res,
+                "also": "",
+                "samples_per_s": 3000.0,
+                "answer_share": 0.9,
+                "holds": True,
+                "folder": "x",
+            }
+            for i, (side, res, lo, hi) in enumerate(answers)
+        ]
+    )
 
 
 def test_runs_that_name_one_side_and_resource_with_overlapping_ranges_agree():

@@ -1,4 +1,5 @@
 """Page-cache control and I/O accounting on real files (no mocks): evict, warm, mincore, /proc/PID/io."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,11 @@ def fs_type(path: Path) -> str:
 @pytest.fixture
 def disk_files(tmp_path):
     """A few MB in files on a real disk (not tmpfs), flushed so their pages can be dropped."""
-    folder = tmp_path if fs_type(tmp_path) not in MEMORY_FS else Path(
-        tempfile.mkdtemp(prefix="cache-test-", dir=REPO / "out"))
+    folder = (
+        tmp_path
+        if fs_type(tmp_path) not in MEMORY_FS
+        else Path(tempfile.mkdtemp(prefix="cache-test-", dir=REPO / "out"))
+    )
     if fs_type(folder) in MEMORY_FS:
         pytest.skip(f"no disk-backed folder: {folder} is {fs_type(folder)}, whose pages cannot be evicted")
     paths = []
@@ -87,8 +91,9 @@ def test_io_probe_counts_the_workers_reads_until_they_exit(tiny_dataset):
     finally:
         shutdown(it)
     assert len(probe.pids) == 2 and result["lost_pids"] == []
-    assert 0 < result["read_chars"] and result["read_chars"] >= got - 2 * 2 * max(source.nbytes(i)
-                                                                             for i in range(len(source)))
+    assert 0 < result["read_chars"] and result["read_chars"] >= got - 2 * 2 * max(
+        source.nbytes(i) for i in range(len(source))
+    )
     assert len(probe.stop()["lost_pids"]) == 2  # stopped too late: the workers' reads are lost
 
 

@@ -4,6 +4,7 @@ On the two run folders recorded by pipeprof (see test_report_html): ``run-cpu-tw
 BF16, files and memory) and ``run-cpu-files`` (FP32, files), both mobilenet_v3_small, light preset,
 batch 4, workers 0 and 1, on the same 2-core machine minutes apart.
 """
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeprof.cli import main
 from pipeprof.analysis.compare import compare, reference_rate
+from pipeprof.cli import main
 from pipeprof.results import load_run
 
 DATA = Path(__file__).parent / "data"
@@ -63,8 +64,12 @@ def test_reference_normalised_ratio(runs, result):
     points = runs[0].meta["cpu_reference"]["start"]["points"]
     assert ref_a > 0 and ref_b > 0 and max(p["processes"] for p in points) == 2  # the all-cores point of 2
     for run, ref in zip(runs, (ref_a, ref_b)):  # the mean of start and end at 2 processes, read off run.json
-        at_two = [p["decodes_per_s"] for w in ("start", "end") for p in run.meta["cpu_reference"][w]["points"]
-                  if p["processes"] == 2]
+        at_two = [
+            p["decodes_per_s"]
+            for w in ("start", "end")
+            for p in run.meta["cpu_reference"][w]["points"]
+            if p["processes"] == 2
+        ]
         assert len(at_two) == 2 and ref == pytest.approx(sum(at_two) / 2)
     df = result.ratios
     assert df["reference_ratio"].iloc[0] == pytest.approx(ref_b / ref_a)
@@ -113,11 +118,29 @@ def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
     from pipeprof.report.comparison import render_compare_markdown
 
     base = load_run(B)
-    base.meta = copy.deepcopy(base.meta) | {"action_trials": {"rows": [
-        {"action": "decoder", "status": "ok", "num_workers": 1, "action_gain_frac": 0.08,
-         "action_gain_ci95_low": -0.03, "action_gain_ci95_high": 0.19},
-        {"action": "decoder", "status": "ok", "num_workers": 1, "batch_size": 64, "action_gain_frac": 0.3,
-         "action_gain_ci95_low": 0.2, "action_gain_ci95_high": 0.4}]}}  # another group's: batch 64, not run here
+    base.meta = copy.deepcopy(base.meta) | {
+        "action_trials": {
+            "rows": [
+                {
+                    "action": "decoder",
+                    "status": "ok",
+                    "num_workers": 1,
+                    "action_gain_frac": 0.08,
+                    "action_gain_ci95_low": -0.03,
+                    "action_gain_ci95_high": 0.19,
+                },
+                {
+                    "action": "decoder",
+                    "status": "ok",
+                    "num_workers": 1,
+                    "batch_size": 64,
+                    "action_gain_frac": 0.3,
+                    "action_gain_ci95_low": 0.2,
+                    "action_gain_ci95_high": 0.4,
+                },
+            ]
+        }
+    }  # another group's: batch 64, not run here
     shutil.copytree(B, tmp_path / "rerun")
     rerun = load_run(tmp_path / "rerun")
     has = rerun.trials["decoder"].notna()
@@ -135,8 +158,10 @@ def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
     assert a["rerun_gain"] == pytest.approx(0.10)
     text = render_compare_markdown(c, [base, rerun])
     assert "`cv2` changed decoder pil → cv2 in every trial" in text
-    assert "measured +8.0% (95% interval -3.0% to +19.0%) at 1 workers; the rerun's end-to-end trial there: " \
-           "+10.0%, inside the trial's interval" in text
+    assert (
+        "measured +8.0% (95% interval -3.0% to +19.0%) at 1 workers; the rerun's end-to-end trial there: "
+        "+10.0%, inside the trial's interval" in text
+    )
     # two runs that differ in no setting wholesale match as before: nothing is said to have changed
     assert compare([base, load_run(B)], ["a", "b"]).changed == {"b": {}}
     # a setting no action changes (the model) still keeps trials apart: only the decoder is matched across

@@ -1,5 +1,6 @@
 """The two-level verdict on figures that sit on a threshold, and the answer's confidence from re-drawn
 windows: tables of known content, so which answers are possible is known in advance."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,8 +15,12 @@ def windows(rates):
     """A trial's stored windows and the median and interval the trial computed from them."""
     r = np.asarray(rates, float)
     half = 4.303 * r.std(ddof=1) / np.sqrt(len(r)) if len(r) == 3 else 1.96 * r.std(ddof=1) / np.sqrt(len(r))
-    return {"samples_per_s": float(np.median(r)), "samples_per_s_ci95_low": r.mean() - half,
-            "samples_per_s_ci95_high": r.mean() + half, "window_rates": list(rates)}
+    return {
+        "samples_per_s": float(np.median(r)),
+        "samples_per_s_ci95_low": r.mean() - half,
+        "samples_per_s_ci95_high": r.mean() + half,
+        "window_rates": list(rates),
+    }
 
 
 def curve_table(e2e: dict, wait=0.4, busy=None):
@@ -67,8 +72,16 @@ def test_a_redraw_joins_the_same_trials_as_the_table_it_came_from():
         return out
 
     e2e = {4: [500, 505, 510], 8: [900, 950, 1000, 940, 960], 16: [1000, 1000, 1010, 990, 1000]}
-    df = pd.concat([curve_table(e2e), frame(*[trial("storage_fetch", 9000.0 * w, w, mean_sample_kb=110.0)
-                                              for w in e2e], trial("handoff", 2000.0, 16))], ignore_index=True)
+    df = pd.concat(
+        [
+            curve_table(e2e),
+            frame(
+                *[trial("storage_fetch", 9000.0 * w, w, mean_sample_kb=110.0) for w in e2e],
+                trial("handoff", 2000.0, 16),
+            ),
+        ],
+        ignore_index=True,
+    )
     rows, measured = join(df), curves(df)
     assert measured[["io_bound_samples_per_s", "handoff_samples_per_s"]].notna().all().all()
     rates = _redraw_windows(df, "window_rates", np.random.default_rng(0), 5)
@@ -113,11 +126,23 @@ def test_the_analysis_stores_the_confidence_per_group():
 
 # ---- the two-level verdict where a figure sits on its threshold -------------------------------------
 
+
 def on_16_cores(busy_low, busy_high, handoff=None, workers_cpu=1500.0, run=None, workers=16, cores=16):
     """``workers`` workers on a ``cores``-core box, waiting 40%: busy cores measured with an interval."""
-    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3100.0, workers),
-            e2e_row(workers, 3000.0, 0.4, busy=(busy_low + busy_high) / 2, workers_cpu=workers_cpu, run=run,
-                    usable_busy_cores_ci95_low=busy_low, usable_busy_cores_ci95_high=busy_high)]
+    rows = [
+        trial("gpu_ceiling", 4700.0),
+        trial("cpu_pipeline", 3100.0, workers),
+        e2e_row(
+            workers,
+            3000.0,
+            0.4,
+            busy=(busy_low + busy_high) / 2,
+            workers_cpu=workers_cpu,
+            run=run,
+            usable_busy_cores_ci95_low=busy_low,
+            usable_busy_cores_ci95_high=busy_high,
+        ),
+    ]
     if handoff:
         rows.append(trial("handoff", handoff, workers))
     return verdicts(frame(*rows), cores).iloc[0]
@@ -134,17 +159,20 @@ def test_an_answer_read_from_trials_beside_other_load_does_not_hold():
     def table(loads: dict):
         df = curve_table({4: [500, 505, 510], 8: [990, 1000, 1010], 16: [1400, 1410, 1420]}, busy=20.0)
         df["usable_cores"] = 32
-        df["foreign_cores_mean"] = [loads.get(w, 0.0) if k == "end_to_end" else 0.0
-                                    for k, w in zip(df["kind"], df["num_workers"])]
+        df["foreign_cores_mean"] = [
+            loads.get(w, 0.0) if k == "end_to_end" else 0.0 for k, w in zip(df["kind"], df["num_workers"])
+        ]
         return df
 
     g = analyse(table({8: 1.7, 16: 2.2}), cores=32, draws=20)["groups"][0]
     sure = g.confidence
     assert sure.answer_share == 1.0 and not sure.holds
     assert sure.disturbed == {"trials": 2, "of": 3, "foreign_cores_max": pytest.approx(2.2)}
-    assert confidence_line(g).endswith("the answer does not hold: other processes used up to 2.20 cores of the "
-                                       "run's CPUs in 2 of its 3 end-to-end trials; run it again with the machine "
-                                       "quiet.")
+    assert confidence_line(g).endswith(
+        "the answer does not hold: other processes used up to 2.20 cores of the "
+        "run's CPUs in 2 of its 3 end-to-end trials; run it again with the machine "
+        "quiet."
+    )
     for quieter in ({16: 1.2}, {16: 0.6}):
         assert analyse(table(quieter), cores=32, draws=20)["groups"][0].confidence.holds
 
@@ -185,14 +213,37 @@ def test_more_workers_measured_and_no_faster_refute_too_few_workers():
     "step-bound, its host short of cores" where the run before it on the same start, cores first at 14, said
     "input-bound, cores full". Both say the latter now.
     A larger count that was not measured leaves "workers" standing."""
+
     def table(with_16: bool, wait_16: float = 0.08, rate_16: float = 3121.0):
         rows = [trial("gpu_ceiling", 4700.0) | windows([4690, 4700, 4710]), trial("cpu_pipeline", 3170.0, 14)]
-        rows.append(e2e_row(14, 3358.0, 0.3, busy=14.7, workers_cpu=1330.0, ci=0.12, usable_busy_cores_ci95_low=14.1,
-                            usable_busy_cores_ci95_high=15.4) | windows([3000, 3358, 3700]))
+        rows.append(
+            e2e_row(
+                14,
+                3358.0,
+                0.3,
+                busy=14.7,
+                workers_cpu=1330.0,
+                ci=0.12,
+                usable_busy_cores_ci95_low=14.1,
+                usable_busy_cores_ci95_high=15.4,
+            )
+            | windows([3000, 3358, 3700])
+        )
         if with_16:
-            rows += [trial("cpu_pipeline", 3200.0, 16),
-                     e2e_row(16, rate_16, wait_16, busy=15.6, workers_cpu=1500.0, ci=0.10, usable_busy_cores_ci95_low=15.4,
-                             usable_busy_cores_ci95_high=15.9) | windows([0.93 * rate_16, rate_16, 1.08 * rate_16])]
+            rows += [
+                trial("cpu_pipeline", 3200.0, 16),
+                e2e_row(
+                    16,
+                    rate_16,
+                    wait_16,
+                    busy=15.6,
+                    workers_cpu=1500.0,
+                    ci=0.10,
+                    usable_busy_cores_ci95_low=15.4,
+                    usable_busy_cores_ci95_high=15.9,
+                )
+                | windows([0.93 * rate_16, rate_16, 1.08 * rate_16]),
+            ]
         return frame(*rows)
 
     for wait_16, rate_16, side_16 in ((0.08, 3121.0, "input"), (0.025, 3300.0, "step")):
@@ -204,9 +255,12 @@ def test_more_workers_measured_and_no_faster_refute_too_few_workers():
         assert g.basis.startswith(
             f"more workers were measured and did not help: 16 workers ran at {rate_16:,.0f} samples/s against 3,358 "
             "at 14 (not enough to recommend them), and at 14, within its interval of its limit: 14.1-15.4 of 16 "
-            "usable cores busy"), g.basis
-        assert g.basis.endswith("more workers cannot help (the cores are full); more cores or a "
-                                                  "cheaper pipeline may: see the ranked actions")
+            "usable cores busy"
+        ), g.basis
+        assert g.basis.endswith(
+            "more workers cannot help (the cores are full); more cores or a "
+            "cheaper pipeline may: see the ranked actions"
+        )
         assert (g.confidence.side, g.confidence.resource) == ("input", "cores")
     alone = analyse(table(False), cores=16, draws=30)["groups"][0]
     assert alone.resource == "workers" and "more workers would help" in alone.basis
@@ -219,9 +273,13 @@ def test_a_worker_beside_a_training_process_that_waits_on_its_step_has_room():
 
 
 def test_a_wait_straddling_the_input_threshold_takes_the_side_from_the_bounds():
-    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 3100.0, 8),
-            e2e_row(8, 3000.0, 0.2, data_wait_frac_ci95_low=0.15, data_wait_frac_ci95_high=0.25, busy=9.0,
-                    workers_cpu=790.0)]
+    rows = [
+        trial("gpu_ceiling", 4700.0),
+        trial("cpu_pipeline", 3100.0, 8),
+        e2e_row(
+            8, 3000.0, 0.2, data_wait_frac_ci95_low=0.15, data_wait_frac_ci95_high=0.25, busy=9.0, workers_cpu=790.0
+        ),
+    ]
     v = verdicts(frame(*rows), 16).iloc[0]
     assert v["side"] == "input" and "15%-25%" in v["verdict_basis"] and "isolated bounds" in v["verdict_basis"]
     assert pd.notna(v["resource"])
@@ -229,8 +287,11 @@ def test_a_wait_straddling_the_input_threshold_takes_the_side_from_the_bounds():
 
 @pytest.mark.parametrize("share, resource", [(0.40, "gpu-pipeline"), (0.10, "gpu")])
 def test_decoding_on_the_gpu_is_a_step_side_resource_when_it_takes_much_of_its_time(share, resource):
-    rows = [trial("gpu_ceiling", 4700.0), trial("cpu_pipeline", 9000.0, 4),
-            e2e_row(4, 3000.0, 0.01, busy=3.0, device_pipeline_frac=share)]
+    rows = [
+        trial("gpu_ceiling", 4700.0),
+        trial("cpu_pipeline", 9000.0, 4),
+        e2e_row(4, 3000.0, 0.01, busy=3.0, device_pipeline_frac=share),
+    ]
     v = verdicts(frame(*rows), 16).iloc[0]
     assert (v["side"], v["resource"], v["verdict"]) == ("step", resource, "gpu-bound")
     assert f"{share:.0%} of the GPU's time" in v["verdict_basis"]

@@ -1,4 +1,5 @@
 """Config validation: every bad field is named, with what is allowed, before anything runs."""
+
 import pytest
 
 from pipeprof import config as C
@@ -23,16 +24,19 @@ def test_resolve_for_a_gpu_machine_picks_resnet50_and_bf16():
     assert cfg.loader.num_workers == [0, 1, 2, 4, 8, 16] and cfg.loader.pin_memory
 
 
-@pytest.mark.parametrize("raw, field, hint", [
-    ({"loader": {"num_workres": [1]}}, "loader.num_workres", "unknown key"),
-    ({"loader": {"num_workers": [0, -2]}}, "loader.num_workers.1", "greater than or equal to 0"),
-    ({"loader": {"batch_size": "big"}}, "loader.batch_size.0", "integer"),
-    ({"model": {"name": "resnet9000"}}, "model.name", "resnet50"),
-    ({"model": {"precision": "fp8"}}, "model.precision.0", "'bf16'"),
-    ({"augment": {"preset": "extreme"}}, "augment.preset", "heavy"),
-    ({"data": {"decoder": "turbo"}}, "data.decoder", "'cv2'"),
-    ({"measure": {"windows": 1}}, "measure.windows", "greater than or equal to 2"),
-])
+@pytest.mark.parametrize(
+    "raw, field, hint",
+    [
+        ({"loader": {"num_workres": [1]}}, "loader.num_workres", "unknown key"),
+        ({"loader": {"num_workers": [0, -2]}}, "loader.num_workers.1", "greater than or equal to 0"),
+        ({"loader": {"batch_size": "big"}}, "loader.batch_size.0", "integer"),
+        ({"model": {"name": "resnet9000"}}, "model.name", "resnet50"),
+        ({"model": {"precision": "fp8"}}, "model.precision.0", "'bf16'"),
+        ({"augment": {"preset": "extreme"}}, "augment.preset", "heavy"),
+        ({"data": {"decoder": "turbo"}}, "data.decoder", "'cv2'"),
+        ({"measure": {"windows": 1}}, "measure.windows", "greater than or equal to 2"),
+    ],
+)
 def test_bad_fields_are_named_with_allowed_values(raw, field, hint):
     msg = error_of(raw)
     assert field in msg and hint in msg

@@ -1,6 +1,7 @@
 """The run folder survives what stops a run: a write that fails on a full disk keeps the old file, a kill -9
 mid-sweep leaves every completed trial readable, stale temporary files are removed, and `report` says when
 a run did not finish."""
+
 import contextlib
 import json
 import os
@@ -110,12 +111,31 @@ def _rows(folder: Path) -> int:
 
 def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfinished(tmp_path, capfd):
     out = tmp_path / "out"
-    sets = [f"out_dir={out}", f"data.cache_dir={tmp_path}/ds", "data.images=16", "data.classes=2", "name=k",
-            "trials=[cpu_pipeline]", "loader.num_workers=[0,1,2]", "augment.preset=[light,standard,heavy]",
-            "loader.batch_size=4", "stage_timing=false", "measure.warmup_s=0.1", "measure.warmup_max_s=0.5", "measure.redraws=10",
-            "measure.window_s=0.1", "measure.windows=3", "measure.max_windows=3", "measure.cpu_reference_s=0"]
-    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    sets = [
+        f"out_dir={out}",
+        f"data.cache_dir={tmp_path}/ds",
+        "data.images=16",
+        "data.classes=2",
+        "name=k",
+        "trials=[cpu_pipeline]",
+        "loader.num_workers=[0,1,2]",
+        "augment.preset=[light,standard,heavy]",
+        "loader.batch_size=4",
+        "stage_timing=false",
+        "measure.warmup_s=0.1",
+        "measure.warmup_max_s=0.5",
+        "measure.redraws=10",
+        "measure.window_s=0.1",
+        "measure.windows=3",
+        "measure.max_windows=3",
+        "measure.cpu_reference_s=0",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while not (folders := list(out.glob("k-*"))) or _rows(folders[0]) < 1:
@@ -139,13 +159,30 @@ def test_after_kill_9_mid_sweep_every_completed_trial_reads_and_report_says_unfi
 
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_run_keeps_the_trials_says_how_much_and_exits_2(small_disk, tmp_path):
-    sets = ["data.images=16", "data.classes=2", f"data.cache_dir={tmp_path}/datasets", f"out_dir={small_disk}",
-            "loader.num_workers=[0,1,2]", "loader.batch_size=4", "augment.preset=light", "name=full",
-            "trials=[cpu_pipeline,end_to_end]", "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms",
-            "model.threads=1", "measure.window_s=0.1", "measure.max_windows=3", "measure.warmup_max_s=0.5", "measure.redraws=10",
-            "measure.cpu_reference_s=0"]
-    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *sum([["--set", x] for x in sets], [])],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sets = [
+        "data.images=16",
+        "data.classes=2",
+        f"data.cache_dir={tmp_path}/datasets",
+        f"out_dir={small_disk}",
+        "loader.num_workers=[0,1,2]",
+        "loader.batch_size=4",
+        "augment.preset=light",
+        "name=full",
+        "trials=[cpu_pipeline,end_to_end]",
+        "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms",
+        "model.threads=1",
+        "measure.window_s=0.1",
+        "measure.max_windows=3",
+        "measure.warmup_max_s=0.5",
+        "measure.redraws=10",
+        "measure.cpu_reference_s=0",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeprof", "run", *sum([["--set", x] for x in sets], [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline, folder = time.time() + 120, None
     while time.time() < deadline and not (folder and _rows(folder)):
         folder = next(small_disk.glob("full-*"), None)

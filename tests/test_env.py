@@ -1,4 +1,5 @@
 """Tests for pipeprof.env: values are recomputed independently, not just type-checked."""
+
 import json
 import math
 import os
@@ -130,8 +131,20 @@ def test_snapshot_is_json(tmp_path):
     snap = env.snapshot(dataset_path=tmp_path / "missing")
     text = json.dumps(snap, allow_nan=False)
     assert json.loads(text) == snap
-    for key in ("hostname", "platform", "cpu_model", "time_unix_s", "time_iso", "cores",
-                "memory", "gpus", "torch", "libraries", "pillow_jpeg", "dataset_filesystem"):
+    for key in (
+        "hostname",
+        "platform",
+        "cpu_model",
+        "time_unix_s",
+        "time_iso",
+        "cores",
+        "memory",
+        "gpus",
+        "torch",
+        "libraries",
+        "pillow_jpeg",
+        "dataset_filesystem",
+    ):
         assert key in snap
     assert snap["cores"]["usable"] >= 1
     assert snap["dataset_filesystem"]["mount_point"] == env.filesystem_of(tmp_path)["mount_point"]

@@ -1,5 +1,6 @@
 """The GPU pipeline (augment.device: cuda): the albumentations -> torchvision table, its errors, and the v2
 pipeline's output, run on CPU tensors (the device is a parameter). True CUDA runs are marked ``gpu``."""
+
 import pytest
 import torch
 
@@ -27,16 +28,18 @@ def test_every_shipped_preset_maps_transform_by_transform(name):
 
 
 def test_a_transform_without_counterpart_is_named_with_the_mapped_ones():
-    with pytest.raises(NoCounterpart, match=r"uses CoarseDropout, which has no torchvision counterpart.*"
-                                            r"mapped: RandomResizedCrop, RandomCrop") as err:
+    with pytest.raises(
+        NoCounterpart,
+        match=r"uses CoarseDropout, which has no torchvision counterpart.*"
+        r"mapped: RandomResizedCrop, RandomCrop",
+    ) as err:
         ops_of(spec(A.CenterCrop(8, 8), A.CoarseDropout()), "preset 'mine'")
     assert isinstance(err.value, C.ConfigError) and "preset 'mine'" in str(err.value)
     with pytest.raises(NoCounterpart, match="normalization='image'"):
         ops_of(spec(A.Normalize(normalization="image")))
 
 
-@pytest.mark.parametrize("name, dtype", [("light", torch.uint8), ("standard", torch.float32),
-                                         ("heavy", torch.float32)])
+@pytest.mark.parametrize("name, dtype", [("light", torch.uint8), ("standard", torch.float32), ("heavy", torch.float32)])
 def test_presets_on_cpu_tensors_give_the_step_its_batch(name, dtype, encoded):
     x = for_preset(name, 224, "cpu", seed=3)(encoded)
     assert tuple(x.shape) == (6, 3, 224, 224) and x.dtype == dtype and x.device.type == "cpu"
@@ -51,8 +54,9 @@ def test_normalisation_matches_albumentations_on_the_same_image(encoded):
 
     chain = [A.CenterCrop(128, 128), A.Normalize(), A.pytorch.ToTensorV2()]
     gpu = GpuPipeline(spec(*chain), "cpu")(encoded[:2])
-    cpu = torch.stack([torch.as_tensor(A.Compose(chain)(image=decode_pil(bytes(e.numpy())))["image"])
-                       for e in encoded[:2]])
+    cpu = torch.stack(
+        [torch.as_tensor(A.Compose(chain)(image=decode_pil(bytes(e.numpy())))["image"]) for e in encoded[:2]]
+    )
     assert gpu.shape == cpu.shape == (2, 3, 128, 128) and gpu.dtype == cpu.dtype == torch.float32
     assert float((gpu - cpu).abs().mean()) < 2 / 255 / 0.224
 
@@ -64,14 +68,16 @@ def test_flip_and_colour_draw_their_parameters_per_sample():
     half = GpuPipeline(spec(A.HorizontalFlip(p=0.5)), "cpu", seed=1).augment(list(x))
     flipped = [bool(torch.equal(a, b.flip(-1))) for a, b in zip(half, x)]
     assert 10 < sum(flipped) < 54  # per sample, not one coin for the whole batch
-    dim = GpuPipeline(spec(A.ColorJitter(brightness=(0.5, 0.5), contrast=(1, 1), saturation=(1, 1), hue=(0, 0),
-                                         p=1.0)), "cpu").augment(list(x))
+    dim = GpuPipeline(
+        spec(A.ColorJitter(brightness=(0.5, 0.5), contrast=(1, 1), saturation=(1, 1), hue=(0, 0), p=1.0)), "cpu"
+    ).augment(list(x))
     assert dim.dtype == torch.uint8 and (dim.int() - (x.float() * 0.5).round().int()).abs().max() <= 1
 
 
 def test_crops_leave_one_size_and_a_missing_crop_is_said(encoded):
     x = GpuPipeline(spec(A.RandomResizedCrop((32, 48)), A.GaussianBlur(p=1.0)), "cpu").augment(
-        GpuPipeline([], "cpu").decode(encoded))
+        GpuPipeline([], "cpu").decode(encoded)
+    )
     assert tuple(x.shape) == (6, 3, 32, 48)
     mixed = [torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(3, 9, 8, dtype=torch.uint8)]
     with pytest.raises(ValueError, match="put a crop or resize to one size first"):
@@ -108,11 +114,27 @@ def test_end_to_end_and_cpu_pipeline_trials_with_workers_that_read_bytes(tiny_da
 
     measure = C.MeasureConfig(**quick_measure | {"window_s": 0.2, "windows": 2, "max_windows": 2})
     src = source_class("files")(tiny_dataset)
-    spec_ = dict(num_workers=1, batch_size=4, preset="standard", decoder="pil", image_size=64, source="files",
-                 augment_device="cuda", pin_memory=False)
+    spec_ = dict(
+        num_workers=1,
+        batch_size=4,
+        preset="standard",
+        decoder="pil",
+        image_size=64,
+        source="files",
+        augment_device="cuda",
+        pin_memory=False,
+    )
     with Monitor(hz=10, gpu=False) as mon:
-        ctx = TrialContext(torch.device("cpu"), src, measure, mon, num_classes=10, sources={"files": src},
-                           models={"fixed": lambda: FixedStepModel(0.002, 10)}, step_threads=1)
+        ctx = TrialContext(
+            torch.device("cpu"),
+            src,
+            measure,
+            mon,
+            num_classes=10,
+            sources={"files": src},
+            models={"fixed": lambda: FixedStepModel(0.002, 10)},
+            step_threads=1,
+        )
         e2e = run_trial(ctx, TrialSpec("end_to_end", model="fixed", precision="fp32", mode="train", **spec_))
         cpu = run_trial(ctx, TrialSpec("cpu_pipeline", **spec_))
     for row in (e2e, cpu):
@@ -138,14 +160,20 @@ def test_the_table_names_each_builder_once():
 
 # ---- batch forms of the geometric transforms against their per-sample forms ----------------------------------
 
+
 def smooth(h: int, w: int, seed: int = 0) -> torch.Tensor:
     """A CHW uint8 image of low-frequency colour waves: where antialiasing filters of different shapes agree."""
     import math
 
     yy, xx = torch.meshgrid(torch.linspace(0, 1, h), torch.linspace(0, 1, w), indexing="ij")
     phase = torch.rand(3, generator=torch.Generator().manual_seed(seed)) * 6
-    return torch.stack([127.5 + 110 * torch.sin(2 * math.pi * (1.3 * xx + 0.8 * yy) + 2.5 * yy * xx + phase[c])
-                        for c in range(3)]).round().to(torch.uint8)
+    return (
+        torch.stack(
+            [127.5 + 110 * torch.sin(2 * math.pi * (1.3 * xx + 0.8 * yy) + 2.5 * yy * xx + phase[c]) for c in range(3)]
+        )
+        .round()
+        .to(torch.uint8)
+    )
 
 
 MIXED = [(120, 90), (90, 130), (100, 100), (64, 200), (150, 40), (120, 90)]
@@ -168,8 +196,11 @@ def rrc_box_reference(h, w, scale, ratio, u):
         if 0 < cw <= w and 0 < ch <= h:
             return [int(u[20] * (h - ch + 1)), int(u[21] * (w - cw + 1)), ch, cw]
     in_ratio = w / h
-    cw, ch = (w, int(round(w / min(ratio)))) if in_ratio < min(ratio) else \
-        ((int(round(h * max(ratio))), h) if in_ratio > max(ratio) else (w, h))
+    cw, ch = (
+        (w, int(round(w / min(ratio))))
+        if in_ratio < min(ratio)
+        else ((int(round(h * max(ratio))), h) if in_ratio > max(ratio) else (w, h))
+    )
     return [(h - ch) // 2, (w - cw) // 2, ch, cw]
 
 
@@ -212,9 +243,13 @@ def test_resized_crops_in_one_roi_align_match_torchvision_per_sample_on_mixed_si
 def test_crops_and_resize_in_one_call_equal_the_per_sample_forms(encoded):
     """Decoded JPEGs of mixed sizes (and images smaller than the crop: pad_if_needed's fill, crop's zeros)."""
     images = GpuPipeline([], "cpu").decode(encoded) + [smooth(100, 700), smooth(40, 30)]
-    for chain in ([A.RandomCrop(256, 320, pad_if_needed=True, fill=7)], [A.RandomCrop(120, 130)],
-                  [A.CenterCrop(301, 256)], [A.CenterCrop(200, 200), A.CenterCrop(101, 99)],
-                  [A.CenterCrop(64, 64), A.Resize(40, 30)]):
+    for chain in (
+        [A.RandomCrop(256, 320, pad_if_needed=True, fill=7)],
+        [A.RandomCrop(120, 130)],
+        [A.CenterCrop(301, 256)],
+        [A.CenterCrop(200, 200), A.CenterCrop(101, 99)],
+        [A.CenterCrop(64, 64), A.Resize(40, 30)],
+    ):
         batch, one = (GpuPipeline(spec(*chain), "cpu", seed=2, batched=b).augment(images) for b in (True, False))
         assert batch.shape == one.shape and batch.dtype == one.dtype == torch.uint8 and torch.equal(batch, one)
     resized = GpuPipeline(spec(A.Resize(64, 48)), "cpu").augment([smooth(h, w) for h, w in MIXED])
@@ -228,17 +263,36 @@ def F_():
     return functional
 
 
-@pytest.mark.parametrize("angle, translate, scale, shear", [(0.0, (0, 0), 1.0, (0.0, 0.0)), (12.5, (3, -5), 1.08, (0.0, 0.0)),
-                                                            (-15.0, (-6, 2), 0.9, (4.0, -3.0)), (90.0, (0, 0), 1.0, (0.0, 0.0)),
-                                                            (7.0, (1, 1), 1.03, (-5.0, 5.0))])
+@pytest.mark.parametrize(
+    "angle, translate, scale, shear",
+    [
+        (0.0, (0, 0), 1.0, (0.0, 0.0)),
+        (12.5, (3, -5), 1.08, (0.0, 0.0)),
+        (-15.0, (-6, 2), 0.9, (4.0, -3.0)),
+        (90.0, (0, 0), 1.0, (0.0, 0.0)),
+        (7.0, (1, 1), 1.03, (-5.0, 5.0)),
+    ],
+)
 def test_affine_in_one_grid_sample_matches_torchvision_per_sample(angle, translate, scale, shear):
     from pipeprof.data.gpu_augment import _inverse_matrices, affine_images
 
     x = torch.stack([smooth(96, 128, i) for i in range(3)])
     args = torch.tensor([[angle, *translate, scale, *shear]] * 3, dtype=torch.float64)
     got = affine_images(x, _inverse_matrices(args))
-    ref = torch.stack([F_().affine(img, angle=angle, translate=list(translate), scale=scale, shear=list(shear),
-                                   interpolation=F_().InterpolationMode.BILINEAR, fill=0) for img in x])
+    ref = torch.stack(
+        [
+            F_().affine(
+                img,
+                angle=angle,
+                translate=list(translate),
+                scale=scale,
+                shear=list(shear),
+                interpolation=F_().InterpolationMode.BILINEAR,
+                fill=0,
+            )
+            for img in x
+        ]
+    )
     assert got.shape == ref.shape and got.dtype == torch.uint8
     assert float(levels(got, ref)[..., 8:-8, 8:-8].mean()) < 0.05  # levels of 255, away from the borders
     assert float(levels(got, ref).mean()) < 0.05 and float(levels(got, ref).max()) <= 1  # and at them
@@ -246,8 +300,10 @@ def test_affine_in_one_grid_sample_matches_torchvision_per_sample(angle, transla
 
 def test_affine_and_blur_batch_forms_draw_per_sample_and_match_the_per_sample_forms():
     images = [smooth(80, 96, i) for i in range(40)]
-    for chain in ([A.Affine(rotate=(-15, 15), scale=(0.9, 1.1), shear=(-5, 5), translate_percent=(-0.05, 0.05),
-                            p=0.7)], [A.GaussianBlur(blur_limit=(3, 7), sigma_limit=(0.5, 3.0), p=0.5)]):
+    for chain in (
+        [A.Affine(rotate=(-15, 15), scale=(0.9, 1.1), shear=(-5, 5), translate_percent=(-0.05, 0.05), p=0.7)],
+        [A.GaussianBlur(blur_limit=(3, 7), sigma_limit=(0.5, 3.0), p=0.5)],
+    ):
         batch, one = (GpuPipeline(spec(*chain), "cpu", seed=4, batched=b).augment(images) for b in (True, False))
         assert batch.shape == (40, 3, 80, 96) and batch.dtype == torch.uint8
         assert float(levels(batch, one).mean()) < 0.01 and float(levels(batch, one).max()) <= 1
@@ -291,9 +347,16 @@ def test_batch_forms_on_cuda_match_the_same_forms_on_cpu(encoded):
     """The same decoded images (decoded on the CPU) and seed: CUDA's roi_align, gather, grid_sample and grouped
     convolution give what the CPU's do, to rounding."""
     images = GpuPipeline([], "cpu").decode(encoded)
-    for chain in ([A.RandomResizedCrop((224, 224))], [A.RandomCrop(300, 400, pad_if_needed=True)],
-                  [A.CenterCrop(256, 256), A.Affine(rotate=(-15, 15), shear=(-5, 5), p=0.7),
-                   A.GaussianBlur(blur_limit=(3, 7), p=0.5)], [A.Resize(200, 180)]):
+    for chain in (
+        [A.RandomResizedCrop((224, 224))],
+        [A.RandomCrop(300, 400, pad_if_needed=True)],
+        [
+            A.CenterCrop(256, 256),
+            A.Affine(rotate=(-15, 15), shear=(-5, 5), p=0.7),
+            A.GaussianBlur(blur_limit=(3, 7), p=0.5),
+        ],
+        [A.Resize(200, 180)],
+    ):
         cpu = GpuPipeline(spec(*chain), "cpu", seed=6).augment(images)
         gpu = GpuPipeline(spec(*chain), "cuda", seed=6).augment([img.cuda() for img in images])
         assert gpu.device.type == "cuda" and gpu.shape == cpu.shape and gpu.dtype == cpu.dtype
@@ -317,6 +380,7 @@ def test_a_batch_of_bytes_crosses_from_the_workers_as_one_tensor_and_decodes_as_
     assert batch["lengths"].tolist() == [len(f) for f in files] and len(batch["encoded"]) == sum(map(len, files))
     views = unpacked(batch)
     assert [bytes(v.numpy()) for v in views] == files
-    for got, want in zip(decode_jpeg(views), decode_jpeg([torch.frombuffer(bytearray(f), dtype=torch.uint8)
-                                                          for f in files])):
+    for got, want in zip(
+        decode_jpeg(views), decode_jpeg([torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files])
+    ):
         assert torch.equal(got, want)

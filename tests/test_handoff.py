@@ -6,6 +6,7 @@ in the main process. A plain DataLoader loop over the same samples, batch and wo
 at a rate the trial must reproduce (not shown to be more than 10% off); the two are run alternately to share
 the machine's drift.
 """
+
 import statistics
 
 import pytest
@@ -55,11 +56,19 @@ def hand_loop(windows: int = 5, seconds: float = 0.5) -> float:
 
 
 def handoff_trial(tmp_path) -> dict:
-    run = pipeprof.profile(BigFloats(), model=FixedStepModel(0.001), batch_size=BATCH, num_workers=[WORKERS],
-                           trials=["handoff"], measure=MEASURE | {"window_s": 0.5, "windows": 5, "max_windows": 5,
-                                                                  "cpu_reference_s": 0},
-                           out_dir=str(tmp_path), threads=1, device="cpu", log=lambda *a: None,
-                           config={"loader": {"pin_memory": False}})
+    run = pipeprof.profile(
+        BigFloats(),
+        model=FixedStepModel(0.001),
+        batch_size=BATCH,
+        num_workers=[WORKERS],
+        trials=["handoff"],
+        measure=MEASURE | {"window_s": 0.5, "windows": 5, "max_windows": 5, "cpu_reference_s": 0},
+        out_dir=str(tmp_path),
+        threads=1,
+        device="cpu",
+        log=lambda *a: None,
+        config={"loader": {"pin_memory": False}},
+    )
     (row,) = run.trials.to_dict("records")
     return row
 

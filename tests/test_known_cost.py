@@ -5,6 +5,7 @@ without the CPU (like a GPU). Expected rates come from calibrate.expected_rate. 
 most one worker runs, so on a 2-core machine the main process keeps a core of its
 own and the expected figures hold.
 """
+
 import pytest
 
 import pipeprof
@@ -14,14 +15,32 @@ from pipeprof.checks.calibrate import BurnDataset, FixedStepModel, expected_rate
 
 # ``pipeprof validate``'s test policy (test_validate.FAST): 0.4-s windows hold 5 or more batches of every case
 # here, windows are added while the 95% interval is wider than +-10% (the 15% tolerance's noise), up to 6
-MEASURE = {"warmup_batches": 3, "warmup_s": 0.3, "warmup_max_s": 1.5, "redraws": 10, "window_s": 0.4, "window_batches": 3,
-           "windows": 3, "ci_target": 0.1, "cpu_reference_s": 0}  # the known costs are the reference: no CPU probe
+MEASURE = {
+    "warmup_batches": 3,
+    "warmup_s": 0.3,
+    "warmup_max_s": 1.5,
+    "redraws": 10,
+    "window_s": 0.4,
+    "window_batches": 3,
+    "windows": 3,
+    "ci_target": 0.1,
+    "cpu_reference_s": 0,
+}  # the known costs are the reference: no CPU probe
 
 
 def e2e(tmp_path, workers, step_s, cost_s=0.01, batch=8):
-    run = pipeprof.profile(BurnDataset(256, cost_s), model=FixedStepModel(step_s), batch_size=batch,
-                           num_workers=workers, trials=["end_to_end"], measure=MEASURE, out_dir=str(tmp_path),
-                           threads=1, device="cpu", log=lambda *a: None)
+    run = pipeprof.profile(
+        BurnDataset(256, cost_s),
+        model=FixedStepModel(step_s),
+        batch_size=batch,
+        num_workers=workers,
+        trials=["end_to_end"],
+        measure=MEASURE,
+        out_dir=str(tmp_path),
+        threads=1,
+        device="cpu",
+        log=lambda *a: None,
+    )
     return run.trials.set_index("num_workers")
 
 

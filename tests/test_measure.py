@@ -1,4 +1,5 @@
 """steady_state() on workloads of known cost, driven by a fake clock: exact answers."""
+
 import math
 
 import pytest
@@ -16,8 +17,9 @@ class FakeClock:
 
 
 def policy(**kw):
-    base = dict(warmup_batches=5, warmup_s=0.0, window_s=1.0, window_batches=5, windows=5, max_trial_s=1e9,
-                ci_target=0.05)
+    base = dict(
+        warmup_batches=5, warmup_s=0.0, window_s=1.0, window_batches=5, windows=5, max_trial_s=1e9, ci_target=0.05
+    )
     return MeasureConfig(**(base | kw))
 
 
@@ -29,6 +31,7 @@ def steady_step(clock, cost_s=0.01, batch=8, prefetched=0):
         calls["n"] += 1
         clock.t += 1e-5 if calls["n"] <= prefetched else cost_s
         return batch
+
     return step, calls
 
 
@@ -65,6 +68,7 @@ def test_warm_up_ends_when_the_rate_settles():
     def step():
         clock.t += 0.01 * (1 + 4 * math.exp(-clock.t / 0.5))
         return 8
+
     m = steady_state(step, policy(warmup_batches=0, window_s=1.0), clock=clock)
     assert m.warmup_settled and 1.0 <= m.warmup_s <= 4.0
     assert m.stats()["samples_per_s"] == pytest.approx(800.0, rel=0.03)
@@ -77,8 +81,10 @@ def test_warm_up_that_never_settles_stops_at_its_cap_and_says_so():
         n["i"] += 1
         clock.t += 0.5 / 2 ** int(clock.t / 0.5) / 10
         return 8
-    m = steady_state(step, policy(warmup_batches=0, warmup_max_s=2.0, max_trial_s=1e9, windows=2, max_windows=2),
-                     clock=clock)
+
+    m = steady_state(
+        step, policy(warmup_batches=0, warmup_max_s=2.0, max_trial_s=1e9, windows=2, max_windows=2), clock=clock
+    )
     assert m.warmup_settled is False and 2.0 <= m.warmup_s < 2.6
 
 
@@ -94,8 +100,7 @@ def test_slow_batches_make_time_windows_not_batch_counts():
 def test_sync_closes_each_window_and_phases_are_reported():
     clock, syncs, phases = FakeClock(), [], []
     step, _ = steady_step(clock)
-    m = steady_state(step, policy(windows=3), clock=clock, sync=lambda: syncs.append(clock.t),
-                     on_phase=phases.append)
+    m = steady_state(step, policy(windows=3), clock=clock, sync=lambda: syncs.append(clock.t), on_phase=phases.append)
     # the queue drained, two settling chunks (steady at once), the warm-up's end, then one per window
     assert len(syncs) == 1 + 2 + 1 + 3
     assert m.t_measure_start == syncs[3] and [w.t_end for w in m.windows] == syncs[4:]
@@ -109,6 +114,7 @@ def test_alternating_costs_are_flagged_unstable():
     def step():
         clock.t += next(costs)
         return 8
+
     m = steady_state(step, policy(max_windows=5), clock=clock)
     assert m.unstable and "95% interval" in m.reason and "after 5 windows" in m.reason
 
@@ -122,8 +128,12 @@ def test_windows_are_added_until_the_interval_is_narrow():
         n["i"] += 1
         clock.t += 0.01 if (n["i"] // 100) % 2 == 0 else 0.02
         return 8
-    m = steady_state(step, policy(window_batches=100, window_s=1e-9, warmup_batches=0, windows=3, max_windows=40,
-                                  ci_target=0.10), clock=clock)
+
+    m = steady_state(
+        step,
+        policy(window_batches=100, window_s=1e-9, warmup_batches=0, windows=3, max_windows=40, ci_target=0.10),
+        clock=clock,
+    )
     assert 3 < len(m.windows) < 40  # it stopped adding once the interval was within ±10%
     half = (m.stats()["samples_per_s_ci95_high"] - m.stats()["samples_per_s_ci95_low"]) / 2
     assert half / m.stats()["samples_per_s"] <= 0.10 and not m.unstable
@@ -144,7 +154,7 @@ def test_summarize_rates_matches_hand_computation():
     s = summarize_rates([90.0, 100.0, 110.0])
     assert s["samples_per_s"] == 100.0 and s["samples_per_s_mean"] == 100.0
     assert s["samples_per_s_cv"] == pytest.approx(0.1)
-    assert s["samples_per_s_ci95_low"] == pytest.approx(100 - 4.303 * 10 / 3 ** 0.5)
+    assert s["samples_per_s_ci95_low"] == pytest.approx(100 - 4.303 * 10 / 3**0.5)
     assert (s["samples_per_s_min"], s["samples_per_s_max"]) == (90.0, 110.0)
 
 
@@ -163,6 +173,7 @@ def test_windows_of_whole_worker_rounds_are_stable_under_bursts():
             n["i"] += 1
             clock.t += 0.04 if n["i"] % 4 == 0 else 0.001
             return 8
+
         return step
 
     loose = policy(window_s=1e-9, window_batches=3, windows=6)
@@ -187,6 +198,7 @@ def test_alternating_windows_measure_the_cost_of_a_mode_exactly():
     def set_mode(on):
         mode["on"] = on
         modes_seen.append(on)
+
     p = alternating(step, set_mode, policy(windows=8, max_windows=8), drain_batches=3, clock=clock)
     c = p.cost()
     assert c["pairs"] == 4 and c["cost_frac"] == pytest.approx(1 - 1 / 1.1)
@@ -202,6 +214,7 @@ def drifting_step(clock):
         n["i"] += 1
         clock.t += 0.01 * (1 + 0.01 * (n["i"] // 100))
         return 8
+
     return step
 
 
@@ -229,6 +242,7 @@ def test_two_variants_rotate_around_a_shared_baseline_window_and_each_reads_its_
         drained.append(k != side["k"])
         side["k"] = k
         seen.append(k)
+
     r = rotating(step, set_side, 2, policy(windows=8, max_windows=8), drain_batches=3, clock=clock)
     assert len(r.cycles) == 4 and seen[1:] == [1, 0, 2, 2, 0, 1, 1, 0, 2, 2, 0, 1]
     assert drained[1:] == [False, True, True, False, True, True] * 2
@@ -261,8 +275,15 @@ def test_a_rotation_adds_cycles_until_every_variant_is_narrow():
     def set_side(k):  # called once before each window
         state["windows2"] += k == 2
         state["k"] = k
-    r = rotating(step, set_side, 2, policy(windows=4, max_windows=12, window_batches=100, window_s=1e-9,
-                                           ci_target=0.05), drain_batches=0, clock=clock)
+
+    r = rotating(
+        step,
+        set_side,
+        2,
+        policy(windows=4, max_windows=12, window_batches=100, window_s=1e-9, ci_target=0.05),
+        drain_batches=0,
+        clock=clock,
+    )
     one, two = r.paired(1).cost(), r.paired(2).cost()
     assert len(r.cycles) == 6 and one["cost_ci95_high"] == pytest.approx(one["cost_frac"])  # 1 narrow from the start
     assert two["cost_frac"] == pytest.approx(sum(1 - 1 / f for f in moves[:6]) / 6, rel=1e-6)
@@ -275,6 +296,7 @@ def slow_modes(clock, cost_s=0.5):
     def step():
         clock.t += cost_s
         return 8
+
     return step, modes.append, modes
 
 
@@ -337,6 +359,7 @@ def noisy_pairs(clock, factors):
     def set_mode(on):
         state["on"] = on
         state["calls"] += 1
+
     return step, set_mode
 
 
@@ -358,6 +381,7 @@ def test_pairs_are_added_beyond_the_plan_until_narrow_or_at_the_most(ci_target, 
 
 def test_default_policy_plans_fewer_pairs_than_it_may_add():
     from pipeprof.measure.windows import Paired
+
     assert Paired.plan(MeasureConfig()) == (2, MeasureConfig().max_windows // 2)
 
 
@@ -367,20 +391,27 @@ def fake_clock_overhead(monkeypatch, cost_s, max_trial_s):
 
     from pipeprof.measure import windows as measure
     from pipeprof.trials import kinds as trials
+
     clock, closed = FakeClock(), []
 
     def batches():
         while True:
             clock.t += cost_s
             yield {"image": SimpleNamespace(shape=(8,))}
+
     monkeypatch.setattr(trials, "load_preset", lambda *a: None)
     monkeypatch.setattr(trials, "PipelineDataset", lambda *a: None)
     monkeypatch.setattr(trials, "open_loader", lambda *a: batches())
     monkeypatch.setattr(trials, "close_loader", lambda ctx, it: closed.append(it))
     monkeypatch.setattr(trials, "alternating", lambda *a, **kw: measure.alternating(*a, clock=clock, **kw))
-    bench = SimpleNamespace(source_for=lambda spec: None, prefetch_factor=2, user_loader=None, sample_policy=None,
-                            measure=policy(warmup_batches=2, max_trial_s=max_trial_s),
-                            monitor=SimpleNamespace(set_trial=lambda *a: None))
+    bench = SimpleNamespace(
+        source_for=lambda spec: None,
+        prefetch_factor=2,
+        user_loader=None,
+        sample_policy=None,
+        measure=policy(warmup_batches=2, max_trial_s=max_trial_s),
+        monitor=SimpleNamespace(set_trial=lambda *a: None),
+    )
     spec = SimpleNamespace(decoder=None, preset="p", image_size=8, num_workers=0, trial_id="t")
     return trials.clock_overhead(bench, spec), closed
 

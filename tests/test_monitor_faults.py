@@ -1,4 +1,5 @@
 """Monitors never take the run down: NVML failing mid-run, and a sample that raises, while the monitor samples."""
+
 import logging
 import time
 from types import SimpleNamespace
@@ -27,13 +28,18 @@ def one_gpu_that_is_lost(monkeypatch):
     def not_supported(*args):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
-    for name, fn in {"nvmlInit": lambda: None, "nvmlShutdown": lambda: None, "nvmlDeviceGetCount": lambda: 1,
-                     "nvmlDeviceGetHandleByIndex": lambda i: f"gpu{i}",
-                     "nvmlDeviceGetUtilizationRates": utilisation,
-                     "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(used=2**30),
-                     "nvmlDeviceGetPowerUsage": not_supported, "nvmlDeviceGetTemperature": lambda h, kind: 41,
-                     "nvmlDeviceGetClockInfo": lambda h, kind: 1410,
-                     "nvmlDeviceGetCurrentClocksEventReasons": lambda h: 0}.items():
+    for name, fn in {
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: 1,
+        "nvmlDeviceGetHandleByIndex": lambda i: f"gpu{i}",
+        "nvmlDeviceGetUtilizationRates": utilisation,
+        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(used=2**30),
+        "nvmlDeviceGetPowerUsage": not_supported,
+        "nvmlDeviceGetTemperature": lambda h, kind: 41,
+        "nvmlDeviceGetClockInfo": lambda h, kind: 1410,
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda h: 0,
+    }.items():
         monkeypatch.setattr(pynvml, name, fn)
     return calls
 

@@ -1,4 +1,5 @@
 """Tests for pipeprof.measure.monitors (fast: a few seconds in total)."""
+
 import json
 import multiprocessing as mp
 import os
@@ -66,8 +67,17 @@ def test_columns_and_sample_cost():
     df = mon.timeline()
     import psutil
 
-    for c in ["t_s", "cpu_util_pct", "main_cpu_pct", "main_rss_mb", "workers_cpu_pct",
-              "workers_rss_mb", "n_workers_alive", "disk_read_mb_s", "sample_cost_ms"]:
+    for c in [
+        "t_s",
+        "cpu_util_pct",
+        "main_cpu_pct",
+        "main_rss_mb",
+        "workers_cpu_pct",
+        "workers_rss_mb",
+        "n_workers_alive",
+        "disk_read_mb_s",
+        "sample_cost_ms",
+    ]:
         assert c in df.columns
     for i in range(psutil.cpu_count()):
         assert f"cpu{i}_util_pct" in df.columns
@@ -166,8 +176,10 @@ def _burn_window(tracked: bool) -> tuple[float, dict]:
         mon.set_trial("after")
         time.sleep(0.3)
     df = mon.timeline()
-    idle = [summarize(df, "before", df["t_s"].min() + 0.1)["foreign_cores_mean"],
-            summarize(df, "after")["foreign_cores_mean"]]
+    idle = [
+        summarize(df, "before", df["t_s"].min() + 0.1)["foreign_cores_mean"],
+        summarize(df, "after")["foreign_cores_mean"],
+    ]
     return max(x or 0.0 for x in idle), summarize(df, "burn", t0, t1)
 
 
@@ -217,35 +229,37 @@ def test_steal_cpus_and_busy_cores_columns(tmp_path):
 
 
 def _hand_built() -> pd.DataFrame:
-    return pd.DataFrame({
-        "t_s":               [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
-        "trial_id":          ["x", "x", "x", "x", "y", "y"],
-        "phase":             ["warmup", "measure", "measure", "measure", "measure", "measure"],
-        "cpu_util_pct":      [10.0, 20.0, 30.0, 40.0, 99.0, 99.0],
-        "main_cpu_pct":      [100.0, 50.0, 60.0, 70.0, 0.0, 0.0],
-        "workers_cpu_pct":   [0.0, 200.0, 300.0, None, 1.0, 1.0],
-        "main_rss_mb":       [100.0, 110.0, 120.0, 105.0, 999.0, 999.0],
-        "workers_rss_mb":    [0.0, 500.0, 700.0, 600.0, 1.0, 1.0],
-        "disk_read_mb_s":    [None, 10.0, 20.0, 30.0, 5.0, 5.0],
-        "sample_cost_ms":    [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-        "gpu0_util_pct":     [0.0, 90.0, 80.0, 70.0, 1.0, 1.0],
-        "gpu1_util_pct":     [0.0, 60.0, None, 50.0, 1.0, 1.0],
-        "gpu0_mem_used_mb":  [1.0, 1000.0, 2000.0, 1500.0, 9e9, 9e9],
-        "gpu1_mem_used_mb":  [1.0, 3000.0, 100.0, 100.0, 9e9, 9e9],
-        "gpu0_power_w":      [50.0, 400.0, 500.0, 600.0, 1.0, 1.0],
-        "gpu1_power_w":      [50.0, 300.0, 300.0, 300.0, 1.0, 1.0],
-        "gpu0_sm_clock_mhz": [300.0, 1980.0, 1900.0, 1800.0, 1.0, 1.0],
-        "gpu1_sm_clock_mhz": [300.0, 1980.0, 1980.0, 1980.0, 1.0, 1.0],
-        # row1: idle+app-clocks only (not throttled); row2: SW power cap on gpu1;
-        # row3: HW thermal on gpu0; row0: idle.
-        "gpu0_throttle_reasons": [0x1, 0x1 | 0x2, 0x0, 0x40, 0x4, 0x4],
-        "gpu1_throttle_reasons": [0x1, 0x100, 0x4, 0x0, 0x4, 0x4],
-        "cpu_steal_pct":     [0.0, 2.0, None, 4.0, 50.0, 50.0],
-        "usable_cpus":       [8, 8, 8, 8, 2, 2],
-        "usable_busy_cores": [1.0, 4.0, 5.0, 6.0, 2.0, 2.0],
-        "run_cores":         [1.0, 2.5, 3.6, None, 0.0, 0.0],
-        "foreign_cores":     [0.0, 1.5, 1.4, None, 2.0, 2.0],
-    })
+    return pd.DataFrame(
+        {
+            "t_s": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+            "trial_id": ["x", "x", "x", "x", "y", "y"],
+            "phase": ["warmup", "measure", "measure", "measure", "measure", "measure"],
+            "cpu_util_pct": [10.0, 20.0, 30.0, 40.0, 99.0, 99.0],
+            "main_cpu_pct": [100.0, 50.0, 60.0, 70.0, 0.0, 0.0],
+            "workers_cpu_pct": [0.0, 200.0, 300.0, None, 1.0, 1.0],
+            "main_rss_mb": [100.0, 110.0, 120.0, 105.0, 999.0, 999.0],
+            "workers_rss_mb": [0.0, 500.0, 700.0, 600.0, 1.0, 1.0],
+            "disk_read_mb_s": [None, 10.0, 20.0, 30.0, 5.0, 5.0],
+            "sample_cost_ms": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            "gpu0_util_pct": [0.0, 90.0, 80.0, 70.0, 1.0, 1.0],
+            "gpu1_util_pct": [0.0, 60.0, None, 50.0, 1.0, 1.0],
+            "gpu0_mem_used_mb": [1.0, 1000.0, 2000.0, 1500.0, 9e9, 9e9],
+            "gpu1_mem_used_mb": [1.0, 3000.0, 100.0, 100.0, 9e9, 9e9],
+            "gpu0_power_w": [50.0, 400.0, 500.0, 600.0, 1.0, 1.0],
+            "gpu1_power_w": [50.0, 300.0, 300.0, 300.0, 1.0, 1.0],
+            "gpu0_sm_clock_mhz": [300.0, 1980.0, 1900.0, 1800.0, 1.0, 1.0],
+            "gpu1_sm_clock_mhz": [300.0, 1980.0, 1980.0, 1980.0, 1.0, 1.0],
+            # row1: idle+app-clocks only (not throttled); row2: SW power cap on gpu1;
+            # row3: HW thermal on gpu0; row0: idle.
+            "gpu0_throttle_reasons": [0x1, 0x1 | 0x2, 0x0, 0x40, 0x4, 0x4],
+            "gpu1_throttle_reasons": [0x1, 0x100, 0x4, 0x0, 0x4, 0x4],
+            "cpu_steal_pct": [0.0, 2.0, None, 4.0, 50.0, 50.0],
+            "usable_cpus": [8, 8, 8, 8, 2, 2],
+            "usable_busy_cores": [1.0, 4.0, 5.0, 6.0, 2.0, 2.0],
+            "run_cores": [1.0, 2.5, 3.6, None, 0.0, 0.0],
+            "foreign_cores": [0.0, 1.5, 1.4, None, 2.0, 2.0],
+        }
+    )
 
 
 def test_summarize_hand_built_window():
@@ -286,8 +300,7 @@ def test_summarize_whole_trial_and_missing():
     assert no_gpu["cpu_util_pct_mean"] == pytest.approx(99.0)
     empty = summarize(Monitor(hz=10).timeline(), "x")
     assert empty["monitor_samples"] == 0
-    for k in ["cpu_steal_pct_mean", "foreign_cores_mean", "run_cores_mean", "usable_busy_cores_mean",
-              "usable_cores"]:
+    for k in ["cpu_steal_pct_mean", "foreign_cores_mean", "run_cores_mean", "usable_busy_cores_mean", "usable_cores"]:
         assert empty[k] is None
     json.dumps(none, allow_nan=False)
 

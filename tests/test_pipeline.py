@@ -1,4 +1,5 @@
 """Sources, decoders, the pipeline dataset and the loader, on real JPEGs and real workers."""
+
 import numpy as np
 import pytest
 import torch
@@ -60,7 +61,10 @@ def test_stage_times_cover_every_transform(tiny_dataset):
 
 
 def test_collate_sums_stage_times_and_adds_its_own():
-    samples = [(torch.zeros(3, 4, 4), 1, np.array([1.0, 2.0]), None), (torch.ones(3, 4, 4), 2, np.array([0.5, 0.5]), None)]
+    samples = [
+        (torch.zeros(3, 4, 4), 1, np.array([1.0, 2.0]), None),
+        (torch.ones(3, 4, 4), 2, np.array([0.5, 0.5]), None),
+    ]
     batch = collate_pipeline(samples)
     assert batch["image"].shape == (2, 3, 4, 4) and batch["label"].tolist() == [1, 2]
     assert batch["stage_s"][:2].tolist() == [1.5, 2.5] and batch["stage_s"][2] > 0

@@ -1,4 +1,5 @@
 """The machine's fixed-work CPU reference: real decodes in real processes, and its arithmetic."""
+
 import pytest
 
 from pipeprof.measure import reference

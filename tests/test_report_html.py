@@ -6,6 +6,7 @@ paths were made relative afterwards. ``run-cpu-two-sources``: FP32 and BF16, sou
 memory, from an ImageFolder tree whose path is ``ds/<script>alert(1)</script>`` (a hostile name:
 it must show as text). ``run-cpu-files``: the same with FP32 and files only.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,17 @@ from pipeprof.results import load_run
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "run-cpu-two-sources"
 HOSTILE = "<script>alert(1)</script>"
-EXPECTED_FIGURES = ["fig-curve-0", "fig-curve-1", "fig-curve-2", "fig-curve-3", "fig-step-split", "fig-timeline",
-                    "fig-stages", "fig-precision", "fig-storage"]
+EXPECTED_FIGURES = [
+    "fig-curve-0",
+    "fig-curve-1",
+    "fig-curve-2",
+    "fig-curve-3",
+    "fig-step-split",
+    "fig-timeline",
+    "fig-stages",
+    "fig-precision",
+    "fig-storage",
+]
 NOT_APPLICABLE = ["fig-mode", "fig-scaling"]  # one mode, no GPU-count axis in this run
 
 
@@ -44,14 +54,14 @@ def section(html: str, ident: str) -> str:
     """The text of the element with id ``ident`` up to its closing tag of the same name."""
     m = re.search(rf'<(\w+)[^>]*\bid="{ident}"', html)
     assert m, f"no element with id {ident}"
-    return html[m.start():html.index(f"</{m.group(1)}>", m.end())]
+    return html[m.start() : html.index(f"</{m.group(1)}>", m.end())]
 
 
 def printed_equals(text: str, value: float) -> bool:
     """``text`` is ``value`` rounded to the digits printed (thousands separators allowed)."""
     digits = text.replace(",", "")
     decimals = len(digits.partition(".")[2])
-    return abs(float(digits) - value) <= 0.5 * 10 ** -decimals + 1e-9
+    return abs(float(digits) - value) <= 0.5 * 10**-decimals + 1e-9
 
 
 def test_every_expected_figure_and_table_is_there(page):
@@ -69,14 +79,21 @@ def test_answer_sentences_carry_the_stored_numbers(run, page):
     answer = section(page.read_text(), "answer")
     groups = run.meta["analysis"]["groups"]
     curves = pd.DataFrame(run.meta["analysis"]["curves"])
-    pattern = re.compile(r"with (\d+) workers? training runs at ([\d,.]+) ± ([\d,.]+) samples/s; the step on the "
-                         r"CPU alone takes ([\d,.]+); set num_workers=(\d+)\.")
-    found = [(m, html_label) for html_label, m in
-             zip(re.findall(r'<span class="group">(.*?)</span>', answer), pattern.finditer(answer))]
+    pattern = re.compile(
+        r"with (\d+) workers? training runs at ([\d,.]+) ± ([\d,.]+) samples/s; the step on the "
+        r"CPU alone takes ([\d,.]+); set num_workers=(\d+)\."
+    )
+    found = [
+        (m, html_label)
+        for html_label, m in zip(re.findall(r'<span class="group">(.*?)</span>', answer), pattern.finditer(answer))
+    ]
     assert len(found) == len(groups) == 4
     for (m, label), g in zip(found, groups):
-        row = curves[(curves["num_workers"] == g.workers) & (curves["precision"] == g.key["precision"])
-                     & (curves["source"] == g.key["source"])].iloc[0]
+        row = curves[
+            (curves["num_workers"] == g.workers)
+            & (curves["precision"] == g.key["precision"])
+            & (curves["source"] == g.key["source"])
+        ].iloc[0]
         where = {"files": "files warm", "memory": "memory"}[g.key["source"]]
         assert label == f"mobilenet_v3_small {g.key['precision']} · light · batch 4 · {where}"
         assert int(m.group(1)) == int(m.group(5)) == g.workers
@@ -102,8 +119,9 @@ def test_actions_and_review_table_are_the_stored_figures(run, page):
 def test_nothing_is_fetched(page):
     html = page.read_text()
     # an SVG's xmlns names a namespace; it is never fetched
-    refs = re.findall(r'(?:\bsrc|\bhref)\s*=\s*["\']?([^"\'\s>]+)|url\(\s*["\']?([^)"\']+)|@import\s+["\']?([^"\';]+)',
-                      html)
+    refs = re.findall(
+        r'(?:\bsrc|\bhref)\s*=\s*["\']?([^"\'\s>]+)|url\(\s*["\']?([^)"\']+)|@import\s+["\']?([^"\';]+)', html
+    )
     targets = [t for group in refs for t in group if t]
     assert targets and all(t.startswith("#") for t in targets), [t for t in targets if not t.startswith("#")]
     assert not re.search(r"<(script|link|img|iframe|object|embed)\b", html, re.I)

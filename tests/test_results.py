@@ -1,4 +1,5 @@
 """Run folders across versions: an older schema loads and reports; a newer one says what it needs."""
+
 import json
 import shutil
 from pathlib import Path
@@ -51,8 +52,9 @@ def test_a_broken_run_json_is_named(tmp_path, capsys, content, says):
     assert "run.json" in err and says in err
 
 
-@pytest.mark.parametrize("fmt, marks", [("markdown", ["| samples/s |", "## Recommendations"]),
-                                        ("text", ["samples/s", "→ "])])
+@pytest.mark.parametrize(
+    "fmt, marks", [("markdown", ["| samples/s |", "## Recommendations"]), ("text", ["samples/s", "→ "])]
+)
 def test_each_registered_renderer_formats_the_stored_run(fmt, marks, capsys):
     assert main(["report", str(OLD), "--format", fmt]) == 0
     out = capsys.readouterr().out

@@ -1,6 +1,7 @@
 """`pipeprof run --resume`: after a SIGTERM (or a kill -9) the same run folder is finished with only the
 trials that were missing or did not end ok; the kept rows are not measured again; a different config or
 machine is refused with exit 2, saying what differs."""
+
 import json
 import os
 import shutil
@@ -43,9 +44,20 @@ FLAKY = textwrap.dedent('''
         return Flaky(256, 0.002)
 ''')
 # the tests check which rows are kept and which run again, not a rate: two short windows a trial
-QUICK = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.windows=2",
-         "measure.max_windows=2", "measure.window_batches=2", "measure.cpu_reference_s=0", "device=cpu",
-         "stage_timing=false", "loader.batch_size=4", "model.threads=1"]
+QUICK = [
+    "measure.warmup_s=0.2",
+    "measure.warmup_max_s=1",
+    "measure.redraws=10",
+    "measure.window_s=0.3",
+    "measure.windows=2",
+    "measure.max_windows=2",
+    "measure.window_batches=2",
+    "measure.cpu_reference_s=0",
+    "device=cpu",
+    "stage_timing=false",
+    "loader.batch_size=4",
+    "model.threads=1",
+]
 
 
 def _args(sets: list[str]) -> list[str]:
@@ -64,12 +76,21 @@ def _run(sets: list[str], env: dict, wait_rows: int, out: Path, sig: int) -> tup
     then ``sig`` to it (SIGKILL: to its whole session)."""
     import psutil
 
-    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *_args(sets)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeprof", "run", *_args(sets)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     try:
-        while not ((folders := list(out.glob("r-*"))) and _rows(folders[0]) >= wait_rows
-                   and (sig == signal.SIGKILL or len(psutil.Process(proc.pid).children()) >= 2)):
+        while not (
+            (folders := list(out.glob("r-*")))
+            and _rows(folders[0]) >= wait_rows
+            and (sig == signal.SIGKILL or len(psutil.Process(proc.pid).children()) >= 2)
+        ):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.05)
         if sig == signal.SIGKILL:
@@ -94,12 +115,20 @@ def _resume(sets: list[str], folder: Path, capsys) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuses_another_config(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     (tmp_path / "flaky.py").write_text(FLAKY)
     (tmp_path / "storage-down").touch()
     env, out = os.environ | {"PYTHONPATH": str(tmp_path)}, tmp_path / "out"
-    sets = [f"out_dir={out}", "name=r", "data.kind=factory", "data.factory=flaky:make", "trials=[cpu_pipeline]",
-            "loader.num_workers=[0,1,2]", *QUICK]
+    sets = [
+        f"out_dir={out}",
+        "name=r",
+        "data.kind=factory",
+        "data.factory=flaky:make",
+        "trials=[cpu_pipeline]",
+        "loader.num_workers=[0,1,2]",
+        *QUICK,
+    ]
     folder, first = _run(sets, env, 2, out, signal.SIGTERM)  # w0 failed, w1 ok, w2 interrupted
     assert first.returncode == 143
     before = pd.read_parquet(folder / "trials.parquet").set_index("num_workers")
@@ -116,7 +145,10 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
     assert meta["status"] == "complete" and meta["analysis"]["trials"] == 3 and meta["analysis"]["failed_trials"] == 0
     (session,) = meta["resumed"]
     assert {k: session[k] for k in ("previous_status", "trials_kept", "trials_to_run_again")} == {
-        "previous_status": "interrupted", "trials_kept": 1, "trials_to_run_again": 1}
+        "previous_status": "interrupted",
+        "trials_kept": 1,
+        "trials_to_run_again": 1,
+    }
     # another config, or another machine: refused before anything runs, saying what differs
     assert main(["run", *_args([*sets, "loader.batch_size=8"]), "--resume", str(folder)]) == 2
     err = capsys.readouterr().err
@@ -133,8 +165,14 @@ def test_resume_after_sigterm_runs_the_missing_and_failed_trials_only_and_refuse
 @pytest.mark.slow
 def test_resume_of_an_adaptive_run_after_kill_9_reuses_its_rows_in_the_search(tmp_path, capsys):
     out = tmp_path / "out"
-    sets = [f"out_dir={out}", "name=r", "data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset",
-            "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", *QUICK]
+    sets = [
+        f"out_dir={out}",
+        "name=r",
+        "data.kind=factory",
+        "data.factory=pipeprof.checks.calibrate:BurnDataset",
+        "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms",
+        *QUICK,
+    ]
     folder, _ = _run(sets, dict(os.environ), 2, out, signal.SIGKILL)
     before = pd.read_parquet(folder / "trials.parquet")
     assert json.loads((folder / "run.json").read_text())["status"] == "running" and len(before) >= 2

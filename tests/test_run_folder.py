@@ -1,4 +1,5 @@
 """A real (tiny) `pipeprof run` on synthetic JPEGs: the run folder's schema and contents."""
+
 import json
 
 import pandas as pd
@@ -22,7 +23,13 @@ def test_run_folder_holds_the_four_files(run_dir):
 def test_trials_have_every_kind_with_numeric_units(run_dir):
     df = pd.read_parquet(run_dir / "trials.parquet")
     assert (df["status"] == "ok").all(), df["error"].dropna().tolist()
-    assert sorted(df["kind"].unique()) == ["cpu_pipeline", "end_to_end", "gpu_ceiling", "monitor_overhead", "storage_fetch"]
+    assert sorted(df["kind"].unique()) == [
+        "cpu_pipeline",
+        "end_to_end",
+        "gpu_ceiling",
+        "monitor_overhead",
+        "storage_fetch",
+    ]
     e2e = df[df["kind"] == "end_to_end"].set_index("num_workers")
     assert list(e2e.index) == [0, 1]
     for col in ("samples_per_s", "samples_per_s_cv", "data_wait_frac", "compute_ms_p50", "main_rss_mb_max"):
@@ -35,7 +42,9 @@ def test_trials_have_every_kind_with_numeric_units(run_dir):
     most = measure["max_windows"]
     assert most > 3 and df["windows"].between(3, most).all()
     half = (df["samples_per_s_ci95_high"] - df["samples_per_s_ci95_low"]) / 2 / df["samples_per_s"]
-    stopped_early = df["windows"].between(3, most - 1) & df["stage_clock_overhead_frac"].isna() & (df["kind"] != "monitor_overhead")  # not ABBA trials
+    stopped_early = (
+        df["windows"].between(3, most - 1) & df["stage_clock_overhead_frac"].isna() & (df["kind"] != "monitor_overhead")
+    )  # not ABBA trials
     assert (half[stopped_early] <= measure["ci_target"] + 1e-9).all()
     assert (df.loc[df["unstable"].astype(bool), "unstable_reason"].str.contains("likely cause")).all()
     ceiling = df[df["kind"] == "gpu_ceiling"].iloc[0]  # no loader there: no data wait is reported, not a 0
@@ -77,8 +86,11 @@ def test_run_json_records_config_machine_and_timers(run_dir):
         assert one["decodes_per_s_min"] <= one["decodes_per_s"] <= one["decodes_per_s_max"]
         assert 20 < one["decodes_per_s"] < 5000  # a ~100 KB JPEG takes 0.2-50 ms to decode on any core
     assert ref["drift"]["largest_frac"] == pytest.approx(
-        max((e["decodes_per_s"] / s["decodes_per_s"] - 1 for s, e in zip(ref["start"]["points"], ref["end"]["points"])),
-            key=abs))
+        max(
+            (e["decodes_per_s"] / s["decodes_per_s"] - 1 for s, e in zip(ref["start"]["points"], ref["end"]["points"])),
+            key=abs,
+        )
+    )
 
 
 def test_cpu_run_gives_the_step_its_own_threads_and_speaks_of_the_step(run_dir):
@@ -115,8 +127,11 @@ def test_monitor_cost_is_measured_by_pausing_it_between_windows(run_dir):
 def test_stage_clock_cost_is_measured_on_one_loader_with_an_interval(run_dir):
     meta = json.loads((run_dir / "run.json").read_text())
     (o,) = meta["analysis"]["stage_timing_overhead"]
-    row = pd.read_parquet(run_dir / "trials.parquet").set_index("trial_id").loc[
-        "cpu_pipeline/light/files/warm/bs4/w1/untimed"]
+    row = (
+        pd.read_parquet(run_dir / "trials.parquet")
+        .set_index("trial_id")
+        .loc["cpu_pipeline/light/files/warm/bs4/w1/untimed"]
+    )
     # windows come in clocked/unclocked pairs; the row's rate is the unclocked windows' median
     assert row["windows"] % 2 == 0 and row["windows"] >= 4
     assert o["off_samples_per_s"] == row["samples_per_s"] and o["on_samples_per_s"] == row["clocked_samples_per_s"]
@@ -148,7 +163,17 @@ def test_report_on_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert "not a pipeprof run folder" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value, text", [(0.5, "0.5"), (99.96, "100"), (999.7, "1000"), (4669.4, "4669"),
-                                         (9999.7, "10k"), (47454, "47.5k"), (12_345_678, "12.3M")])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0.5, "0.5"),
+        (99.96, "100"),
+        (999.7, "1000"),
+        (4669.4, "4669"),
+        (9999.7, "10k"),
+        (47454, "47.5k"),
+        (12_345_678, "12.3M"),
+    ],
+)
 def test_table_numbers_round_before_choosing_a_suffix(value, text):
     assert si(value) == text  # never "1e+03": a value that rounds up takes the next format

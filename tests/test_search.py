@@ -1,4 +1,5 @@
 """The adaptive worker search on workloads of known cost: it finds the known best count and says what it skipped."""
+
 import json
 
 import pytest
@@ -85,10 +86,28 @@ def test_an_adaptive_run_measures_less_and_lists_what_it_skipped(tmp_path):
     import pipeprof
     from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 
-    run = pipeprof.profile(BurnDataset(256, 0.004), model=FixedStepModel(0.08, num_classes=10), batch_size=8,
-                           threads=1, sweep="adaptive", overhead_checks=True, device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
-                           measure={"warmup_batches": 2, "warmup_s": 0.2, "warmup_max_s": 1, "redraws": 10, "window_s": 0.4,
-                                    "window_batches": 2, "windows": 3, "max_windows": 4, "cpu_reference_s": 0})
+    run = pipeprof.profile(
+        BurnDataset(256, 0.004),
+        model=FixedStepModel(0.08, num_classes=10),
+        batch_size=8,
+        threads=1,
+        sweep="adaptive",
+        overhead_checks=True,
+        device="cpu",
+        out_dir=str(tmp_path),
+        log=lambda *a: None,
+        measure={
+            "warmup_batches": 2,
+            "warmup_s": 0.2,
+            "warmup_max_s": 1,
+            "redraws": 10,
+            "window_s": 0.4,
+            "window_batches": 2,
+            "windows": 3,
+            "max_windows": 4,
+            "cpu_reference_s": 0,
+        },
+    )
     kinds = run.trials.groupby("kind")["num_workers"].apply(lambda s: sorted(s.dropna().astype(int)))
     # it starts at 1 worker (100/250 rounds up); 2 only when noise kept 1 below 95% of the ceiling
     assert kinds["end_to_end"][0] == 1 and kinds["end_to_end"] in ([1], [1, 2])
@@ -115,14 +134,17 @@ def _group_search(e2e_rate, r1, step):
     from pipeprof.orchestrate.search import _search_group
     from pipeprof.trials import TrialSpec
 
-    specs = {"end_to_end": TrialSpec("end_to_end", num_workers=1), "cpu_pipeline": TrialSpec("cpu_pipeline",
-                                                                                             num_workers=1)}
+    specs = {
+        "end_to_end": TrialSpec("end_to_end", num_workers=1),
+        "cpu_pipeline": TrialSpec("cpu_pipeline", num_workers=1),
+    }
     measured = []
 
     def run(spec):
         measured.append((spec.kind, spec.num_workers))
         rate = e2e_rate(spec.num_workers) if spec.kind == "end_to_end" else r1 * max(spec.num_workers, 1)
         return {"status": "ok", "samples_per_s": rate, "num_workers": spec.num_workers, "gpus": 1}
+
     return _search_group(run, specs, step, 2, [])[0], measured
 
 
@@ -146,8 +168,15 @@ def test_the_bisection_stops_where_its_next_step_would_pass_the_answers_time_bud
             if spec.kind == "cpu_pipeline":
                 return {"status": "ok", "samples_per_s": 262.0 * spec.num_workers, "num_workers": spec.num_workers}
             rate, half = curve[spec.num_workers]
-            return {"status": "ok", "samples_per_s": rate, "samples_per_s_ci95_low": rate * (1 - half),
-                    "samples_per_s_ci95_high": rate * (1 + half), "num_workers": spec.num_workers, "gpus": 1}
+            return {
+                "status": "ok",
+                "samples_per_s": rate,
+                "samples_per_s_ci95_low": rate * (1 - half),
+                "samples_per_s_ci95_high": rate * (1 + half),
+                "num_workers": spec.num_workers,
+                "gpus": 1,
+            }
+
         specs = {k: TrialSpec(k, num_workers=1) for k in ("end_to_end", "cpu_pipeline")}
         points, cut = _search_group(run, specs, 4686.0, 16, [], ends_at, clock=lambda: now[0])
         return sorted(points), cut, [w for k, w in measured if k == "end_to_end"]
@@ -165,8 +194,15 @@ def test_a_stopped_bisection_is_recorded_with_its_budget_and_the_counts_it_left(
 
     record = {"measured_workers": {}, "skipped": [], "inferred": []}
     points = {16: Point(16, 3196.0, 2947.0, 3445.0), 14: Point(14, 3487.0, 3023.0, 3951.0)}
-    _record_group(record, TrialSpec("end_to_end", num_workers=1), points, {"samples_per_s": 262.0}, 4686.0, 16,
-                  {"workers": 12, "step_s": 31.0, "left_s": 4.0, "budget_s": 150.0})
+    _record_group(
+        record,
+        TrialSpec("end_to_end", num_workers=1),
+        points,
+        {"samples_per_s": 262.0},
+        4686.0,
+        16,
+        {"workers": 12, "step_s": 31.0, "left_s": 4.0, "budget_s": 150.0},
+    )
     (stopped,) = record["stopped"]
     assert stopped["next_workers"] == 12 and "measure.answer_max_s: 150 s" in stopped["reason"]
     reasons = {r["trial"].split(" workers")[0].split()[-1]: r["reason"] for r in record["skipped"]}
@@ -193,12 +229,24 @@ def test_sweep_speed_pairs_compare_the_two_sweeps_of_each_pair():
 
     from pipeprof.checks.bench import pairs, render_sweep_speed
 
-    base = {"group": "g", "trials": 10, "verdict": "cpu-bound", "run": "r", "monitor_cost": None, "monitor_low": None,
-            "monitor_high": None, "clocks_cost": 0.01, "clocks_low": -0.02, "clocks_high": 0.04}
-    df = pd.DataFrame([base | {"pair": 1, "sweep": "adaptive", "wall_s": 60.0, "num_workers": 14,
-                               "samples_per_s": 2108.0},
-                       base | {"pair": 1, "sweep": "exhaustive", "wall_s": 240.0, "num_workers": 16,
-                               "samples_per_s": 2254.0}])
+    base = {
+        "group": "g",
+        "trials": 10,
+        "verdict": "cpu-bound",
+        "run": "r",
+        "monitor_cost": None,
+        "monitor_low": None,
+        "monitor_high": None,
+        "clocks_cost": 0.01,
+        "clocks_low": -0.02,
+        "clocks_high": 0.04,
+    }
+    df = pd.DataFrame(
+        [
+            base | {"pair": 1, "sweep": "adaptive", "wall_s": 60.0, "num_workers": 14, "samples_per_s": 2108.0},
+            base | {"pair": 1, "sweep": "exhaustive", "wall_s": 240.0, "num_workers": 16, "samples_per_s": 2254.0},
+        ]
+    )
     (p,) = pairs(df).to_dict("records")
     assert p["time_ratio"] == 4.0 and p["rate_diff"] == pytest.approx(2108 / 2254 - 1)
     assert (p["adaptive_workers"], p["exhaustive_workers"]) == (14, 16)
@@ -218,6 +266,7 @@ def test_the_first_guess_below_a_doubled_top_is_probed_just_below_not_bisected_f
 
 def test_the_floor_is_the_most_workers_that_cannot_reach_the_answer():
     from pipeprof.orchestrate.search import floor_of
+
     points = {16: Point(16, 2974.0, 2800.0, 3150.0), 14: Point(14, 2909.0, 2692.0, 3126.0)}
     # the H200 default run of this session: 229/s a worker; 10 x 229 x 1.15 = 2,638 < 0.9 x 2,974 = 2,677 <= 2,902 (11)
     assert floor_of(points, 229.4) == 10

@@ -1,6 +1,7 @@
 """SIGINT and SIGTERM sent to a real `pipeprof run` mid-sweep: the window in progress is abandoned, every
 completed trial is saved with a summary and an analysis, status 'interrupted', exit 130 / 143; a second
 Ctrl-C exits at once with whole files; no DataLoader worker (nor an N-GPU job's rank) outlives the run."""
+
 import json
 import os
 import signal
@@ -15,12 +16,26 @@ import pytest
 
 from pipeprof.results import load_run
 
-MEASURE = ["measure.warmup_s=0.2", "measure.warmup_max_s=1", "measure.redraws=10", "measure.window_s=0.3", "measure.windows=3",
-           "measure.max_windows=3", "measure.window_batches=2", "measure.cpu_reference_s=0"]
+MEASURE = [
+    "measure.warmup_s=0.2",
+    "measure.warmup_max_s=1",
+    "measure.redraws=10",
+    "measure.window_s=0.3",
+    "measure.windows=3",
+    "measure.max_windows=3",
+    "measure.window_batches=2",
+    "measure.cpu_reference_s=0",
+]
 # 10 ms of CPU a sample, batch 4: each trial runs its workers for 1.1 s and more (the signal lands in one, or
 # between two: the checks hold either way; _mid_sweep polls every 50 ms)
-BURN = ["data.kind=factory", "data.factory=pipeprof.checks.calibrate:BurnDataset", "loader.batch_size=4", "device=cpu",
-        "stage_timing=false", "model.threads=1"]
+BURN = [
+    "data.kind=factory",
+    "data.factory=pipeprof.checks.calibrate:BurnDataset",
+    "loader.batch_size=4",
+    "device=cpu",
+    "stage_timing=false",
+    "model.threads=1",
+]
 
 
 def _rows(folder: Path) -> int:
@@ -50,8 +65,13 @@ def _alive(procs: list[psutil.Process]) -> list[int]:
 
 def _start(out: Path, sets: list[str]) -> subprocess.Popen:
     args = [a for s in [f"out_dir={out}", "name=s", *sets] for a in ("--set", s)]
-    return subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeprof", "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _mid_sweep(proc: subprocess.Popen, out: Path, ready) -> tuple[Path, list[psutil.Process]]:
@@ -127,13 +147,15 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_whole_files(tmp_path):
 
 
 def _ranks_with_workers(kids: list[psutil.Process]) -> bool:
-    """Both ranks of the torchrun job (``python -m pipeprof.orchestrate.distributed``, not torchrun, whose arguments name
-    it too; a forked worker shares its rank's command line but has no children) run their loader worker."""
+    """Both ranks of the torchrun job (``python -m pipeprof.orchestrate.distributed``, not torchrun, whose arguments
+    name it too; a forked worker shares its rank's command line but has no children) run their loader worker."""
     ranks = 0
     for p in kids:
         try:
             cmd = " ".join(p.cmdline())
-            ranks += "pipeprof.orchestrate.distributed" in cmd and "torch.distributed.run" not in cmd and bool(p.children())
+            ranks += (
+                "pipeprof.orchestrate.distributed" in cmd and "torch.distributed.run" not in cmd and bool(p.children())
+            )
         except psutil.NoSuchProcess:
             pass
     return ranks == 2
@@ -143,8 +165,18 @@ def _ranks_with_workers(kids: list[psutil.Process]) -> bool:
 def test_sigterm_during_an_n_gpu_trial_kills_the_torchrun_job_and_its_ranks(tmp_path):
     out = tmp_path / "out"
     # two CPU processes under torchrun (gloo), each with a worker; the first trial is a one-process one
-    proc = _start(out, BURN + MEASURE + ["trials=[cpu_pipeline]", "loader.num_workers=[1]",
-                                         "distributed.gpus=[1,2]", "measure.windows=6", "measure.max_windows=6"])
+    proc = _start(
+        out,
+        BURN
+        + MEASURE
+        + [
+            "trials=[cpu_pipeline]",
+            "loader.num_workers=[1]",
+            "distributed.gpus=[1,2]",
+            "measure.windows=6",
+            "measure.max_windows=6",
+        ],
+    )
     try:
         folder, kids = _mid_sweep(proc, out, _ranks_with_workers)
         proc.send_signal(signal.SIGTERM)

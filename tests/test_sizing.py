@@ -1,4 +1,5 @@
 """The sizing check: masks of whole physical cores, and a real re-run inside a 1-core mask."""
+
 import json
 from pathlib import Path
 
@@ -6,11 +7,10 @@ import pytest
 import yaml
 
 import pipeprof
+from conftest import measured_once
 from pipeprof.checks import sizing
 from pipeprof.env import cpu_groups, parse_cpu_list
 from pipeprof.results import load_run
-
-from conftest import measured_once
 
 
 def test_masks_take_one_cpu_per_physical_core_before_siblings():
@@ -33,8 +33,15 @@ def test_masked_runs_sweep_half_all_but_one_and_all():
 # the check's own trials with shorter windows and warm-up: 0.4-s windows still hold 5 batches at 100 samples/s;
 # windows are added while the rate's 95% interval is wider than ±10% (the default's ±5% took every trial to its
 # 5th window here, 0.8 s a trial more, for rates these tests hold to ±20%)
-QUICK = ["measure.warmup_s=0.3", "measure.warmup_max_s=2", "measure.redraws=10", "measure.window_s=0.4", "measure.windows=3",
-         "measure.max_windows=5", "measure.ci_target=0.1"]
+QUICK = [
+    "measure.warmup_s=0.3",
+    "measure.warmup_max_s=2",
+    "measure.redraws=10",
+    "measure.window_s=0.4",
+    "measure.windows=3",
+    "measure.max_windows=5",
+    "measure.ci_target=0.1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +49,12 @@ def full_run(tmp_path_factory) -> str:
     """The all-cores run of the known workload, made here, in this process, and handed to the check as
     `validate --sizing --full-run` does (its unmasked child would be the same run after one more interpreter
     start): measured once, alone (every core is what it measures)."""
+
     def make(out: Path) -> str:
         config = out / "known.yaml"
         config.write_text(yaml.safe_dump(sizing.KNOWN))
         return str(pipeprof.run(config, [f"out_dir={out}", "name=sizing-all", *QUICK], log=lambda *a: None).path)
+
     return measured_once("sizing_full_run", make, tmp_path_factory)
 
 

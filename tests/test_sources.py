@@ -1,4 +1,5 @@
 """Shard, URL and throttled sources against real tar files, a real HTTP server and real workers."""
+
 from __future__ import annotations
 
 import gc
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from conftest import LOOPBACK, free_port, serve_folder
 from pipeprof.data.dataset import RawBytesDataset, collate_bytes
 from pipeprof.data.sources import REGISTRY, Source, SourceError, source_class
 from pipeprof.data.sources.files import FileSource
@@ -20,8 +22,6 @@ from pipeprof.data.sources.throttled import ThrottledSource
 from pipeprof.data.sources.url import UrlSource, write_index
 from pipeprof.measure.loader import build_loader, shutdown
 
-from conftest import LOOPBACK, free_port, serve_folder
-
 
 def contents(source) -> list[tuple[str, int]]:
     """(sha1 of bytes, label) of every sample, sorted: equal for sources holding the same data."""
@@ -30,8 +30,7 @@ def contents(source) -> list[tuple[str, int]]:
 
 def read_with_workers(source, batches: int, workers: int = 2) -> list[tuple[int, float]]:
     """Read ``batches`` single samples through a real DataLoader: (bytes, arrival time) each."""
-    it = iter(build_loader(RawBytesDataset(source), batch_size=1, num_workers=workers,
-                           collate_fn=collate_bytes))
+    it = iter(build_loader(RawBytesDataset(source), batch_size=1, num_workers=workers, collate_fn=collate_bytes))
     got = []
     try:
         for _ in range(batches):
@@ -276,9 +275,16 @@ def test_throttle_describe_and_passthrough(memory_source):
     assert source.read(3) == memory_source.read(3) and source.label(3) == memory_source.label(3)
 
 
-@pytest.mark.parametrize("kwargs, name", [({"mb_s": 0}, "mb_s"), ({"mb_s": -1}, "mb_s"),
-                                          ({"reads_s": 0}, "reads_s"), ({"latency_ms": -5}, "latency_ms"),
-                                          ({"mb_s": float("nan")}, "mb_s")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"mb_s": 0}, "mb_s"),
+        ({"mb_s": -1}, "mb_s"),
+        ({"reads_s": 0}, "reads_s"),
+        ({"latency_ms": -5}, "latency_ms"),
+        ({"mb_s": float("nan")}, "mb_s"),
+    ],
+)
 def test_throttle_rejects_bad_limits(memory_source, kwargs, name):
     with pytest.raises(ValueError, match=name):
         ThrottledSource(memory_source, **kwargs)

@@ -1,23 +1,32 @@
 """The training step's global switches: what each precision sets, and what a CUDA step reports."""
+
 import pytest
 import torch
 
-from pipeprof.models import build as build_model
 from pipeprof.measure.step import Step, autotune_default, configure_precision
+from pipeprof.models import build as build_model
 
 
-@pytest.mark.parametrize("precision, override, expected", [
-    ("bf16", None, True), ("fp16", None, True), ("tf32", None, True),
-    ("fp32", None, False),  # cuDNN's FP32 autotuning of VGG16 did not end in minutes on an H200
-    ("fp32", True, True), ("bf16", False, False),
-])
+@pytest.mark.parametrize(
+    "precision, override, expected",
+    [
+        ("bf16", None, True),
+        ("fp16", None, True),
+        ("tf32", None, True),
+        ("fp32", None, False),  # cuDNN's FP32 autotuning of VGG16 did not end in minutes on an H200
+        ("fp32", True, True),
+        ("bf16", False, False),
+    ],
+)
 def test_cudnn_autotuning_by_precision_and_override(precision, override, expected):
     assert autotune_default(precision, override) is expected
 
 
 def test_cpu_step_leaves_cuda_switches_alone():
     assert configure_precision(torch.device("cpu"), "fp32", cudnn_benchmark=True) == {
-        "tf32": False, "cudnn_benchmark": False}
+        "tf32": False,
+        "cudnn_benchmark": False,
+    }
 
 
 @pytest.mark.gpu
@@ -51,6 +60,7 @@ LOGITS, AUX = torch.randn(2, 4), torch.randn(2, 4)
 @dataclass
 class ClassifierOutput:
     """The shape of a Hugging Face output: fields, ``.logits`` among them."""
+
     loss: torch.Tensor | None
     logits: torch.Tensor
 
@@ -65,18 +75,31 @@ def googlenet_outputs():
     return out, out.logits
 
 
-@pytest.mark.parametrize("make", [
-    lambda: (LOGITS, LOGITS),
-    lambda: ((LOGITS, AUX), LOGITS),
-    lambda: ([LOGITS, AUX], LOGITS),
-    googlenet_outputs,
-    lambda: (InceptionOutputs(LOGITS, AUX), LOGITS),
-    lambda: ({"aux": AUX, "logits": LOGITS}, LOGITS),
-    lambda: ({"aux": AUX, "out": LOGITS}, LOGITS),  # torchvision segmentation
-    lambda: ({"pred": LOGITS, "aux": AUX}, LOGITS),
-    lambda: (ClassifierOutput(None, LOGITS), LOGITS),
-], ids=["tensor", "tuple", "list", "googlenet-namedtuple", "inception-namedtuple", "dict-logits", "dict-out",
-        "dict-first", "object-logits"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (LOGITS, LOGITS),
+        lambda: ((LOGITS, AUX), LOGITS),
+        lambda: ([LOGITS, AUX], LOGITS),
+        googlenet_outputs,
+        lambda: (InceptionOutputs(LOGITS, AUX), LOGITS),
+        lambda: ({"aux": AUX, "logits": LOGITS}, LOGITS),
+        lambda: ({"aux": AUX, "out": LOGITS}, LOGITS),  # torchvision segmentation
+        lambda: ({"pred": LOGITS, "aux": AUX}, LOGITS),
+        lambda: (ClassifierOutput(None, LOGITS), LOGITS),
+    ],
+    ids=[
+        "tensor",
+        "tuple",
+        "list",
+        "googlenet-namedtuple",
+        "inception-namedtuple",
+        "dict-logits",
+        "dict-out",
+        "dict-first",
+        "object-logits",
+    ],
+)
 def test_main_output_finds_the_logits(make):
     out, expected = make()
     assert main_output(out) is expected
@@ -148,11 +171,15 @@ class TupleNet(nn.Module):
         return InceptionOutputs(*out) if self.named else out
 
 
-@pytest.mark.parametrize("model, main, aux", [
-    (lambda: googlenet(), "fc", "aux1"),
-    (lambda: TupleNet(named=True), "fc", "aux"),
-    (lambda: TupleNet(named=False), "fc", "aux"),
-], ids=["googlenet", "inception-namedtuple", "tuple"])
+@pytest.mark.parametrize(
+    "model, main, aux",
+    [
+        (lambda: googlenet(), "fc", "aux1"),
+        (lambda: TupleNet(named=True), "fc", "aux"),
+        (lambda: TupleNet(named=False), "fc", "aux"),
+    ],
+    ids=["googlenet", "inception-namedtuple", "tuple"],
+)
 def test_aux_logit_models_train_on_their_main_output(model, main, aux):
     step = Step(model(), "cpu")
     x, y = step.synthetic_batch(2, 64)
@@ -187,8 +214,11 @@ def test_user_loss_takes_float_targets_and_outputs_main_output_cannot_read():
         def forward(self, x):
             return {"a", "b"}, self.conv(x).mean((1, 2, 3))
 
-    step = Step(nn.Sequential(nn.Conv2d(3, 1, 1), nn.Flatten(0)), "cpu",
-                loss_fn=lambda out, target: F.mse_loss(out[:target.numel()], target))
+    step = Step(
+        nn.Sequential(nn.Conv2d(3, 1, 1), nn.Flatten(0)),
+        "cpu",
+        loss_fn=lambda out, target: F.mse_loss(out[: target.numel()], target),
+    )
     step.run(torch.rand(2, 3, 4, 4), torch.tensor([0.5, 2.5]))
     odd = Step(Pair(), "cpu", loss_fn=lambda out, target: out[1].sum())
     x, y = odd.synthetic_batch(2, 8)
@@ -232,10 +262,26 @@ class TenClasses(torch.utils.data.Dataset):
 
 def profile_ten_outputs(dataset, tmp_path):
     run = pipeprof.profile(
-        dataset, model=nn.Sequential(nn.Flatten(), nn.LazyLinear(10)), batch_size=4, num_workers=[0],
-        trials=["gpu_ceiling", "end_to_end"], out_dir=str(tmp_path), device="cpu", log=lambda *a: None,
-        measure={"warmup_batches": 1, "warmup_s": 0.1, "warmup_max_s": 0.5, "window_s": 0.2, "window_batches": 2,
-                 "windows": 2, "max_windows": 2, "redraws": 10, "cpu_reference_s": 0})  # a status, not a rate
+        dataset,
+        model=nn.Sequential(nn.Flatten(), nn.LazyLinear(10)),
+        batch_size=4,
+        num_workers=[0],
+        trials=["gpu_ceiling", "end_to_end"],
+        out_dir=str(tmp_path),
+        device="cpu",
+        log=lambda *a: None,
+        measure={
+            "warmup_batches": 1,
+            "warmup_s": 0.1,
+            "warmup_max_s": 0.5,
+            "window_s": 0.2,
+            "window_batches": 2,
+            "windows": 2,
+            "max_windows": 2,
+            "redraws": 10,
+            "cpu_reference_s": 0,
+        },
+    )  # a status, not a rate
     return run.trials.set_index("kind")
 
 
@@ -248,8 +294,9 @@ def test_profile_reports_labels_beyond_the_models_outputs_as_a_trial_error(tmp_p
     rows = profile_ten_outputs(TenClasses(labels=12), tmp_path)
     assert rows.loc["gpu_ceiling", "status"] == "ok", rows["error"].to_dict()
     assert rows.loc["end_to_end", "status"] == "error"
-    assert re.search(r"label 1[01] is outside the model's 10 outputs .*num_classes >= 1[12]",
-                     rows.loc["end_to_end", "error"])
+    assert re.search(
+        r"label 1[01] is outside the model's 10 outputs .*num_classes >= 1[12]", rows.loc["end_to_end", "error"]
+    )
 
 
 def test_model_loss_must_be_an_import_path(tmp_path):
@@ -260,6 +307,8 @@ def test_model_loss_must_be_an_import_path(tmp_path):
     with pytest.raises(ConfigError, match="model.loss"):
         build({"model": {"loss": "torch.nn.functional.mse_loss"}})
     with pytest.raises(ConfigError, match="model.loss: cannot import 'pipeprof.nowhere:loss'"):
-        execute(build({"model": {"loss": "pipeprof.nowhere:loss"}, "device": "cpu", "out_dir": str(tmp_path)}),
-                log=lambda *a: None)  # refused at validation, before execute
+        execute(
+            build({"model": {"loss": "pipeprof.nowhere:loss"}, "device": "cpu", "out_dir": str(tmp_path)}),
+            log=lambda *a: None,
+        )  # refused at validation, before execute
     assert not any(tmp_path.iterdir())  # refused before a run folder was made

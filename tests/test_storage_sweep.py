@@ -3,6 +3,7 @@
 Real JPEG files in a temporary folder, real tar shards, a real HTTP server on loopback
 for ``url``, real page-cache eviction checked with /proc/PID/io. No mocks.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 
 import pipeprof
+from conftest import LOOPBACK, MEASURED, free_port, measured_once, serve_folder
 from pipeprof import config as C
 from pipeprof.actions import ACTIONS, STORAGE
 from pipeprof.analysis import curves, epoch_estimates, predicted_actions
@@ -29,11 +31,20 @@ from pipeprof.measure.loader import build_loader, shutdown
 from pipeprof.orchestrate.sweep import expand
 from pipeprof.trials import one_pass_plan
 
-from conftest import LOOPBACK, MEASURED, free_port, measured_once, serve_folder
 # short windows (0.2 s holds 15 or more batches of 2 here, the 20 MB/s throttle's included), at most 4 of them,
 # warm-up settling capped at 1 s, no CPU reference probe (no test here reads it)
-QUICK = {"warmup_batches": 3, "warmup_s": 0.2, "warmup_max_s": 1.0, "redraws": 10, "window_s": 0.2, "window_batches": 3,
-         "windows": 3, "max_windows": 4, "ci_target": 0.25, "cpu_reference_s": 0}
+QUICK = {
+    "warmup_batches": 3,
+    "warmup_s": 0.2,
+    "warmup_max_s": 1.0,
+    "redraws": 10,
+    "window_s": 0.2,
+    "window_batches": 3,
+    "windows": 3,
+    "max_windows": 4,
+    "ci_target": 0.25,
+    "cpu_reference_s": 0,
+}
 MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 
 
@@ -47,15 +58,34 @@ def error_of(raw) -> str:
 
 
 def test_source_specs_get_short_stable_labels():
-    cfg = C.build({"data": {"source": [
-        "files", "memory", {"kind": "shards"}, {"kind": "shards", "shard_size_mb": 50, "label": "big"},
-        {"kind": "url", "base_url": "http://127.0.0.1:8000/"},
-        {"kind": "throttled", "inner": "files", "mb_s": 20},
-        {"kind": "throttled", "inner": "files", "mb_s": 110, "latency_ms": 2},
-        {"kind": "throttled", "inner": {"kind": "shards"}, "reads_s": 150}], "cache": ["warm", "cold"]}})
+    cfg = C.build(
+        {
+            "data": {
+                "source": [
+                    "files",
+                    "memory",
+                    {"kind": "shards"},
+                    {"kind": "shards", "shard_size_mb": 50, "label": "big"},
+                    {"kind": "url", "base_url": "http://127.0.0.1:8000/"},
+                    {"kind": "throttled", "inner": "files", "mb_s": 20},
+                    {"kind": "throttled", "inner": "files", "mb_s": 110, "latency_ms": 2},
+                    {"kind": "throttled", "inner": {"kind": "shards"}, "reads_s": 150},
+                ],
+                "cache": ["warm", "cold"],
+            }
+        }
+    )
     labels = [s.label for s in cfg.data.source]
-    assert labels == ["files", "memory", "shards", "big", "url", "throttled-files-20MBps",
-                      "throttled-files-110MBps-2ms", "throttled-shards-150rps"]
+    assert labels == [
+        "files",
+        "memory",
+        "shards",
+        "big",
+        "url",
+        "throttled-files-20MBps",
+        "throttled-files-110MBps-2ms",
+        "throttled-shards-150rps",
+    ]
     backed = {s.label: s.file_backed for s in cfg.data.source}
     assert backed["files"] and backed["shards"] and backed["throttled-shards-150rps"]
     assert not backed["memory"] and not backed["url"]
@@ -64,39 +94,64 @@ def test_source_specs_get_short_stable_labels():
     assert [s.label for s in again.data.source] == labels
 
 
-@pytest.mark.parametrize("data, field, hint", [
-    ({"source": "nfs"}, "data.source.0", "'files', 'memory', 'shards', 'url', 'throttled'"),
-    ({"source": [{"path": "/x"}]}, "data.source", "needs 'kind'"),
-    ({"source": "url"}, "data.source.0.url.base_url", "Field required"),
-    ({"source": [{"kind": "url", "base_url": "localhost:80"}]}, "data.source.0.url.base_url", "http://"),
-    ({"source": "throttled"}, "data.source.0.throttled", "at least one of mb_s, latency_ms, reads_s"),
-    ({"source": [{"kind": "throttled", "mb_s": 0}]}, "data.source.0.throttled.mb_s", "greater than 0"),
-    ({"source": [{"kind": "throttled", "latency_ms": -1}]}, "data.source.0.throttled.latency_ms",
-     "greater than or equal to 0"),
-    ({"source": [{"kind": "throttled", "inner": "throttled", "mb_s": 5}]}, "data.source.0.throttled.inner",
-     "not another throttle"),
-    ({"source": [{"kind": "files", "mb_s": 5}]}, "data.source.0.files.mb_s", "unknown key"),
-    ({"source": [{"kind": "shards", "path": "/s", "shard_size_mb": 5}]}, "data.source.0.shards", "no path"),
-    ({"source": ["files", "files"]}, "data.source", "share the label 'files'"),
-    ({"source": [{"kind": "files", "label": "a/b"}]}, "data.source.0.files.label", "letters, digits"),
-    ({"cache": "hot"}, "data.cache.0", "'warm', 'cold' or 'cold-system'"),
-    ({"kind": "factory", "factory": "pipeprof.checks.calibrate:BurnDataset", "source": "memory"}, "data",
-     "hides its storage"),
-])
+@pytest.mark.parametrize(
+    "data, field, hint",
+    [
+        ({"source": "nfs"}, "data.source.0", "'files', 'memory', 'shards', 'url', 'throttled'"),
+        ({"source": [{"path": "/x"}]}, "data.source", "needs 'kind'"),
+        ({"source": "url"}, "data.source.0.url.base_url", "Field required"),
+        ({"source": [{"kind": "url", "base_url": "localhost:80"}]}, "data.source.0.url.base_url", "http://"),
+        ({"source": "throttled"}, "data.source.0.throttled", "at least one of mb_s, latency_ms, reads_s"),
+        ({"source": [{"kind": "throttled", "mb_s": 0}]}, "data.source.0.throttled.mb_s", "greater than 0"),
+        (
+            {"source": [{"kind": "throttled", "latency_ms": -1}]},
+            "data.source.0.throttled.latency_ms",
+            "greater than or equal to 0",
+        ),
+        (
+            {"source": [{"kind": "throttled", "inner": "throttled", "mb_s": 5}]},
+            "data.source.0.throttled.inner",
+            "not another throttle",
+        ),
+        ({"source": [{"kind": "files", "mb_s": 5}]}, "data.source.0.files.mb_s", "unknown key"),
+        ({"source": [{"kind": "shards", "path": "/s", "shard_size_mb": 5}]}, "data.source.0.shards", "no path"),
+        ({"source": ["files", "files"]}, "data.source", "share the label 'files'"),
+        ({"source": [{"kind": "files", "label": "a/b"}]}, "data.source.0.files.label", "letters, digits"),
+        ({"cache": "hot"}, "data.cache.0", "'warm', 'cold' or 'cold-system'"),
+        (
+            {"kind": "factory", "factory": "pipeprof.checks.calibrate:BurnDataset", "source": "memory"},
+            "data",
+            "hides its storage",
+        ),
+    ],
+)
 def test_bad_source_and_cache_specs_name_the_field(data, field, hint):
     msg = error_of({"data": data})
     assert f"  {field}:" in msg and hint in msg, msg
 
 
 def test_source_and_cache_axes_multiply_the_loader_trials_only():
-    cfg = C.resolve(C.build({"data": {"source": ["files", "memory", {"kind": "throttled", "mb_s": 20}],
-                                      "cache": ["warm", "cold"]},
-                             "loader": {"num_workers": [0, 2]}, "overhead_checks": True}), cuda=False,
-                   bf16_ok=False, usable_cores=2)
+    cfg = C.resolve(
+        C.build(
+            {
+                "data": {"source": ["files", "memory", {"kind": "throttled", "mb_s": 20}], "cache": ["warm", "cold"]},
+                "loader": {"num_workers": [0, 2]},
+                "overhead_checks": True,
+            }
+        ),
+        cuda=False,
+        bf16_ok=False,
+        usable_cores=2,
+    )
     specs = expand(cfg)
     points = {(s.source, s.cache_state) for s in specs if s.kind == "storage_fetch"}
-    assert points == {("files", "warm"), ("files", "cold"), ("memory", "n/a"),
-                      ("throttled-files-20MBps", "warm"), ("throttled-files-20MBps", "cold")}
+    assert points == {
+        ("files", "warm"),
+        ("files", "cold"),
+        ("memory", "n/a"),
+        ("throttled-files-20MBps", "warm"),
+        ("throttled-files-20MBps", "cold"),
+    }
     kinds = pd.Series([s.kind for s in specs]).value_counts()
     assert kinds["gpu_ceiling"] == 1 and kinds["storage_fetch"] == kinds["end_to_end"] == 5 * 2
     assert kinds["cpu_pipeline"] == 5 * 2 + 1  # + the stage-clocks-off twin, once
@@ -145,6 +200,7 @@ def jpeg_folder(tmp_path_factory):
     def make(tmp):
         make_dataset(tmp / "ds", images=64, classes=4, seed=3, workers=1)
         return tmp / "ds"
+
     return measured_once("jpeg_folder", make, tmp_path_factory, "lane")
 
 
@@ -162,9 +218,15 @@ def http_base(jpeg_folder, tmp_path_factory):
 
 
 def raw_config(tmp, folder, sources, **extra) -> dict:
-    raw = {"name": "st", "out_dir": str(tmp), "device": "cpu",
-           "data": {"kind": "folder", "path": str(folder), "cache_dir": str(tmp / "cache"), "source": sources},
-           "augment": {"preset": "light"}, "loader": {"num_workers": [2], "batch_size": 2}, "measure": QUICK}
+    raw = {
+        "name": "st",
+        "out_dir": str(tmp),
+        "device": "cpu",
+        "data": {"kind": "folder", "path": str(folder), "cache_dir": str(tmp / "cache"), "source": sources},
+        "augment": {"preset": "light"},
+        "loader": {"num_workers": [2], "batch_size": 2},
+        "measure": QUICK,
+    }
     for section, values in extra.items():
         raw[section] = raw.get(section, {}) | values if isinstance(values, dict) else values
     return raw
@@ -180,11 +242,17 @@ def raw_config(tmp, folder, sources, **extra) -> dict:
 def storage_run(jpeg_folder, request, tmp_path_factory):
     def make(tmp):
         http_base = request.getfixturevalue("http_base")  # a server only where the run is measured
-        sources = ["files", "memory", "shards", {"kind": "url", "base_url": f"{http_base}/ds", "timeout_s": 5},
-                   {"kind": "throttled", "inner": "files", "mb_s": 20}]
+        sources = [
+            "files",
+            "memory",
+            "shards",
+            {"kind": "url", "base_url": f"{http_base}/ds", "timeout_s": 5},
+            {"kind": "throttled", "inner": "files", "mb_s": 20},
+        ]
         raw = raw_config(tmp, jpeg_folder, sources, trials=["storage_fetch"])
         raw["data"]["cache"] = ["warm", "cold"]
         return pipeprof.run(C.build(raw), log=lambda *a: None)
+
     return measured_once("storage_run", make, tmp_path_factory, MEASURED["storage_run"])
 
 
@@ -197,11 +265,25 @@ def fetch_rows(run) -> pd.DataFrame:
 def test_storage_fetch_row_per_source_and_cache_state(storage_run):
     df = fetch_rows(storage_run)
     assert (df["status"] == "ok").all(), df["error"].dropna().tolist()
-    assert set(df.index) == {("files", "warm"), ("files", "cold"), ("memory", "n/a"), ("shards", "warm"),
-                             ("shards", "cold"), ("url", "n/a"), ("throttled-files-20MBps", "warm"),
-                             ("throttled-files-20MBps", "cold")}
-    for col in ("samples_per_s", "read_mb_s", "reads_s", "read_latency_ms_p50", "read_latency_ms_p95",
-                "read_latency_ms_p99", "mean_sample_kb"):
+    assert set(df.index) == {
+        ("files", "warm"),
+        ("files", "cold"),
+        ("memory", "n/a"),
+        ("shards", "warm"),
+        ("shards", "cold"),
+        ("url", "n/a"),
+        ("throttled-files-20MBps", "warm"),
+        ("throttled-files-20MBps", "cold"),
+    }
+    for col in (
+        "samples_per_s",
+        "read_mb_s",
+        "reads_s",
+        "read_latency_ms_p50",
+        "read_latency_ms_p95",
+        "read_latency_ms_p99",
+        "mean_sample_kb",
+    ):
         assert (df[col] > 0).all(), col
     assert (df["read_latency_ms_p50"] <= df["read_latency_ms_p95"]).all()
     assert (df["read_latency_ms_p95"] <= df["read_latency_ms_p99"]).all()
@@ -290,7 +372,7 @@ def test_shards_via_the_sweep_are_read_shard_by_shard(storage_run):
     assert sorted(i for u in units for i in u) == list(range(len(source)))  # an epoch: every sample once
     for w, seq in per_worker.items():
         mine = [i for u in units[w::2] for i in u]  # the worker's own shards this epoch, one after the other
-        assert seq[:len(mine)] == mine
+        assert seq[: len(mine)] == mine
         for u in units[w::2]:  # each a whole shard, front to back
             assert {source.shard_of(i) for i in u} == {source.shard_of(u[0])}
             assert u == list(range(u[0], u[0] + len(u)))
@@ -334,16 +416,22 @@ def throttle_demo(jpeg_folder, tmp_path_factory):
     """ImageNet-like JPEGs behind a 10 MB/s throttle, and the same files unthrottled, feeding a 5 ms step.
     Its actions stay predictions (``actions: predict``): the tests read those; action trials are
     test_action_trials.py's."""
+
     def make(tmp):
-        raw = raw_config(tmp, jpeg_folder, ["files", {"kind": "throttled", "inner": "files", "mb_s": 10}],
-                         actions="predict", model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms",
-                                                   "threads": 1},
-                         loader={"num_workers": [2], "batch_size": 8},
-                         # the throttle's 87 samples/s fill 4 batches of 8 in 0.37 s; the native side, CPU-bound,
-                         # read 3x a 20 MB/s throttle's 175/s on one day on this 2-core VM and 1.9x (338/s) on a
-                         # slower one: at 10 MB/s it is 3.9x on the slower day
-                         measure={"warmup_s": 0.2, "window_s": 0.2, "window_batches": 4, "windows": 3})
+        raw = raw_config(
+            tmp,
+            jpeg_folder,
+            ["files", {"kind": "throttled", "inner": "files", "mb_s": 10}],
+            actions="predict",
+            model={"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+            loader={"num_workers": [2], "batch_size": 8},
+            # the throttle's 87 samples/s fill 4 batches of 8 in 0.37 s; the native side, CPU-bound,
+            # read 3x a 20 MB/s throttle's 175/s on one day on this 2-core VM and 1.9x (338/s) on a
+            # slower one: at 10 MB/s it is 3.9x on the slower day
+            measure={"warmup_s": 0.2, "window_s": 0.2, "window_batches": 4, "windows": 3},
+        )
         return pipeprof.run(C.build(raw), log=lambda *a: None)
+
     return measured_once("throttle_demo", make, tmp_path_factory)
 
 
@@ -397,18 +485,51 @@ def test_report_shows_storage_settings_and_notes(throttle_demo, capsys):
 
 def _rows(**sources):
     """Trials of known rates: per source (kind, throttle, storage_fetch {w: rate}, cpu {w: rate}, e2e {w: rate})."""
-    base = dict(model="m", precision="fp32", mode="train", preset="p", decoder="pil", batch_size=8,
-                pin_memory=False, image_size=224, status="ok", samples_per_s_cv=0.01)
-    rows = [base | {"kind": "gpu_ceiling", "samples_per_s": 5000.0, "main_cpu_pct_mean": 50.0, "trial_id": "g",
-                    "source": None, "cache_state": None}]
+    base = dict(
+        model="m",
+        precision="fp32",
+        mode="train",
+        preset="p",
+        decoder="pil",
+        batch_size=8,
+        pin_memory=False,
+        image_size=224,
+        status="ok",
+        samples_per_s_cv=0.01,
+    )
+    rows = [
+        base
+        | {
+            "kind": "gpu_ceiling",
+            "samples_per_s": 5000.0,
+            "main_cpu_pct_mean": 50.0,
+            "trial_id": "g",
+            "source": None,
+            "cache_state": None,
+        }
+    ]
     for label, (kind, throttle, io, cpu, e2e) in sources.items():
-        at = {"source": label, "cache_state": "warm" if kind != "memory" else "n/a", "source_kind": kind,
-              "throttle": throttle, "emulated": throttle is not None}
+        at = {
+            "source": label,
+            "cache_state": "warm" if kind != "memory" else "n/a",
+            "source_kind": kind,
+            "throttle": throttle,
+            "emulated": throttle is not None,
+        }
         for kind_, rates in (("storage_fetch", io), ("cpu_pipeline", cpu), ("end_to_end", e2e)):
             for w, r in rates.items():
-                rows.append(base | at | {"kind": kind_, "num_workers": w, "samples_per_s": float(r),
-                                         "trial_id": f"{kind_}/{label}/w{w}", "mean_sample_kb": 110.0,
-                                         "stage_us_per_sample.decode": 2000.0})
+                rows.append(
+                    base
+                    | at
+                    | {
+                        "kind": kind_,
+                        "num_workers": w,
+                        "samples_per_s": float(r),
+                        "trial_id": f"{kind_}/{label}/w{w}",
+                        "mean_sample_kb": 110.0,
+                        "stage_us_per_sample.decode": 2000.0,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -419,8 +540,7 @@ def _advice(df, source, cores=16):
 
 
 def test_pack_into_shards_predicted_from_the_shards_bound():
-    df = _rows(files=("files", None, {4: 300}, {4: 295}, {4: 290}),
-               shards=("shards", None, {4: 1800}, {4: 1900}, {}))
+    df = _rows(files=("files", None, {4: 300}, {4: 295}, {4: 290}), shards=("shards", None, {4: 1800}, {4: 1900}, {}))
     actions = _advice(df, "files")
     pack = [a for a in actions if a["action"].startswith("pack the files into tar shards")]
     # the model's own figure for today is min(cpu 295, io 300); with shards: min(cpu 1900, io 1800).
@@ -448,10 +568,21 @@ def test_cache_in_ram_measured_replaces_the_guess():
 
 
 def test_epoch_estimates_from_cold_and_warm_rates():
-    df = pd.DataFrame([{"kind": "storage_fetch", "status": "ok", "source": "files", "cache_state": s, "batch_size": 8,
-                        "num_workers": w, "samples_per_s": r, "trial_id": f"{s}{w}"}
-                       for s, w, r in (("cold", 2, 100.0), ("cold", 4, 200.0), ("warm", 2, 900.0),
-                                       ("warm", 4, 1000.0))])
+    df = pd.DataFrame(
+        [
+            {
+                "kind": "storage_fetch",
+                "status": "ok",
+                "source": "files",
+                "cache_state": s,
+                "batch_size": 8,
+                "num_workers": w,
+                "samples_per_s": r,
+                "trial_id": f"{s}{w}",
+            }
+            for s, w, r in (("cold", 2, 100.0), ("cold", 4, 200.0), ("warm", 2, 900.0), ("warm", 4, 1000.0))
+        ]
+    )
     (e,) = epoch_estimates(df, samples=10_000, fits=True)
     assert e["num_workers"] == 4 and e["first_epoch_s"] == 50 and e["later_epoch_s"] == 10
     (e,) = epoch_estimates(df, samples=10_000, fits=False)
@@ -465,8 +596,12 @@ def test_storage_actions_ignore_user_datasets():
     ws, rates = np.array([4.0]), np.array([295.0])
 
     def swaps(r):  # the storage actions read off another measured source (the model's own guess is not one)
-        return [a["action"] for a in predicted_actions(r, ws, rates, 4, trials=df)
-                if ACTIONS[a["id"]].scope == STORAGE and not a["basis"].startswith("storage bound removed")]
+        return [
+            a["action"]
+            for a in predicted_actions(r, ws, rates, 4, trials=df)
+            if ACTIONS[a["id"]].scope == STORAGE and not a["basis"].startswith("storage bound removed")
+        ]
+
     assert swaps(row) == ["cache the dataset in RAM (source: memory; measured)"]  # as the run's own source
     row["source"] = None
     assert swaps(row) == []
@@ -492,8 +627,15 @@ def test_pack_cli_missing_folder_exits_2(tmp_path, capsys):
 
 
 def run_cli(tmp_path, *sets) -> tuple[int, float]:
-    base = [f"out_dir={tmp_path}/out", "trials=[storage_fetch]", "loader.num_workers=[0]", "loader.batch_size=2",
-            "measure.windows=2", "measure.window_s=0.1", "measure.warmup_s=0.1"]
+    base = [
+        f"out_dir={tmp_path}/out",
+        "trials=[storage_fetch]",
+        "loader.num_workers=[0]",
+        "loader.batch_size=2",
+        "measure.windows=2",
+        "measure.window_s=0.1",
+        "measure.warmup_s=0.1",
+    ]
     t0 = time.perf_counter()
     rc = main(["run"] + [a for s in base + list(sets) for a in ("--set", s)])
     return rc, time.perf_counter() - t0
@@ -515,29 +657,42 @@ def test_truncated_shard_is_a_clear_error(jpeg_folder, tmp_path, capsys):
     with tarfile.open(victim) as tf:
         last = [m for m in tf.getmembers() if m.name.endswith(".jpg")][-1]
     os.truncate(victim, last.offset_data + last.size // 2)
-    rc, _ = run_cli(tmp_path, "data.kind=folder", f"data.path={jpeg_folder}",
-                    f"data.source=[{{kind: shards, path: {tmp_path / 'sh'}}}]")
+    rc, _ = run_cli(
+        tmp_path,
+        "data.kind=folder",
+        f"data.path={jpeg_folder}",
+        f"data.source=[{{kind: shards, path: {tmp_path / 'sh'}}}]",
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert "data.source: shards" in err and "truncated shard" in err and last.name in err
 
 
 def test_url_refusing_connection_exits_2_fast(jpeg_folder, tmp_path, capsys):
-    rc, seconds = run_cli(tmp_path, "data.kind=folder", f"data.path={jpeg_folder}",
-                          f"data.source=[{{kind: url, base_url: 'http://{LOOPBACK}:{free_port()}', timeout_s: 2}}]")
+    rc, seconds = run_cli(
+        tmp_path,
+        "data.kind=folder",
+        f"data.path={jpeg_folder}",
+        f"data.source=[{{kind: url, base_url: 'http://{LOOPBACK}:{free_port()}', timeout_s: 2}}]",
+    )
     assert rc == 2 and seconds < 15
     assert "connection refused" in capsys.readouterr().err
 
 
 def test_url_without_index_answers_404_exits_2(jpeg_folder, http_base, tmp_path, capsys):
-    rc, _ = run_cli(tmp_path, "data.kind=folder", f"data.path={jpeg_folder}",
-                    f"data.source=[{{kind: url, base_url: '{http_base}/nothing-here'}}]")
+    rc, _ = run_cli(
+        tmp_path,
+        "data.kind=folder",
+        f"data.path={jpeg_folder}",
+        f"data.source=[{{kind: url, base_url: '{http_base}/nothing-here'}}]",
+    )
     assert rc == 2 and "404" in capsys.readouterr().err
 
 
 def test_objects_answering_404_make_an_error_row_not_a_crash(jpeg_folder, http_base, tmp_path):
-    raw = raw_config(tmp_path, jpeg_folder, ["files", {"kind": "url", "base_url": f"{http_base}/gone"}],
-                     trials=["storage_fetch"])
+    raw = raw_config(
+        tmp_path, jpeg_folder, ["files", {"kind": "url", "base_url": f"{http_base}/gone"}], trials=["storage_fetch"]
+    )
     t0 = time.perf_counter()
     df = pipeprof.run(C.build(raw), log=lambda *a: None).trials.set_index("source")
     assert time.perf_counter() - t0 < 60
@@ -575,9 +730,14 @@ def test_files_source_reads_a_file_list(jpeg_folder, tmp_path):
 def test_storage_fetch_without_a_window_is_a_failed_row_without_a_rate(jpeg_folder, tmp_path):
     # each read waits 0.4 s, so one warm-up batch (0.8 s) outlives the whole 0.5-s trial budget: no window is timed
     # (0 workers: the main process reads, so no DataLoader timeout ends the trial first)
-    raw = raw_config(tmp_path, jpeg_folder, [{"kind": "throttled", "inner": "files", "mb_s": 1000, "latency_ms": 400}],
-                     loader={"num_workers": [0], "batch_size": 2}, trials=["storage_fetch"],
-                     measure=QUICK | {"max_trial_s": 0.5, "cpu_reference_s": 0})
+    raw = raw_config(
+        tmp_path,
+        jpeg_folder,
+        [{"kind": "throttled", "inner": "files", "mb_s": 1000, "latency_ms": 400}],
+        loader={"num_workers": [0], "batch_size": 2},
+        trials=["storage_fetch"],
+        measure=QUICK | {"max_trial_s": 0.5, "cpu_reference_s": 0},
+    )
     run = pipeprof.run(C.build(raw), log=lambda *a: None)
     (row,) = run.trials.to_dict("records")
     assert row["status"] == "failed" and "no timed window fitted in measure.max_trial_s (0.5 s)" in row["error"]

@@ -9,6 +9,7 @@ the confounders) sit below all of them. A module may import its own layer and th
 ``importlib.import_module("pipeprof.x")`` of a constant name counts as an import of ``x``.
 A new module must be placed here: the test fails on a module it does not know.
 """
+
 import ast
 import functools
 import re
@@ -19,12 +20,35 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeprof"
 LAYERS = {
     # the nouns every layer may use: versions, schema, registries of presets and models, the machine
-    0: ["_version", "stats", "schema", "actions", "answer", "presets", "models", "env", "measure.confounders", "checks.calibrate"],
+    0: [
+        "_version",
+        "stats",
+        "schema",
+        "actions",
+        "answer",
+        "presets",
+        "models",
+        "env",
+        "measure.confounders",
+        "checks.calibrate",
+    ],
     1: ["config"],
     # data/: where samples come from and how they become tensors
-    2: ["data", "data.sources", "data.sources.base", "data.sources.files", "data.sources.memory",
-        "data.sources.shards", "data.sources.throttled", "data.sources.url", "data.decode", "data.synthetic",
-        "data.cache", "data.check", "data.user_samples"],
+    2: [
+        "data",
+        "data.sources",
+        "data.sources.base",
+        "data.sources.files",
+        "data.sources.memory",
+        "data.sources.shards",
+        "data.sources.throttled",
+        "data.sources.url",
+        "data.decode",
+        "data.synthetic",
+        "data.cache",
+        "data.check",
+        "data.user_samples",
+    ],
     3: ["data.augment", "data.gpu_augment"],
     4: ["data.dataset", "data.prepare", "data.encoded"],
     # measure/: the instruments
@@ -32,24 +56,72 @@ LAYERS = {
     6: ["measure.step"],
     7: ["measure.monitors", "measure.noise", "measure.reference", "measure.decoders"],
     # trials/: one steady-state measurement each
-    9: ["trials.spec", "trials.columns", "trials.device_side", "trials.skeleton", "trials.kinds", "trials",
-        "trials.watchdog", "trials.action_trial", "trials.variants", "trials.heap"],
+    9: [
+        "trials.spec",
+        "trials.columns",
+        "trials.device_side",
+        "trials.skeleton",
+        "trials.kinds",
+        "trials",
+        "trials.watchdog",
+        "trials.action_trial",
+        "trials.variants",
+        "trials.heap",
+    ],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],
-    11: ["analysis.bounds", "analysis.advice", "analysis.storage", "analysis.verdict", "analysis.scaling",
-         "analysis.confidence", "analysis.failures",
-         "analysis.compare", "analysis.gains", "analysis"],
+    11: [
+        "analysis.bounds",
+        "analysis.advice",
+        "analysis.storage",
+        "analysis.verdict",
+        "analysis.scaling",
+        "analysis.confidence",
+        "analysis.failures",
+        "analysis.compare",
+        "analysis.gains",
+        "analysis",
+    ],
     12: ["results", "orchestrate.search", "orchestrate.resume", "orchestrate.action_trials"],
     13: ["orchestrate.runner", "orchestrate.merge"],
     # report/: renderers only
-    14: ["report", "report.summary", "report.console", "report.doctor", "report.figures", "report.html",
-         "report.comparison"],
+    14: [
+        "report",
+        "report.summary",
+        "report.console",
+        "report.doctor",
+        "report.figures",
+        "report.html",
+        "report.comparison",
+    ],
     # watch/: observing a user's own command (hook and channel run inside it and import nothing of pipeprof)
-    14.5: ["watch", "watch.boot.sitecustomize", "watch.channel", "watch.hook", "watch.pause", "watch.records",
-           "watch.procs", "watch.tune", "watch.answer", "watch.folder", "watch.live", "watch.page", "watch.session"],
+    14.5: [
+        "watch",
+        "watch.boot.sitecustomize",
+        "watch.channel",
+        "watch.hook",
+        "watch.pause",
+        "watch.records",
+        "watch.procs",
+        "watch.tune",
+        "watch.answer",
+        "watch.folder",
+        "watch.live",
+        "watch.page",
+        "watch.session",
+    ],
     # checks/ and the command line
-    15: ["checks", "checks.sizing", "checks.validate", "checks.bench", "checks.watch_overhead", "checks.action_known",
-         "cli", "", "__main__"],
+    15: [
+        "checks",
+        "checks.sizing",
+        "checks.validate",
+        "checks.bench",
+        "checks.watch_overhead",
+        "checks.action_known",
+        "cli",
+        "",
+        "__main__",
+    ],
 }
 # The role folders, each of whose __init__ says what lives there and what it may import.
 # checks.calibrate (workloads of known cost, named by import path in configs) and measure.confounders
@@ -101,7 +173,7 @@ def imports(name: str, tree: ast.Module, is_package: bool) -> set[str]:
         if called is not None:
             found.add(called)
         elif isinstance(node, ast.ImportFrom) and node.level:
-            base = pkg[:len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            base = pkg[: len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
             targets = [".".join(base)] if node.module else [".".join(base + [a.name]) for a in node.names]
             found.update(targets)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pipeprof":
@@ -109,17 +181,18 @@ def imports(name: str, tree: ast.Module, is_package: bool) -> set[str]:
             subs = [f"{base}.{a.name}".lstrip(".") for a in node.names]  # from pipeprof.x import module
             found.update([s for s in subs if s in LAYER] or [base])
         elif isinstance(node, ast.Import):
-            found.update(a.name.removeprefix("pipeprof").lstrip(".") for a in node.names
-                         if a.name.split(".")[0] == "pipeprof")
+            found.update(
+                a.name.removeprefix("pipeprof").lstrip(".") for a in node.names if a.name.split(".")[0] == "pipeprof"
+            )
     return {t for t in found if t in LAYER or t == ""}
 
 
 def graph() -> dict[str, set[str]]:
     trees = modules()
-    packages = {str(p.relative_to(PACKAGE).parent).replace("/", ".").replace(".", "", 0)
-                for p in PACKAGE.rglob("__init__.py")}
-    return {name: imports(name, tree, (name or ".") in packages or name == "") - {name}
-            for name, tree in trees.items()}
+    packages = {
+        str(p.relative_to(PACKAGE).parent).replace("/", ".").replace(".", "", 0) for p in PACKAGE.rglob("__init__.py")
+    }
+    return {name: imports(name, tree, (name or ".") in packages or name == "") - {name} for name, tree in trees.items()}
 
 
 def test_every_module_has_a_layer():
@@ -157,8 +230,12 @@ def test_readme_map_matches_the_tree():
 
 
 def test_imports_never_go_up_a_layer():
-    up = [f"{m} (layer {LAYER[m]}) imports {d} (layer {LAYER[d]})"
-          for m, deps in graph().items() for d in deps if LAYER[d] > LAYER[m]]
+    up = [
+        f"{m} (layer {LAYER[m]}) imports {d} (layer {LAYER[d]})"
+        for m, deps in graph().items()
+        for d in deps
+        if LAYER[d] > LAYER[m]
+    ]
     assert up == []
 
 
@@ -180,8 +257,23 @@ def test_no_import_cycle():
     assert cycles == []
 
 
+MAX_STATEMENTS = 40  # statements in one function, nested ones included
+MAX_LINES = 75  # lines as the formatter lays them out (each argument of a long call on a line of its own)
+
+
+def statements(fn: ast.AST) -> int:
+    """A function's statements, nested included (not the def itself): what it does, however it is laid out."""
+    return sum(isinstance(n, ast.stmt) for n in ast.walk(fn)) - 1
+
+
 def test_functions_are_short():
-    long = [(f"{f.relative_to(PACKAGE)}:{n.lineno} {n.name}", n.end_lineno - n.lineno + 1)
-            for f in PACKAGE.rglob("*.py") for n in ast.walk(ast.parse(f.read_text()))
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 >= 45]
+    """Short by what they do (statements), not only by lines: ``ruff format`` puts each argument of a long call
+    on a line of its own, so a line count measures the formatter as much as the function."""
+    long = [
+        (f"{f.relative_to(PACKAGE)}:{n.lineno} {n.name}", statements(n), n.end_lineno - n.lineno + 1)
+        for f in PACKAGE.rglob("*.py")
+        for n in ast.walk(ast.parse(f.read_text()))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (statements(n) >= MAX_STATEMENTS or n.end_lineno - n.lineno + 1 >= MAX_LINES)
+    ]
     assert long == []

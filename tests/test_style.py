@@ -1,5 +1,6 @@
 """The code's habits, checked: ``ruff check`` (the rules in pyproject.toml) and ``ruff format --check`` pass over
 pipeprof/ and tests/. A failure prints what ruff found; ``ruff check --fix`` and ``ruff format`` fix most of it."""
+
 import os
 import subprocess
 import sys
@@ -22,6 +23,11 @@ def _ruff() -> list[str]:
 @pytest.mark.parametrize("command", [["check", "--no-fix"], ["format", "--check"]], ids=["check", "format"])
 def test_ruff_passes(command):
     # one line per finding: `ruff check` or `ruff format --diff` by hand shows each in full
-    done = subprocess.run([*_ruff(), *command, "--output-format", "concise", "pipeprof", "tests"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*_ruff(), *command, "--output-format", "concise", "pipeprof", "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, f"ruff {' '.join(command)}: exit {done.returncode}\n{done.stdout}{done.stderr}"

@@ -1,4 +1,5 @@
 """Tests for the synthetic ImageNet-like dataset generator."""
+
 from __future__ import annotations
 
 import io
@@ -62,8 +63,14 @@ def test_dataset_stats_matches_make_dataset(tmp_path):
     assert measured.total_mb == pytest.approx(made.total_mb)
     assert (measured.mean_width, measured.mean_height) == (made.mean_width, made.mean_height)
     assert set(measured.to_dict()) == {
-        "path", "images", "classes", "mean_kb", "total_mb",
-        "decode_ms_per_image", "mean_width", "mean_height",
+        "path",
+        "images",
+        "classes",
+        "mean_kb",
+        "total_mb",
+        "decode_ms_per_image",
+        "mean_width",
+        "mean_height",
     }
 
 
@@ -163,4 +170,3 @@ def test_invalid_arguments_raise_value_error(tmp_path, kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         cached_dataset(tmp_path, **kwargs)
     assert not any(tmp_path.iterdir())  # nothing written before validation
-

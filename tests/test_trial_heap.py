@@ -1,4 +1,5 @@
 """What the sweep and a kept job's ranks do with the garbage collector between trials (``trials.heap``)."""
+
 import gc
 import weakref
 

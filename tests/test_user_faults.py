@@ -1,6 +1,7 @@
 """Faults of the user's own data and settings, each injected for real (issue 22): files that are not regular
 files (a real FIFO, socket, directory, device link), datasets whose samples the loader cannot batch, settings
 the machine cannot honour, runs started at the same moment. Each says so first, exits non-zero, never hangs."""
+
 from __future__ import annotations
 
 import json
@@ -35,14 +36,30 @@ from pipeprof.results import new_run_dir
 from pipeprof.trials.skeleton import collate_user
 
 HERE = Path(__file__).resolve().parents[1]
-QUICK = ["measure.warmup_s=0.1", "measure.warmup_max_s=0.5", "measure.window_s=0.1", "measure.window_batches=2", "measure.windows=2",
-         "measure.max_windows=2", "measure.cpu_reference_s=0", "measure.max_trial_s=20", "loader.batch_size=4",
-         "device=cpu", "model.threads=1", "stage_timing=false", "name=t"]
+QUICK = [
+    "measure.warmup_s=0.1",
+    "measure.warmup_max_s=0.5",
+    "measure.window_s=0.1",
+    "measure.window_batches=2",
+    "measure.windows=2",
+    "measure.max_windows=2",
+    "measure.cpu_reference_s=0",
+    "measure.max_trial_s=20",
+    "loader.batch_size=4",
+    "device=cpu",
+    "model.threads=1",
+    "stage_timing=false",
+    "name=t",
+]
 # what each odd path is, as the reason names it
-ODD = {"fifo.jpg": "a FIFO (named pipe), not a regular file", "sock.jpg": "a socket, not a regular file",
-       "folder.jpg": "a directory, not a regular file",
-       "device.jpg": "a symbolic link to a character device (/dev/null), not a regular file",
-       "to_fifo.jpg": "a symbolic link to a FIFO (named pipe)", "chain.jpg": "a symbolic link to a symbolic link"}
+ODD = {
+    "fifo.jpg": "a FIFO (named pipe), not a regular file",
+    "sock.jpg": "a socket, not a regular file",
+    "folder.jpg": "a directory, not a regular file",
+    "device.jpg": "a symbolic link to a character device (/dev/null), not a regular file",
+    "to_fifo.jpg": "a symbolic link to a FIFO (named pipe)",
+    "chain.jpg": "a symbolic link to a symbolic link",
+}
 
 
 def within(seconds: float, fn, *args):
@@ -120,10 +137,24 @@ def test_a_run_over_a_folder_with_a_fifo_skips_and_counts_it_and_check_data_name
     for name, why in ODD.items():
         assert f"{name}: {why}" in printed
     out, t0 = tmp_path / "out", time.monotonic()
-    sets = [*QUICK, "data.kind=folder", f"data.path={odd_dataset}", f"out_dir={out}", "data.max_bad_frac=0.5",
-            "trials=[cpu_pipeline]", "loader.num_workers=[0,1]", "data.cache=[cold]", "augment.preset=light"]
-    run = subprocess.run([sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
-                         capture_output=True, text=True, timeout=120, cwd=HERE)  # a hang fails here
+    sets = [
+        *QUICK,
+        "data.kind=folder",
+        f"data.path={odd_dataset}",
+        f"out_dir={out}",
+        "data.max_bad_frac=0.5",
+        "trials=[cpu_pipeline]",
+        "loader.num_workers=[0,1]",
+        "data.cache=[cold]",
+        "augment.preset=light",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=HERE,
+    )  # a hang fails here
     assert run.returncode == 0, run.stdout + run.stderr
     (folder,) = out.glob("t-*")
     meta = json.loads((folder / "run.json").read_text())
@@ -161,6 +192,7 @@ def test_runs_started_at_the_same_moment_get_their_own_folders(tmp_path):
 
 # ---- the user's samples ---------------------------------------------------------------------------------
 
+
 class Returns(Dataset):
     """A user's Dataset whose ``__getitem__`` returns ``make(index)``."""
 
@@ -176,22 +208,35 @@ class Returns(Dataset):
 
 RGB = np.zeros((64, 48, 3), np.uint8)
 SAMPLES = {  # what __getitem__ returns -> what the refusal says
-    "pil": (lambda i: (Image.fromarray(RGB), 1),
-            ["image is a PIL image (RGB, 48×64)", "add torchvision.transforms.ToTensor()"]),
+    "pil": (
+        lambda i: (Image.fromarray(RGB), 1),
+        ["image is a PIL image (RGB, 48×64)", "add torchvision.transforms.ToTensor()"],
+    ),
     "hwc": (lambda i: (RGB, 1), ["image is a uint8 ndarray of shape 64×48×3", "channels last", "permute(2, 0, 1)"]),
-    "dict": (lambda i: {"image": torch.zeros(3, 8, 8), "label": 1},
-             ["returns a dict with keys ['image', 'label']", "return (sample['image'], sample['label'])"]),
+    "dict": (
+        lambda i: {"image": torch.zeros(3, 8, 8), "label": 1},
+        ["returns a dict with keys ['image', 'label']", "return (sample['image'], sample['label'])"],
+    ),
     "no label": (lambda i: torch.zeros(3, 8, 8), ["returns a float32 tensor of shape 3×8×8", "add the label"]),
     "grey": (lambda i: (torch.zeros(8, 8), 1), ["image is a float32 tensor of shape 8×8", "unsqueeze(0)"]),
     "float64": (lambda i: (torch.zeros(3, 8, 8, dtype=torch.float64), 1), ["64-bit floats", "image.float()"]),
     "int64": (lambda i: (torch.zeros(3, 8, 8, dtype=torch.int64), 1), ["dtype int64", ".to(torch.uint8)"]),
-    "one-hot": (lambda i: (torch.zeros(3, 8, 8), torch.eye(10)[1]), ["label is a float32 tensor of shape 10",
-                                                                      "label.argmax()"]),
-    "sizes": (lambda i: (torch.zeros(3, 80 if i % 2 == 0 else 72, 64), 1),
-              ["samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1)",
-               "crop or resize them to one size", "a collate_fn"]),
-    "later form": (lambda i: (torch.zeros(3, 8, 8), 1) if i < 3 else (Image.fromarray(RGB), 1),
-                   ["PIL image", "(sample 3; sample 0 is a tuple of 2 (a float32 tensor of shape 3×8×8"]),
+    "one-hot": (
+        lambda i: (torch.zeros(3, 8, 8), torch.eye(10)[1]),
+        ["label is a float32 tensor of shape 10", "label.argmax()"],
+    ),
+    "sizes": (
+        lambda i: (torch.zeros(3, 80 if i % 2 == 0 else 72, 64), 1),
+        [
+            "samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1)",
+            "crop or resize them to one size",
+            "a collate_fn",
+        ],
+    ),
+    "later form": (
+        lambda i: (torch.zeros(3, 8, 8), 1) if i < 3 else (Image.fromarray(RGB), 1),
+        ["PIL image", "(sample 3; sample 0 is a tuple of 2 (a float32 tensor of shape 3×8×8"],
+    ),
     "raises": (lambda i: (_ for _ in ()).throw(KeyError("no such row")), ["sample 0 raised KeyError: 'no such row'"]),
 }
 
@@ -206,12 +251,14 @@ def test_each_sample_the_loader_cannot_batch_is_refused_with_its_fix(case):
 
 
 def test_samples_the_loader_batches_pass_with_their_facts():
-    facts = check_user_dataset(Returns(lambda i: (torch.zeros(3, 8, 12, dtype=torch.uint8), np.int64(i % 3))), 8,
-                               collate_user)
+    facts = check_user_dataset(
+        Returns(lambda i: (torch.zeros(3, 8, 12, dtype=torch.uint8), np.int64(i % 3))), 8, collate_user
+    )
     assert facts == ("uint8", 12, (3, 8, 12))
     # an ndarray in C×H×W and a one-element label tensor are what collate_user batches too
-    assert check_user_dataset(Returns(lambda i: (np.zeros((1, 5, 5), np.float32), torch.tensor([2]))), 4,
-                              collate_user).shape == (1, 5, 5)
+    assert check_user_dataset(
+        Returns(lambda i: (np.zeros((1, 5, 5), np.float32), torch.tensor([2]))), 4, collate_user
+    ).shape == (1, 5, 5)
 
 
 @pytest.mark.one_core  # a time cap of 1 s
@@ -227,7 +274,7 @@ def test_a_getitem_that_blocks_is_refused_after_the_cap():
         assert not t.is_alive()
 
 
-USER_DATASETS = '''
+USER_DATASETS = """
 import numpy as np, torch
 from PIL import Image
 from torch.utils.data import Dataset
@@ -265,25 +312,35 @@ def _in_workers(i):  # fine in the training process, not in a DataLoader worker
 
 def in_workers():
     return Made(_in_workers, n=64)
-'''
+"""
 
 
 def _cli(tmp_path, monkeypatch, *sets) -> int:
     """``pipeprof run`` in this process with the user's datasets importable as ``userds:<fn>``."""
     (tmp_path / "userds.py").write_text(USER_DATASETS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    argv = ["run"] + [a for s in (*QUICK, f"out_dir={tmp_path}/out", f"data.cache_dir={tmp_path}/datasets", *sets)
-                      for a in ("--set", s)]
+    argv = ["run"] + [
+        a
+        for s in (*QUICK, f"out_dir={tmp_path}/out", f"data.cache_dir={tmp_path}/datasets", *sets)
+        for a in ("--set", s)
+    ]
     return main(argv)
 
 
-@pytest.mark.parametrize("factory, message", [
-    ("pil", "data: the dataset's image is a PIL image (RGB, 64×64): the loader batches tensors: add "
-            "torchvision.transforms.ToTensor()"),
-    ("sizes", "data: samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1); crop or resize"),
-])
-def test_a_dataset_the_loader_cannot_batch_stops_the_run_with_exit_2_and_no_folder(tmp_path, monkeypatch, capsys,
-                                                                                     factory, message):
+@pytest.mark.parametrize(
+    "factory, message",
+    [
+        (
+            "pil",
+            "data: the dataset's image is a PIL image (RGB, 64×64): the loader batches tensors: add "
+            "torchvision.transforms.ToTensor()",
+        ),
+        ("sizes", "data: samples differ in size: 3×80×64 (sample 0) vs 3×72×64 (sample 1); crop or resize"),
+    ],
+)
+def test_a_dataset_the_loader_cannot_batch_stops_the_run_with_exit_2_and_no_folder(
+    tmp_path, monkeypatch, capsys, factory, message
+):
     code = _cli(tmp_path, monkeypatch, "data.kind=factory", f"data.factory=userds:{factory}", "loader.num_workers=[0]")
     err = capsys.readouterr().err
     assert code == 2 and f"pipeprof run: {message}" in err and "Traceback" not in err
@@ -292,25 +349,44 @@ def test_a_dataset_the_loader_cannot_batch_stops_the_run_with_exit_2_and_no_fold
 
 # ---- settings the machine cannot honour -----------------------------------------------------------------
 
+
 def test_settings_the_machine_cannot_honour_are_refused_at_once_naming_field_and_limit(tmp_path, monkeypatch, capsys):
     cores = len(os.sched_getaffinity(0))
     t0 = time.monotonic()
     assert _cli(tmp_path, monkeypatch, "loader.num_workers=[5000]") == 2
     assert time.monotonic() - t0 < 10  # at once: no dataset made, no worker started
     err = capsys.readouterr().err
-    assert f"loader.num_workers: 5000 is above pipeprof's cap of {8 * cores} (8 workers per usable core, a " \
-           f"chosen multiple; {cores} usable cores here)" in err
+    assert (
+        f"loader.num_workers: 5000 is above pipeprof's cap of {8 * cores} (8 workers per usable core, a "
+        f"chosen multiple; {cores} usable cores here)" in err
+    )
     assert not (tmp_path / "datasets").exists()
-    assert _cli(tmp_path, monkeypatch, "data.images=8", "data.classes=2", "loader.batch_size=16",
-                "loader.num_workers=[0]") == 2
-    assert "loader.batch_size: 16 is more than the dataset's 8 samples: every batch would hold samples twice; at " \
-           "most 8, or a larger dataset (data.images)" in capsys.readouterr().err
+    assert (
+        _cli(tmp_path, monkeypatch, "data.images=8", "data.classes=2", "loader.batch_size=16", "loader.num_workers=[0]")
+        == 2
+    )
+    assert (
+        "loader.batch_size: 16 is more than the dataset's 8 samples: every batch would hold samples twice; at "
+        "most 8, or a larger dataset (data.images)" in capsys.readouterr().err
+    )
     # 4 workers × 2 batches of 128 4096² images (6.4 GB each) in flight: more than /dev/shm or the memory holds
-    assert _cli(tmp_path, monkeypatch, "data.kind=factory", "data.factory=userds:huge", "loader.batch_size=128",
-                "loader.num_workers=[4]", "trials=[cpu_pipeline]") == 2
+    assert (
+        _cli(
+            tmp_path,
+            monkeypatch,
+            "data.kind=factory",
+            "data.factory=userds:huge",
+            "loader.batch_size=128",
+            "loader.num_workers=[4]",
+            "trials=[cpu_pipeline]",
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert "loader.num_workers, loader.batch_size, loader.prefetch_factor: 4 workers × 2 batches in flight of 128 " \
-           "images (6,442 MB each, 4096² px) need" in err
+    assert (
+        "loader.num_workers, loader.batch_size, loader.prefetch_factor: 4 workers × 2 batches in flight of 128 "
+        "images (6,442 MB each, 4096² px) need" in err
+    )
     assert ("/dev/shm has" in err and "docker run --shm-size" in err) or "the machine has" in err
     assert list((tmp_path / "out").iterdir()) == []
 
@@ -320,13 +396,27 @@ def test_batches_in_flight_are_checked_against_a_small_dev_shm():
     from pipeprof.orchestrate.limits import check_plan
     from pipeprof.orchestrate.sweep import expand, preset_probe
 
-    cfg = C.resolve(C.build({"device": "cpu", "loader": {"batch_size": [64], "num_workers": [0, 2]},
-                             "trials": ["cpu_pipeline"], "augment": {"preset": ["light"]}}), False, False, 2)
+    cfg = C.resolve(
+        C.build(
+            {
+                "device": "cpu",
+                "loader": {"batch_size": [64], "num_workers": [0, 2]},
+                "trials": ["cpu_pipeline"],
+                "augment": {"preset": ["light"]},
+            }
+        ),
+        False,
+        False,
+        2,
+    )
     specs = expand(cfg)
     # light hands 224² uint8 images: 9.6 MB a batch; 2 workers × 2 in shared memory = 38.5 MB
     check_plan(cfg, specs, preset_probe, 512, 1e12, 39e6)
-    with pytest.raises(ConfigError, match=r"2 workers × 2 batches in flight of 64 images \(10 MB each, 224² px\) "
-                                          r"need 39 MB, but /dev/shm has 38 MB free"):
+    with pytest.raises(
+        ConfigError,
+        match=r"2 workers × 2 batches in flight of 64 images \(10 MB each, 224² px\) "
+        r"need 39 MB, but /dev/shm has 38 MB free",
+    ):
         check_plan(cfg, specs, preset_probe, 512, 1e12, 38e6)
     with pytest.raises(ConfigError, match="loader.batch_size: 64 is more than the dataset's 32 samples"):
         check_plan(cfg, specs, preset_probe, 32, None, None)
@@ -339,8 +429,9 @@ def test_batches_in_flight_are_checked_against_a_small_dev_shm():
 STEP = ["model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", "loader.num_workers=[0,1]"]
 
 
-def test_a_run_in_which_every_end_to_end_trial_failed_says_there_is_no_answer_and_exits_1(tmp_path, monkeypatch,
-                                                                                         capsys):
+def test_a_run_in_which_every_end_to_end_trial_failed_says_there_is_no_answer_and_exits_1(
+    tmp_path, monkeypatch, capsys
+):
     t0 = time.monotonic()
     code = _cli(tmp_path, monkeypatch, "data.kind=factory", "data.factory=userds:later", *STEP)
     printed = capsys.readouterr().out
@@ -359,46 +450,79 @@ def test_a_run_in_which_every_end_to_end_trial_failed_says_there_is_no_answer_an
 
 
 def test_a_run_in_which_some_trials_failed_says_which_and_what_the_answer_rests_on(tmp_path, monkeypatch, capsys):
-    code = _cli(tmp_path, monkeypatch, "data.kind=factory", "data.factory=userds:in_workers", *STEP,
-                "trials=[end_to_end,cpu_pipeline]")
+    code = _cli(
+        tmp_path,
+        monkeypatch,
+        "data.kind=factory",
+        "data.factory=userds:in_workers",
+        *STEP,
+        "trials=[end_to_end,cpu_pipeline]",
+    )
     printed = capsys.readouterr().out
     (folder,) = (tmp_path / "out").glob("t-*")
     meta = json.loads((folder / "run.json").read_text())
     assert code == 0 and meta["status"] == "complete"
     rests = meta["analysis"]["failures"]["rests_on"]
-    assert rests == ("trials failed: 1 of 2 cpu_pipeline at 1 worker (OSError: the share is not mounted in the "
-                     "workers); 1 of 2 end_to_end at 1 worker (OSError: the share is not mounted in the workers); "
-                     "the answer rests on the 1 end_to_end trials that ran (at 0 workers)")
+    assert rests == (
+        "trials failed: 1 of 2 cpu_pipeline at 1 worker (OSError: the share is not mounted in the "
+        "workers); 1 of 2 end_to_end at 1 worker (OSError: the share is not mounted in the workers); "
+        "the answer rests on the 1 end_to_end trials that ran (at 0 workers)"
+    )
     assert rests in " ".join(printed.split())  # printed with the answer (the console wraps long lines)
 
 
 def test_failures_name_the_kind_its_count_and_the_cause_they_share():
     from pipeprof.analysis.failures import failures
 
-    rows = pd.DataFrame([
-        {"kind": "gpu_ceiling", "batch_size": 512, "num_workers": None, "status": "oom",
-         "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n(stack)"},
-        {"kind": "gpu_ceiling", "batch_size": 256, "num_workers": None, "status": "oom",
-         "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"}])
+    rows = pd.DataFrame(
+        [
+            {
+                "kind": "gpu_ceiling",
+                "batch_size": 512,
+                "num_workers": None,
+                "status": "oom",
+                "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n(stack)",
+            },
+            {
+                "kind": "gpu_ceiling",
+                "batch_size": 256,
+                "num_workers": None,
+                "status": "oom",
+                "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB",
+            },
+        ]
+    )
     found = failures(rows)  # a run of step trials only: each kind it has is its answer
     assert found["cause"] == "oom: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert found["no_answer"].startswith("no answer: every gpu_ceiling trial failed (2 of 2), all with oom: ")
     assert found["failed"][0]["where"] == "at batch 256, 512"
     mixed = pd.concat([rows, pd.DataFrame([{"kind": "gpu_ceiling", "batch_size": 64, "status": "ok", "error": None}])])
     assert failures(mixed)["no_answer"] is None and failures(mixed)["rests_on"].endswith(
-        "the answer rests on the 1 gpu_ceiling trials that ran (at batch 64)")
+        "the answer rests on the 1 gpu_ceiling trials that ran (at batch 64)"
+    )
 
 
-@pytest.mark.parametrize("case, fix", [("pil", "the dataset returns PIL images: add torchvision.transforms.ToTensor()"),
-                                       ("sizes", "samples differ in size: crop or resize them to one size")])
+@pytest.mark.parametrize(
+    "case, fix",
+    [
+        ("pil", "the dataset returns PIL images: add torchvision.transforms.ToTensor()"),
+        ("sizes", "samples differ in size: crop or resize them to one size"),
+    ],
+)
 def test_a_users_own_loader_whose_batch_cannot_be_made_is_refused_with_the_fix(tmp_path, case, fix):
-    import pipeprof
     from torch.utils.data import DataLoader
+
+    import pipeprof
 
     make = SAMPLES[case][0]
     with pytest.raises(ConfigError) as caught:
-        pipeprof.profile(loader=lambda w: DataLoader(Returns(make), batch_size=4, num_workers=w), device="cpu",
-                         out_dir=str(tmp_path / "out"), log=lambda *a: None)
+        pipeprof.profile(
+            loader=lambda w: DataLoader(Returns(make), batch_size=4, num_workers=w),
+            device="cpu",
+            out_dir=str(tmp_path / "out"),
+            log=lambda *a: None,
+        )
     assert str(caught.value).startswith("data.factory: fn(num_workers=0) must return a DataLoader") and fix in str(
-        caught.value)
+        caught.value
+    )
     assert list((tmp_path / "out").iterdir()) == []

@@ -1,6 +1,7 @@
 """The user's own DataLoader (a factory taking num_workers), an IterableDataset, and a user's WebDataset
 pipeline, profiled end to end with verdicts. Real DataLoaders, real worker processes, real tar shards; no mocks.
 """
+
 from __future__ import annotations
 
 import io
@@ -18,8 +19,17 @@ from pipeprof.measure.loader import EndlessIter, shutdown, user_batch, worker_pi
 
 # short windows and warm-up: these tests check the plumbing, not the rates (a 0.1-s window still holds 7 or
 # more batches of every loader here, and each trial outlives several of its loader's passes)
-MEASURE = {"warmup_batches": 2, "warmup_s": 0.1, "warmup_max_s": 0.5, "redraws": 10, "window_s": 0.1, "window_batches": 2,
-           "windows": 3, "max_windows": 3, "cpu_reference_s": 0}
+MEASURE = {
+    "warmup_batches": 2,
+    "warmup_s": 0.1,
+    "warmup_max_s": 0.5,
+    "redraws": 10,
+    "window_s": 0.1,
+    "window_batches": 2,
+    "windows": 3,
+    "max_windows": 3,
+    "cpu_reference_s": 0,
+}
 
 
 def quiet(*args) -> None:
@@ -28,8 +38,15 @@ def quiet(*args) -> None:
 
 def profile(tmp_path, **kw):
     """pipeprof.profile on the CPU with a 5 ms CPU-free step and one step thread."""
-    return pipeprof.profile(model=FixedStepModel(0.005, num_classes=10), device="cpu", threads=1, measure=MEASURE,
-                            out_dir=str(tmp_path), log=quiet, **kw)
+    return pipeprof.profile(
+        model=FixedStepModel(0.005, num_classes=10),
+        device="cpu",
+        threads=1,
+        measure=MEASURE,
+        out_dir=str(tmp_path),
+        log=quiet,
+        **kw,
+    )
 
 
 def assert_profiled(run, workers: list[int]) -> None:
@@ -46,6 +63,7 @@ def assert_profiled(run, workers: list[int]) -> None:
 
 
 # ---- 1. a user's DataLoader with its own sampler and collate ---------------------------------
+
 
 class EvenIndices(Sampler):
     """A custom sampler: the even indices only, in order."""
@@ -73,8 +91,13 @@ def test_user_dataloader_factory_profiled_end_to_end(tmp_path):
 
     def factory(num_workers: int) -> DataLoader:
         calls.append(num_workers)
-        return DataLoader(BurnDataset(96, 0.001), batch_size=8, sampler=EvenIndices(96),
-                          collate_fn=even_tuple_collate, num_workers=num_workers)
+        return DataLoader(
+            BurnDataset(96, 0.001),
+            batch_size=8,
+            sampler=EvenIndices(96),
+            collate_fn=even_tuple_collate,
+            num_workers=num_workers,
+        )
 
     run = profile(tmp_path, loader=factory, num_workers=[0, 1])
     assert_profiled(run, [0, 1])
@@ -97,6 +120,7 @@ def test_profile_refuses_dataset_and_loader_together():
 
 # ---- 2. an IterableDataset passed as dataset= -------------------------------------------------
 
+
 class Stream(IterableDataset):
     """24 tiny uint8 images, then the stream ends (it has no __getitem__ and no __len__)."""
 
@@ -106,8 +130,7 @@ class Stream(IterableDataset):
 
 
 def test_iterable_dataset_restarts_when_exhausted(tmp_path):
-    run = profile(tmp_path, dataset=Stream(), batch_size=8, num_workers=[0, 1],
-                  trials=["cpu_pipeline", "end_to_end"])
+    run = profile(tmp_path, dataset=Stream(), batch_size=8, num_workers=[0, 1], trials=["cpu_pipeline", "end_to_end"])
     assert_profiled(run, [0, 1])
     rows = run.trials
     assert (rows["loader_restarts"] > 0).all()  # each pass ends after 3 batches
@@ -116,6 +139,7 @@ def test_iterable_dataset_restarts_when_exhausted(tmp_path):
 
 
 # ---- 3. a user's WebDataset pipeline -----------------------------------------------------------
+
 
 def tiny_jpeg(i: int) -> bytes:
     buf = io.BytesIO()
@@ -143,8 +167,13 @@ def to_chw_uint8_tensor(image) -> torch.Tensor:
 
 def test_webdataset_pipeline_profiled_end_to_end(tmp_path, shards):
     def factory(num_workers: int):
-        dataset = (wds.WebDataset(shards, shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
-                   .map_tuple(to_chw_uint8_tensor, int).batched(8))
+        dataset = (
+            wds.WebDataset(shards, shardshuffle=False)
+            .decode("rgb8")
+            .to_tuple("jpg", "cls")
+            .map_tuple(to_chw_uint8_tensor, int)
+            .batched(8)
+        )
         return wds.WebLoader(dataset, batch_size=None, num_workers=num_workers)
 
     run = profile(tmp_path / "out", loader=factory, num_workers=[0, 2])
@@ -157,8 +186,9 @@ def test_webdataset_pipeline_profiled_end_to_end(tmp_path, shards):
 
 
 def test_webloader_worker_pids_are_found_and_stopped(shards):
-    loader = wds.WebLoader(wds.WebDataset(shards, shardshuffle=False).to_tuple("jpg", "cls").batched(4),
-                           batch_size=None, num_workers=2)
+    loader = wds.WebLoader(
+        wds.WebDataset(shards, shardshuffle=False).to_tuple("jpg", "cls").batched(4), batch_size=None, num_workers=2
+    )
     it = EndlessIter(loader)
     next(it)
     assert len(worker_pids(it)) == 2
@@ -166,6 +196,7 @@ def test_webloader_worker_pids_are_found_and_stopped(shards):
 
 
 # ---- 4. batches and the config form --------------------------------------------------------------
+
 
 def test_user_batch_forms():
     x, y = torch.zeros(4, 3, 8, 8), torch.arange(4)
@@ -197,10 +228,15 @@ def test_config_loader_factory_that_cannot_serve_is_refused(tmp_path, factory):
 
 
 def test_config_names_user_loader_by_import_path(tmp_path):
-    raw = {"data": {"kind": "loader", "factory": "pipeprof.checks.calibrate:burn_loader"},
-           "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-           "loader": {"num_workers": [1]}, "device": "cpu", "measure": MEASURE, "out_dir": str(tmp_path),
-           "actions": "predict"}  # the plumbing of a loader named by path; action trials are test_action_trials.py's
+    raw = {
+        "data": {"kind": "loader", "factory": "pipeprof.checks.calibrate:burn_loader"},
+        "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+        "loader": {"num_workers": [1]},
+        "device": "cpu",
+        "measure": MEASURE,
+        "out_dir": str(tmp_path),
+        "actions": "predict",
+    }  # the plumbing of a loader named by path; action trials are test_action_trials.py's
     run = pipeprof.run(C.build(raw, origin="test"), log=quiet)
     assert_profiled(run, [1])
     rows = run.trials[run.trials["kind"] != "gpu_ceiling"]

@@ -5,6 +5,7 @@ time, a step of known duration (sleeping like a GPU, or burning a core like a CP
 model of 10 outputs or with a tuple output, more workers than cores. Its rate and verdict
 are known in advance from the machine's usable cores (``Case.expected``).
 """
+
 import pytest
 
 from pipeprof.checks.validate import CASES, MEASURE, Case, run_case
@@ -20,10 +21,17 @@ FAST = MEASURE | {"warmup_s": 0.3, "warmup_max_s": 2.0, "redraws": 10, "window_s
 # each case's answer is computed from the usable cores (Case.expected), so those of workers beside a sleeping
 # step hold on one core too ("cores": two workers on one core); "CPU step" (a step that burns a core beside a
 # worker, in parallel on two cores) needs the whole machine
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.one_core) for n in
-                                  ("user model of 10 outputs", "tuple output (logits, aux)", "no workers")] +
-                         [pytest.param("cores", marks=[pytest.mark.one_core, pytest.mark.slow]),
-                          pytest.param("CPU step", marks=pytest.mark.alone)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.one_core)
+        for n in ("user model of 10 outputs", "tuple output (logits, aux)", "no workers")
+    ]
+    + [
+        pytest.param("cores", marks=[pytest.mark.one_core, pytest.mark.slow]),
+        pytest.param("CPU step", marks=pytest.mark.alone),
+    ],
+)
 def test_known_answer_case(tmp_path, name):
     row = run_case(BY_NAME[name], str(tmp_path), measure=FAST)
     assert row["verdict_right"], (row["reported_verdict"], row["expected_verdict"], row["verdict_basis"])
@@ -38,9 +46,17 @@ def _run_of(rate: float, foreign: float):
     """A run whose verdict read ``rate`` samples/s, step-bound, from a trial beside ``foreign`` cores of others."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(path="r", meta={"analysis": {"verdicts": [{"trial_id": "e2e/w1", "samples_per_s": rate,
-                                                                    "verdict": "step-bound", "foreign_cores": foreign}],
-                                                      "groups": []}})
+    return SimpleNamespace(
+        path="r",
+        meta={
+            "analysis": {
+                "verdicts": [
+                    {"trial_id": "e2e/w1", "samples_per_s": rate, "verdict": "step-bound", "foreign_cores": foreign}
+                ],
+                "groups": [],
+            }
+        },
+    )
 
 
 def test_a_rate_short_by_what_foreign_load_took_passes_and_on_a_quiet_machine_fails():
@@ -60,14 +76,33 @@ def test_a_rate_short_by_what_foreign_load_took_passes_and_on_a_quiet_machine_fa
 def _noise(run_dir: str) -> dict:
     """What the monitor saw beside the end-to-end trial: a failing rate says whether the machine was busy."""
     from pipeprof.results import load_run
+
     trials = load_run(run_dir).trials
     e2e = trials[trials["kind"] == "end_to_end"].iloc[0]
-    return {k: e2e.get(k) for k in ("samples_per_s", "samples_per_s_cv", "foreign_cores_mean", "cpu_steal_pct_mean",
-                                    "run_cores_mean", "usable_busy_cores_mean", "compute_ms_p50", "data_wait_frac")}
+    return {
+        k: e2e.get(k)
+        for k in (
+            "samples_per_s",
+            "samples_per_s_cv",
+            "foreign_cores_mean",
+            "cpu_steal_pct_mean",
+            "run_cores_mean",
+            "usable_busy_cores_mean",
+            "compute_ms_p50",
+            "data_wait_frac",
+        )
+    }
 
 
-@pytest.mark.parametrize("cores, workers, verdict, rate", [(2, 1, "cpu-bound", 100.0), (16, 2, "cpu-bound", 200.0),
-                                                           (2, 2, "cores-bound", 200.0), (2, None, "cores-bound", 200.0)])
+@pytest.mark.parametrize(
+    "cores, workers, verdict, rate",
+    [
+        (2, 1, "cpu-bound", 100.0),
+        (16, 2, "cpu-bound", 200.0),
+        (2, 2, "cores-bound", 200.0),
+        (2, None, "cores-bound", 200.0),
+    ],
+)
 def test_expected_answers_follow_the_cores(cores, workers, verdict, rate):
     # 10 ms of CPU per sample: a worker makes 100/s while it has a core; all cores busy is cores-bound
     assert Case("c", 10, workers, 8, 5).expected(cores) == (pytest.approx(rate), verdict)

@@ -5,6 +5,7 @@ sample and a model whose step sleeps a known time, so the side, the wait share a
 are known in advance. One watched run is shared by several tests (module-scoped fixtures): the suite
 runs on 2 cores.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,11 +19,10 @@ import pandas as pd
 import pytest
 
 import pipeprof
+from conftest import MEASURED, measured_once
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
 from pipeprof.results import load_run
 from pipeprof.watch.records import Batch, windows
-
-from conftest import MEASURED, measured_once
 
 # the tests that read rates, wait shares, verdicts or intervals of watched runs are alone; the runs several tests
 # read are measured once, under the exclusive lock (conftest)
@@ -120,8 +120,25 @@ dist.destroy_process_group()
 
 
 def _watch(tmp: Path, args: list[str], job: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeprof", "watch", "--out-dir", str(tmp / "out"), "--window-s", "0.5",
-           "--live-s", "1", "--redraws", "10", "--log", str(tmp / "watch.log"), *args, "--", *job]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeprof",
+        "watch",
+        "--out-dir",
+        str(tmp / "out"),
+        "--window-s",
+        "0.5",
+        "--live-s",
+        "1",
+        "--redraws",
+        "10",
+        "--log",
+        str(tmp / "watch.log"),
+        *args,
+        "--",
+        *job,
+    ]
     return subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=240, env=env)
 
 
@@ -147,6 +164,7 @@ def _line_of(script: str, text: str) -> int:
 
 # ---- an input-bound training loop with a validation loader, tuned, then stopped --------------------
 
+
 class SlowStorage(BurnDataset):
     """The script's dataset, for the sweep: READ_S waiting for the bytes, then COST_S of CPU."""
 
@@ -162,23 +180,41 @@ def tuned(tmp_path_factory):
         # the window is training batches, not seconds: the first epoch (24 batches) and 2 of the second take in
         # the whole validation pass between them at any speed (a 3 s window once ended 6 of its 12 batches in,
         # on a day the first epoch ran slow: no steady-state window for the validation loader)
-        done = _watch(tmp, ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--stop"],
-                      [sys.executable, "train.py", "1000"])
+        done = _watch(
+            tmp, ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--stop"], [sys.executable, "train.py", "1000"]
+        )
         return done, _run_folder(tmp), (tmp / "watch.log").read_text()
+
     return measured_once("tuned", make, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def sweep_answer(tmp_path_factory):
     """num_workers as a pipeprof sweep of the same dataset and step finds it (end-to-end at 1 and 2)."""
+
     def make(tmp):
         # 125 vs 200 samples/s: short windows tell them apart
-        run = pipeprof.profile(SlowStorage(192, COST_S), model=FixedStepModel(STEP_S, 10), batch_size=BATCH,
-                               num_workers=[1, 2], threads=1, trials=["end_to_end"], device="cpu", out_dir=str(tmp),
-                               log=lambda *a: None,
-                               measure={"window_s": 0.3, "windows": 2, "max_windows": 3, "warmup_max_s": 1.0,
-                                        "redraws": 10, "cpu_reference_s": 0})
+        run = pipeprof.profile(
+            SlowStorage(192, COST_S),
+            model=FixedStepModel(STEP_S, 10),
+            batch_size=BATCH,
+            num_workers=[1, 2],
+            threads=1,
+            trials=["end_to_end"],
+            device="cpu",
+            out_dir=str(tmp),
+            log=lambda *a: None,
+            measure={
+                "window_s": 0.3,
+                "windows": 2,
+                "max_windows": 3,
+                "warmup_max_s": 1.0,
+                "redraws": 10,
+                "cpu_reference_s": 0,
+            },
+        )
         return run.meta["analysis"]["groups"][0].workers
+
     return measured_once("sweep_answer", make, tmp_path_factory)
 
 
@@ -254,6 +290,7 @@ def test_stop_ends_the_job_after_the_window_and_writes_the_run(tuned):
 
 # ---- a step-bound loop that raises, with its own sitecustomize -----------------------------------
 
+
 def _site_env(tmp: Path) -> dict:
     """The environment that runs train.py in ``tmp`` with the job's own sitecustomize."""
     return dict(os.environ, PYTHONPATH=str(tmp / "usersite"))
@@ -262,6 +299,7 @@ def _site_env(tmp: Path) -> dict:
 @pytest.fixture(scope="module")
 def raised(tmp_path_factory):
     """The loop, watched (measured once: its step-bound verdict and rates are read), and its folder."""
+
     def make(tmp):
         (tmp / "train.py").write_text(RAISES)
         site = tmp / "usersite"
@@ -269,6 +307,7 @@ def raised(tmp_path_factory):
         (site / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_MARK'] = 'chained'\n")
         watched = _watch(tmp, [], [sys.executable, "train.py"], _site_env(tmp))
         return watched, _run_folder(tmp), tmp
+
     return measured_once("raised", make, tmp_path_factory, MEASURED["raised"])
 
 
@@ -312,6 +351,7 @@ def test_output_and_exit_status_are_the_plain_runs_and_the_jobs_sitecustomize_st
 
 # ---- torchrun, two ranks -----------------------------------------------------------------------
 
+
 # shared, not alone: its bounds hold at any speed. Rank 0 loads 32 ms of CPU a batch beside a 20 ms step (a wait
 # share near 60%), rank 1 1.6 ms; load from a neighbour only lengthens rank 0's loading, and would have to make
 # rank 1's 1.6 ms take 20 ms to close the 0.2 asked; a slower job only leaves the 1.5-s window more room.
@@ -319,8 +359,11 @@ def test_output_and_exit_status_are_the_plain_runs_and_the_jobs_sitecustomize_st
 def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
     """Also: after the window the job runs on untouched (no --stop): the hooks are off, it ends as it would."""
     (tmp_path / "ddp.py").write_text(DDP)
-    done = _watch(tmp_path, ["--seconds", "1.5"], [sys.executable, "-m", "torch.distributed.run",
-                                                   "--nproc_per_node", "2", "--standalone", "ddp.py"])
+    done = _watch(
+        tmp_path,
+        ["--seconds", "1.5"],
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone", "ddp.py"],
+    )
     assert done.returncode == 0, _ranks_own_lines(done.stderr)
     run = _run_folder(tmp_path)
     assert run.meta["ended_by"] == "window" and run.meta["exit_status"] == 0
@@ -335,6 +378,7 @@ def test_torchrun_ranks_report_their_own_and_the_slowest_is_named(tmp_path):
 
 # ---- windows of known timing ---------------------------------------------------------------------
 
+
 def test_windows_of_a_known_loop():
     """Batches every 100 ms of which 40 ms waiting; 2 workers, prefetch 2: the first 6 are warm-up."""
     batches = [Batch(1, 0.1 * i + 0.06, 0.1 * i + 0.1, 8, True, None) for i in range(40)]
@@ -342,8 +386,9 @@ def test_windows_of_a_known_loop():
     wins = windows(batches, 0.5, 2, 6, 8)
     first, later = wins[:-1], wins[-1]
     assert [len(w.items) for w in first] == [6, 6, 6, 6, 10]  # whole rounds of 2, >= 0.5 s; the tail joins
-    assert all(w.rate == pytest.approx(80) and w.wait_s / (w.t_end - w.t_start) == pytest.approx(0.4)
-               for w in first)  # 8 samples per 100 ms, 40 ms of them waiting
+    assert all(
+        w.rate == pytest.approx(80) and w.wait_s / (w.t_end - w.t_start) == pytest.approx(0.4) for w in first
+    )  # 8 samples per 100 ms, 40 ms of them waiting
     # the later pass starts at the call for its first batch: 10 batches in 0.94 s, 0.4 s of it waiting
     assert later.t_start == pytest.approx(10.06) and later.rate == pytest.approx(80 / 0.94)
     assert later.wait_s == pytest.approx(0.4)

@@ -1,5 +1,6 @@
 """``pipeprof bench watch-overhead``: a run's rate read from its progress lines as they arrive, on a
 script of known step cost, plain and watched; the pure parts on stamped lines of known timing."""
+
 import textwrap
 
 import pytest
@@ -28,11 +29,16 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_progress_rate_reads_the_steps_between_the_first_and_last_progress_line():
-    lines = [(0.5, "loading\n"), (3.0, "step 10 loss 1.0\n"), (4.0, "step 20 loss 0.9\n"), (5.0, "epoch done\n"),
-             (5.5, "step 40 loss 0.8\n")]
+    lines = [
+        (0.5, "loading\n"),
+        (3.0, "step 10 loss 1.0\n"),
+        (4.0, "step 20 loss 0.9\n"),
+        (5.0, "epoch done\n"),
+        (5.5, "step 40 loss 0.8\n"),
+    ]
     r = progress_rate(lines)
     assert r["steps_per_s"] == pytest.approx(30 / 2.5) and r["timed_steps"] == 30 and r["first_progress_s"] == 3.0
-    assert r["interval_rates_cv"] == pytest.approx(abs(10 - 20 / 1.5) / ((10 + 20 / 1.5) / 2) / 2 ** 0.5)
+    assert r["interval_rates_cv"] == pytest.approx(abs(10 - 20 / 1.5) / ((10 + 20 / 1.5) / 2) / 2**0.5)
     assert progress_rate([(1.0, "it 5"), (2.0, "it 9")], r"\bit (\d+)")["steps_per_s"] == pytest.approx(4.0)
     with pytest.raises(ValueError, match="1 progress line"):
         progress_rate([(1.0, "step 10\n"), (2.0, "done\n")])
@@ -41,10 +47,14 @@ def test_progress_rate_reads_the_steps_between_the_first_and_last_progress_line(
 def test_overhead_is_the_mean_of_each_pairs_cost_with_its_interval():
     import pandas as pd
 
-    df = pd.DataFrame([{"pair": 1, "mode": "plain", "steps_per_s": 10.0, "interval_rates_cv": 0.01},
-                       {"pair": 1, "mode": "watched", "steps_per_s": 9.8, "interval_rates_cv": 0.02},
-                       {"pair": 2, "mode": "watched", "steps_per_s": 10.0, "interval_rates_cv": 0.01},
-                       {"pair": 2, "mode": "plain", "steps_per_s": 10.0, "interval_rates_cv": None}])
+    df = pd.DataFrame(
+        [
+            {"pair": 1, "mode": "plain", "steps_per_s": 10.0, "interval_rates_cv": 0.01},
+            {"pair": 1, "mode": "watched", "steps_per_s": 9.8, "interval_rates_cv": 0.02},
+            {"pair": 2, "mode": "watched", "steps_per_s": 10.0, "interval_rates_cv": 0.01},
+            {"pair": 2, "mode": "plain", "steps_per_s": 10.0, "interval_rates_cv": None},
+        ]
+    )
     o = overhead(df)
     assert o["costs"] == pytest.approx([0.02, 0.0]) and o["mean"] == pytest.approx(0.01)
     assert o["ci95_low"] < 0.0 < 0.02 < o["ci95_high"]  # two pairs: t = 12.7

@@ -1,6 +1,7 @@
 """Every trial is bounded in time at 0 workers too: a dataset that blocks in the training process ends its
 trial as `timeout` with the hung code's stack, and the sweep goes on; one that ends the process cannot be
 contained, and the run folder then says the run did not finish."""
+
 import json
 import os
 import subprocess
@@ -16,13 +17,22 @@ from torch.utils.data import Dataset, get_worker_info
 
 import pipeprof
 from conftest import session_alive
-from pipeprof.orchestrate import sweep
 from pipeprof.cli import main
+from pipeprof.orchestrate import sweep
 from pipeprof.trials.watchdog import Abandoned, Leash
 
 # short windows: these tests check what a hung or dying trial leaves, not a rate
-QUICK = {"warmup_batches": 2, "warmup_s": 0.1, "warmup_max_s": 0.5, "redraws": 10, "window_s": 0.1, "window_batches": 2,
-         "windows": 3, "max_windows": 3, "cpu_reference_s": 0}
+QUICK = {
+    "warmup_batches": 2,
+    "warmup_s": 0.1,
+    "warmup_max_s": 0.5,
+    "redraws": 10,
+    "window_s": 0.1,
+    "window_batches": 2,
+    "windows": 3,
+    "max_windows": 3,
+    "cpu_reference_s": 0,
+}
 
 
 class BlocksInMain(Dataset):
@@ -44,15 +54,23 @@ class BlocksInMain(Dataset):
 
 
 @pytest.mark.one_core  # a time cap of 3 s on a dataset that blocks
-def test_a_dataset_that_blocks_at_0_workers_is_a_timeout_row_with_its_stack_and_the_sweep_goes_on(tmp_path,
-                                                                                                    monkeypatch):
+def test_a_dataset_that_blocks_at_0_workers_is_a_timeout_row_with_its_stack_and_the_sweep_goes_on(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(sweep, "SETUP_MARGIN_S", 1.0)  # the cap: max_trial_s 2 s + 1 s
     release = threading.Event()
     t0 = time.perf_counter()
     try:
-        run = pipeprof.profile(BlocksInMain(release), trials=["cpu_pipeline"], num_workers=[0, 1], batch_size=4,
-                               device="cpu", out_dir=str(tmp_path), log=lambda *a: None,
-                               measure=QUICK | {"max_trial_s": 2.0})
+        run = pipeprof.profile(
+            BlocksInMain(release),
+            trials=["cpu_pipeline"],
+            num_workers=[0, 1],
+            batch_size=4,
+            device="cpu",
+            out_dir=str(tmp_path),
+            log=lambda *a: None,
+            measure=QUICK | {"max_trial_s": 2.0},
+        )
     finally:
         release.set()
     rows = run.trials.set_index("num_workers")
@@ -95,8 +113,13 @@ def test_a_cut_leash_stops_the_clock_and_drops_the_monitor_calls_of_the_abandone
     leash.track_workers([7])
     assert leash.clock() == 42.0
     leash.cut()  # the monitor is left as no trial holds it
-    assert monitor.calls == [("set_trial", "t", "measure"), ("track_workers", [7]), ("pause", False),
-                             ("set_trial", None, None), ("track_workers", [])]
+    assert monitor.calls == [
+        ("set_trial", "t", "measure"),
+        ("track_workers", [7]),
+        ("pause", False),
+        ("set_trial", None, None),
+        ("track_workers", []),
+    ]
     with pytest.raises(Abandoned):
         leash.clock()
     with pytest.raises(Abandoned):
@@ -133,16 +156,27 @@ EXITS = textwrap.dedent('''
 ''')
 
 
-def test_a_dataset_that_ends_the_process_at_0_workers_leaves_a_folder_that_says_the_run_did_not_finish(
-        tmp_path, capfd):
+def test_a_dataset_that_ends_the_process_at_0_workers_leaves_a_folder_that_says_the_run_did_not_finish(tmp_path, capfd):
     (tmp_path / "exits.py").write_text(EXITS)
     out = tmp_path / "out"
-    sets = [f"out_dir={out}", "name=x", "data.kind=factory", "data.factory=exits:make", "trials=[cpu_pipeline]",
-            "loader.num_workers=[1,0]", "loader.batch_size=4", "device=cpu"] + [f"measure.{k}={v}"
-                                                                                  for k, v in QUICK.items()]
-    proc = subprocess.Popen([sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
-                            env=os.environ | {"PYTHONPATH": str(tmp_path)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    sets = [
+        f"out_dir={out}",
+        "name=x",
+        "data.kind=factory",
+        "data.factory=exits:make",
+        "trials=[cpu_pipeline]",
+        "loader.num_workers=[1,0]",
+        "loader.batch_size=4",
+        "device=cpu",
+    ] + [f"measure.{k}={v}" for k, v in QUICK.items()]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeprof", "run", *[a for s in sets for a in ("--set", s)]],
+        env=os.environ | {"PYTHONPATH": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     log = proc.communicate(timeout=300)[0]
     assert proc.returncode == 3, log  # the dataset's own exit status: nothing of pipeprof ran after it
     assert session_alive(proc.pid) == []  # the 1-worker trial's worker had stopped with its trial

@@ -3,6 +3,7 @@
 Real JPEGs, real tar shards written by ``webdataset.TarWriter`` and by ``pack_folder``,
 real ``webdataset.WebDataset`` pipelines, a real DataLoader with worker processes. No mocks.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,9 @@ def by_key(source: ShardSource) -> dict:
 @pytest.mark.parametrize("reader", ["pipeprof", "webdataset"])
 @pytest.mark.parametrize("label_ext, image_ext", [("cls", "jpg"), ("json", "jpeg"), ("both", "jpg")])
 def test_tarwriter_shards_are_a_pipeprof_source(tiny_dataset, tmp_path, reader, label_ext, image_ext):
-    written = write_with_tarwriter(tiny_dataset, tmp_path / "wds", per_shard=5, label_ext=label_ext,
-                                   image_ext=image_ext)
+    written = write_with_tarwriter(
+        tiny_dataset, tmp_path / "wds", per_shard=5, label_ext=label_ext, image_ext=image_ext
+    )
     source = ShardSource(tmp_path / "wds", reader=reader)
     assert len(source) == len(written) == 12 and len(source.shards) == 3
     assert source.describe()["reader"] == reader
@@ -214,13 +216,20 @@ def test_webdataset_reader_config_gets_its_own_label():
     cfg = C.build({"data": {"source": [{"kind": "shards", "reader": "webdataset"}]}})
     (spec,) = cfg.data.source
     assert spec.reader == "webdataset" and spec.label == "shards-webdataset" and spec.file_backed
-    both = C.build({"data": {"source": ["shards", {"kind": "shards", "reader": "webdataset"},
-                                        {"kind": "shards", "shard_size_mb": 50, "reader": "webdataset"},
-                                        {"kind": "throttled", "inner": {"kind": "shards", "reader": "webdataset"},
-                                         "mb_s": 20}]}})
+    both = C.build(
+        {
+            "data": {
+                "source": [
+                    "shards",
+                    {"kind": "shards", "reader": "webdataset"},
+                    {"kind": "shards", "shard_size_mb": 50, "reader": "webdataset"},
+                    {"kind": "throttled", "inner": {"kind": "shards", "reader": "webdataset"}, "mb_s": 20},
+                ]
+            }
+        }
+    )
     labels = [s.label for s in both.data.source]
-    assert labels == ["shards", "shards-webdataset", "shards-50MB-webdataset",
-                      "throttled-shards-webdataset-20MBps"]
+    assert labels == ["shards", "shards-webdataset", "shards-50MB-webdataset", "throttled-shards-webdataset-20MBps"]
     assert both.data.source[0].reader == "pipeprof"
     assert [s.label for s in C.build(both.model_dump()).data.source] == labels  # run.json round trip
 

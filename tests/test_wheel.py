@@ -8,6 +8,7 @@ files in it, so the editable install's finder there (the checkout) is never inst
 pipeprof it runs is the installed one. The wheel is built from a copy of the checkout: setuptools builds in the
 source tree (``build/``), which must not appear in a working tree others are editing.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,26 @@ ROOT = Path(__file__).resolve().parents[1]
 NOT_SOURCE = {"build", "dist", "out", "tests", "configs"}  # top-level folders the build does not read
 # a short sweep on the CPU with the default preset (standard): one worker count, short windows, the loader alone
 # and end-to-end beside a 5 ms step that burns no CPU, actions predicted
-RUN = ["name=wheel", "device=cpu", "out_dir=out", "data.images=16", "data.classes=2", "data.cache_dir=datasets",
-       "loader.num_workers=[1]", "loader.batch_size=4", "trials=[cpu_pipeline,end_to_end]",
-       "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms", "model.threads=1", "measure.window_s=0.1",
-       "measure.windows=2", "measure.max_windows=2", "measure.warmup_max_s=0.5", "measure.cpu_reference_s=0",
-       "measure.redraws=0", "actions=predict"]
+RUN = [
+    "name=wheel",
+    "device=cpu",
+    "out_dir=out",
+    "data.images=16",
+    "data.classes=2",
+    "data.cache_dir=datasets",
+    "loader.num_workers=[1]",
+    "loader.batch_size=4",
+    "trials=[cpu_pipeline,end_to_end]",
+    "model.name=pipeprof.checks.calibrate:fixed_step_model_5ms",
+    "model.threads=1",
+    "measure.window_s=0.1",
+    "measure.windows=2",
+    "measure.max_windows=2",
+    "measure.warmup_max_s=0.5",
+    "measure.cpu_reference_s=0",
+    "measure.redraws=0",
+    "actions=predict",
+]
 # a user's job, in its own folder: a loader and a loop with a short step (no pipeprof in it)
 JOB = """
 import time
@@ -47,10 +63,14 @@ for epoch in range(5):
 
 def _source_copy(dst: Path) -> Path:
     """The checkout as ``pip wheel .`` reads it, without the virtualenv, git, caches and outputs."""
+
     def ignore(folder, names):
         top = Path(folder) == ROOT
-        return {n for n in names if n == "__pycache__" or n.endswith(".egg-info")
-                or top and (n.startswith(".") or n in NOT_SOURCE)}
+        return {
+            n
+            for n in names
+            if n == "__pycache__" or n.endswith(".egg-info") or top and (n.startswith(".") or n in NOT_SOURCE)
+        }
 
     return Path(shutil.copytree(ROOT, dst, ignore=ignore))
 
@@ -64,8 +84,22 @@ def _ok(cmd: list, what: str, **kwargs) -> subprocess.CompletedProcess:
 def _wheel(tmp: Path) -> tuple[Path, Path]:
     """(the wheel, the copy of the checkout it was built from)."""
     src = _source_copy(tmp / "src")
-    _ok([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", tmp / "dist", src], "pip wheel")
+    _ok(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            tmp / "dist",
+            src,
+        ],
+        "pip wheel",
+    )
     (found,) = (tmp / "dist").glob("pipeprof-*.whl")
     return found, src
 
@@ -75,11 +109,14 @@ def _venv(wheel: Path, env_dir: Path) -> dict:
     in (no PYTHONPATH nor preset folder from this one)."""
     _ok([sys.executable, "-m", "venv", "--without-pip", env_dir], "venv")
     python = env_dir / "bin" / "python"
-    _ok([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel],
-        "pip install")
+    _ok(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel],
+        "pip install",
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PIPEPROF_PRESETS")}
-    purelib = _ok([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], "purelib",
-                  env=env).stdout.strip()
+    purelib = _ok(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], "purelib", env=env
+    ).stdout.strip()
     deps = dict.fromkeys(p for p in site.getsitepackages() if os.path.isdir(p))  # path lines only, in order
     (Path(purelib) / "_pipeprof_test_deps.pth").write_text("".join(f"{p}\n" for p in deps))
     return env
@@ -96,9 +133,17 @@ def _contents(wheel: Path, src: Path) -> None:
 
 def _installed(env_dir: Path, env: dict, cwd: Path) -> None:
     """The pipeprof the new environment imports is the wheel's, with its presets; the checkout is not on its path."""
-    where = _ok([env_dir / "bin" / "python", "-c", "import json, sys, pipeprof, pipeprof.presets as p; "
-                 "print(json.dumps([pipeprof.__file__, str(p.PRESET_DIR), p.available(), sys.path]))"],
-                "import", cwd=cwd, env=env)
+    where = _ok(
+        [
+            env_dir / "bin" / "python",
+            "-c",
+            "import json, sys, pipeprof, pipeprof.presets as p; "
+            "print(json.dumps([pipeprof.__file__, str(p.PRESET_DIR), p.available(), sys.path]))",
+        ],
+        "import",
+        cwd=cwd,
+        env=env,
+    )
     module, presets, available, path = json.loads(where.stdout)
     assert Path(module).is_relative_to(env_dir) and Path(presets).is_relative_to(env_dir), (module, presets)
     assert "standard" in available and str(ROOT) not in path
@@ -113,8 +158,12 @@ def test_the_wheel_installed_elsewhere_runs_a_sweep_and_watches_a_job(tmp_path):
     elsewhere.mkdir()
     _installed(env_dir, env, elsewhere)
 
-    _ok([env_dir / "bin" / "pipeprof", "run", *[a for s in RUN for a in ("--set", s)]], "pipeprof run",
-        cwd=elsewhere, env=env)
+    _ok(
+        [env_dir / "bin" / "pipeprof", "run", *[a for s in RUN for a in ("--set", s)]],
+        "pipeprof run",
+        cwd=elsewhere,
+        env=env,
+    )
     (folder,) = (elsewhere / "out").glob("wheel-*")
     meta = json.loads((folder / "run.json").read_text())
     assert meta["status"] == "complete" and meta["config"]["augment"]["preset"] == ["standard"]
@@ -123,8 +172,26 @@ def test_the_wheel_installed_elsewhere_runs_a_sweep_and_watches_a_job(tmp_path):
     assert all("/standard/" in t for t in trials["trial_id"])
 
     (elsewhere / "job.py").write_text(JOB)
-    _ok([env_dir / "bin" / "pipeprof", "watch", "--steps", "60", "--out-dir", "watched", "--window-s", "0.1",
-         "--redraws", "0", "--", env_dir / "bin" / "python", "job.py"], "pipeprof watch", cwd=elsewhere, env=env)
+    _ok(
+        [
+            env_dir / "bin" / "pipeprof",
+            "watch",
+            "--steps",
+            "60",
+            "--out-dir",
+            "watched",
+            "--window-s",
+            "0.1",
+            "--redraws",
+            "0",
+            "--",
+            env_dir / "bin" / "python",
+            "job.py",
+        ],
+        "pipeprof watch",
+        cwd=elsewhere,
+        env=env,
+    )
     (watched,) = (elsewhere / "watched").glob("watch-*")
     rows = pd.read_parquet(watched / "trials.parquet")
     assert "job.py:7" in set(rows["loader"]), rows  # the hook ran in the job: the wheel's bootstrap was found

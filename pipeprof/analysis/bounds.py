@@ -10,6 +10,7 @@ The prediction model (why not just ``min`` of the bounds):
 * with 0 workers the main process alternates loading and stepping, so per-sample
   times add: ``1 / (1/cpu(0) + 1/gpu)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,12 +27,25 @@ BALANCED = 0.05  # two bounds within 5% of each other: neither change alone help
 # which settings each isolated bound shares with an end-to-end trial
 BOUND_KEYS = {
     "gpu_ceiling": ["model", "precision", "mode", "batch_size", "image_size", "gpus", "p2p"],
-    "cpu_pipeline": ["preset", "augment_device", "decoder", "source", "cache_state", "batch_size", "num_workers",
-                     "pin_memory", "image_size", "gpus"],
+    "cpu_pipeline": [
+        "preset",
+        "augment_device",
+        "decoder",
+        "source",
+        "cache_state",
+        "batch_size",
+        "num_workers",
+        "pin_memory",
+        "image_size",
+        "gpus",
+    ],
     "storage_fetch": ["source", "cache_state", "batch_size", "num_workers"],
 }
-BOUND_COLUMN = {"gpu_ceiling": "step_bound_samples_per_s", "cpu_pipeline": "cpu_bound_samples_per_s",
-                "storage_fetch": "io_bound_samples_per_s"}
+BOUND_COLUMN = {
+    "gpu_ceiling": "step_bound_samples_per_s",
+    "cpu_pipeline": "cpu_bound_samples_per_s",
+    "storage_fetch": "io_bound_samples_per_s",
+}
 # the hand-off limit (trial kind ``handoff``): one per pipeline, whatever its worker count
 HANDOFF_KEYS = [k for k in BOUND_KEYS["cpu_pipeline"] if k != "num_workers"]
 
@@ -65,9 +79,11 @@ def _clean(value):
 
 
 # what each bound adds beside its rate and noise: {trial column: curves' column}
-EXTRA = {"gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
-         "cpu_pipeline": {"main_cpu_pct_mean": "loader_main_cpu_pct"},
-         "storage_fetch": {"mean_sample_kb": "mean_sample_kb"}}
+EXTRA = {
+    "gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
+    "cpu_pipeline": {"main_cpu_pct_mean": "loader_main_cpu_pct"},
+    "storage_fetch": {"mean_sample_kb": "mean_sample_kb"},
+}
 HANDOFF_COLUMNS = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high", "handoff_main_us_per_sample"]
 
 
@@ -138,8 +154,11 @@ def curves(trials: pd.DataFrame, rows: Join | None = None) -> pd.DataFrame:
         if at is None:
             joined[col] = float("nan")
             continue
-        columns = {col: t["samples_per_s"], f"{col}_noise": noise,
-                   **{new: t[old] for old, new in EXTRA.get(kind, {}).items() if old in t}}
+        columns = {
+            col: t["samples_per_s"],
+            f"{col}_noise": noise,
+            **{new: t[old] for old, new in EXTRA.get(kind, {}).items() if old in t},
+        }
         joined |= {name: _take(figures(values), at) for name, values in columns.items()}
     if "main_cores_step" in joined:
         joined["main_cores_step"] = joined["main_cores_step"] / 100
@@ -160,8 +179,9 @@ def _handoff(t: pd.DataFrame, at: np.ndarray | None) -> dict:
     rate = t["samples_per_s"]
     low = t.get("samples_per_s_ci95_low", rate).fillna(rate)
     high = t.get("samples_per_s_ci95_high", rate).fillna(rate)
-    main = (figures(t["main_cpu_pct_mean"]) / 100 / rate * 1e6 if "main_cpu_pct_mean" in t
-            else pd.Series(np.nan, t.index))
+    main = (
+        figures(t["main_cpu_pct_mean"]) / 100 / rate * 1e6 if "main_cpu_pct_mean" in t else pd.Series(np.nan, t.index)
+    )
     return {c: _take(v.astype(float), at) for c, v in zip(HANDOFF_COLUMNS, (rate, low, high, main))}
 
 
@@ -173,6 +193,7 @@ def _half_frac(df: pd.DataFrame) -> pd.Series:
 
 
 # ---- per-trial verdicts ------------------------------------------------------------
+
 
 def stage_cost_s(row: pd.Series) -> float | None:
     """Worker CPU seconds per sample from the stage clocks (their sum); None without them."""
@@ -335,8 +356,9 @@ def step_bound(row: pd.Series) -> float | None:
 
 def _noise(row: pd.Series, bound: str) -> float:
     """Relative half-width of the interval of the trial behind a bound (0 when unknown)."""
-    col = {"step": "step_bound_samples_per_s", "cpu": "cpu_bound_samples_per_s",
-           "io": "io_bound_samples_per_s"}.get(bound)
+    col = {"step": "step_bound_samples_per_s", "cpu": "cpu_bound_samples_per_s", "io": "io_bound_samples_per_s"}.get(
+        bound
+    )
     v = row.get(f"{col}_noise") if col else None
     return float(v) if v is not None and v == v else 0.0
 

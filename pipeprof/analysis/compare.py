@@ -7,6 +7,7 @@ cache state, batch, workers, ...), never by trial id. A ratio is "within noise" 
 the machine's cores were: a CPU-bound ratio divided by the references' ratio is the pipeline's
 change with the machine's speed taken out.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -14,14 +15,38 @@ from typing import NamedTuple, Optional
 import pandas as pd
 
 #: the settings that make two trials the same measurement (those a run lacks are left out)
-SETTINGS = ["kind", "model", "precision", "mode", "preset", "decoder", "augment_device", "source", "cache_state",
-            "batch_size", "num_workers", "pin_memory", "image_size", "input_dtype", "stage_timing", "gpus", "p2p"]
+SETTINGS = [
+    "kind",
+    "model",
+    "precision",
+    "mode",
+    "preset",
+    "decoder",
+    "augment_device",
+    "source",
+    "cache_state",
+    "batch_size",
+    "num_workers",
+    "pin_memory",
+    "image_size",
+    "input_dtype",
+    "stage_timing",
+    "gpus",
+    "p2p",
+]
 #: a setting changed wholesale between two runs -> the action trial (``pipeprof.actions``) that tries that change
 ACTION_OF = {"decoder": "decoder", "augment_device": "gpu_pipeline", "pin_memory": "pin_memory"}
 #: config fields that name a run rather than change what it measures
 NOT_SETTINGS = {"name", "out_dir", "data.cache_dir"}
-MACHINE = ["cpu_model", "cores.usable", "memory.total_gb", "torch.version", "torch.device_names",
-           "pillow_jpeg.version", "libraries"]
+MACHINE = [
+    "cpu_model",
+    "cores.usable",
+    "memory.total_gb",
+    "torch.version",
+    "torch.device_names",
+    "pillow_jpeg.version",
+    "libraries",
+]
 
 
 class Difference(NamedTuple):
@@ -47,18 +72,27 @@ def _machine(meta: dict) -> dict:
 
 def differences(runs: list) -> list[Difference]:
     """Config fields and machine facts (CPU, cores, GPUs, versions) whose values differ between runs."""
-    flats = [{f"config.{k}": v for k, v in flatten(r.meta.get("config") or {}).items() if k not in NOT_SETTINGS}
-             | _machine(r.meta) for r in runs]
+    flats = [
+        {f"config.{k}": v for k, v in flatten(r.meta.get("config") or {}).items() if k not in NOT_SETTINGS}
+        | _machine(r.meta)
+        for r in runs
+    ]
     fields = sorted(set().union(*flats))
-    return [Difference(f, [fl.get(f) for fl in flats]) for f in fields
-            if any(fl.get(f) != flats[0].get(f) for fl in flats[1:])]
+    return [
+        Difference(f, [fl.get(f) for fl in flats])
+        for f in fields
+        if any(fl.get(f) != flats[0].get(f) for fl in flats[1:])
+    ]
 
 
 def reference_rate(meta: dict) -> Optional[float]:
     """Decodes/s of the CPU reference at its largest process count, the mean of the run's start and end."""
     ref = meta.get("cpu_reference") or {}
-    rates = [max(ref[w]["points"], key=lambda p: p["processes"])["decodes_per_s"]
-             for w in ("start", "end") if ref.get(w, {}).get("points")]
+    rates = [
+        max(ref[w]["points"], key=lambda p: p["processes"])["decodes_per_s"]
+        for w in ("start", "end")
+        if ref.get(w, {}).get("points")
+    ]
     return sum(rates) / len(rates) if rates else None
 
 
@@ -72,8 +106,11 @@ def _key(value) -> str:
 
 
 def _text(df: pd.DataFrame, cols: list[str]) -> pd.Series:
-    return df[cols].apply(lambda c: c.map(_key)).agg("|".join, axis=1) if len(df) and cols else \
-        pd.Series("", index=df.index, dtype=str)
+    return (
+        df[cols].apply(lambda c: c.map(_key)).agg("|".join, axis=1)
+        if len(df) and cols
+        else pd.Series("", index=df.index, dtype=str)
+    )
 
 
 def _keyed(trials: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -84,8 +121,10 @@ def _keyed(trials: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     rest = [c for c in SETTINGS if c in ok and c not in cols]
     clash = ok.assign(_rest=_text(ok, rest)).groupby("_match")["_rest"].nunique()
     if (clash > 1).any():
-        raise ValueError(f"trials {clash[clash > 1].index[0]!r} differ only in {rest}, which the other run "
-                         "lacks: they cannot be matched")
+        raise ValueError(
+            f"trials {clash[clash > 1].index[0]!r} differ only in {rest}, which the other run "
+            "lacks: they cannot be matched"
+        )
     return ok.drop_duplicates("_match")
 
 
@@ -122,14 +161,22 @@ def ratios(base, other, label: str, across: dict = {}) -> pd.DataFrame:  # noqa:
     a, b = _keyed(base.trials, cols), _keyed(other.trials, cols)
     m = a.assign(lo=_interval(a, "low"), hi=_interval(a, "high")).merge(
         b.assign(lo=_interval(b, "low"), hi=_interval(b, "high"))[["_match", "samples_per_s", "lo", "hi"]],
-        on="_match", suffixes=("_a", "_b"))
+        on="_match",
+        suffixes=("_a", "_b"),
+    )
     ref_a, ref_b = reference_rate(base.meta), reference_rate(other.meta)
     ref = ref_b / ref_a if ref_a and ref_b else None
     known = m[["lo_a", "hi_a", "lo_b", "hi_b"]].notna().all(axis=1)
     overlap = (m["lo_a"] <= m["hi_b"]) & (m["lo_b"] <= m["hi_a"])
-    out = m[cols].assign(trial=m["trial_id"], run=label, rate_a=m["samples_per_s_a"], rate_b=m["samples_per_s_b"],
-                         ratio=m["samples_per_s_b"] / m["samples_per_s_a"],
-                         within_noise=overlap.where(known, None), reference_ratio=ref)
+    out = m[cols].assign(
+        trial=m["trial_id"],
+        run=label,
+        rate_a=m["samples_per_s_a"],
+        rate_b=m["samples_per_s_b"],
+        ratio=m["samples_per_s_b"] / m["samples_per_s_a"],
+        within_noise=overlap.where(known, None),
+        reference_ratio=ref,
+    )
     out["normalised_ratio"] = out["ratio"] / ref if ref else None
     return out.reset_index(drop=True)
 
@@ -148,10 +195,21 @@ def action_checks(base, label: str, table: pd.DataFrame, across: dict) -> list[d
                 e2e = e2e[e2e[c].map(_key) == _key(trial.get(c))]
             ratio = float(e2e["ratio"].iloc[0]) if len(e2e) == 1 else None
             lo, hi = trial.get("action_gain_ci95_low"), trial.get("action_gain_ci95_high")
-            out.append({"run": label, "setting": col, "from": was, "to": now, "action": trial.get("action"),
-                        "num_workers": trial.get("num_workers"), "trial_gain": trial.get("action_gain_frac"),
-                        "trial_low": lo, "trial_high": hi, "rerun_gain": ratio - 1 if ratio is not None else None,
-                        "agrees": None if ratio is None or lo is None or hi is None else bool(lo <= ratio - 1 <= hi)})
+            out.append(
+                {
+                    "run": label,
+                    "setting": col,
+                    "from": was,
+                    "to": now,
+                    "action": trial.get("action"),
+                    "num_workers": trial.get("num_workers"),
+                    "trial_gain": trial.get("action_gain_frac"),
+                    "trial_low": lo,
+                    "trial_high": hi,
+                    "rerun_gain": ratio - 1 if ratio is not None else None,
+                    "agrees": None if ratio is None or lo is None or hi is None else bool(lo <= ratio - 1 <= hi),
+                }
+            )
     return out
 
 
@@ -172,7 +230,12 @@ def compare(runs: list, labels: list[str]) -> Comparison:
     if len(runs) < 2:
         raise ValueError("compare needs two runs or more")
     across = {lab: changed(runs[0], r) for r, lab in zip(runs[1:], labels[1:])}
-    rows = pd.concat([ratios(runs[0], r, lab, across[lab]) for r, lab in zip(runs[1:], labels[1:])],
-                     ignore_index=True)
-    return Comparison(labels, rows, differences(runs), [reference_rate(r.meta) for r in runs], across,
-                      [a for lab in labels[1:] for a in action_checks(runs[0], lab, rows, across[lab])])
+    rows = pd.concat([ratios(runs[0], r, lab, across[lab]) for r, lab in zip(runs[1:], labels[1:])], ignore_index=True)
+    return Comparison(
+        labels,
+        rows,
+        differences(runs),
+        [reference_rate(r.meta) for r in runs],
+        across,
+        [a for lab in labels[1:] for a in action_checks(runs[0], lab, rows, across[lab])],
+    )

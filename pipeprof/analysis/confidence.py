@@ -12,6 +12,7 @@ other processes (:func:`disturbed`) does not hold, however often its re-draws ag
 
 Pure: trials in, a dict per group out. ``draws`` and ``seed`` fix the result for a given table.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,8 +26,7 @@ from pipeprof.measure.noise import causes
 from pipeprof.stats import t95
 
 from .advice import recommend_workers
-from .bounds import (BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, cpu_curve_rows, curve_at, curves, groups,
-                     join)
+from .bounds import BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, cpu_curve_rows, curve_at, curves, groups, join
 from .verdict import at_recommended, verdicts
 
 DRAWS = 60  # shares move by about 1/sqrt(draws): ±6 points at 60, enough to say whether 80% holds; each draw
@@ -76,8 +76,10 @@ def _redraw_spread(trials: pd.DataFrame, rng, draws: int) -> dict:
 def _draw(trials: pd.DataFrame, k: int, rates: dict, waits: dict, spread: dict) -> pd.DataFrame:
     """The table as re-draw ``k`` sees it: every resampled figure replaced, the rest as measured."""
     df = trials.copy()
-    for figures, names in ((rates, ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high")),
-                           (waits, ("data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"))):
+    for figures, names in (
+        (rates, ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high")),
+        (waits, ("data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high")),
+    ):
         if not figures:
             continue
         rows = list(figures)
@@ -118,8 +120,13 @@ def layout(trials: pd.DataFrame) -> Layout:
     rows = join(trials)
     joined = curves(trials, rows)
     where = pd.Series(np.arange(len(joined)), index=joined.index)
-    return Layout(rows, [(key, where[curve.index].to_numpy(int), cpu_curve_rows(trials, curve.iloc[0]))
-                         for key, curve in groups(joined)])
+    return Layout(
+        rows,
+        [
+            (key, where[curve.index].to_numpy(int), cpu_curve_rows(trials, curve.iloc[0]))
+            for key, curve in groups(joined)
+        ],
+    )
 
 
 def _answers(df: pd.DataFrame, cores: float, device: str, at: Layout) -> dict:
@@ -170,8 +177,12 @@ def disturbed(curve: pd.DataFrame) -> Optional[dict]:
     Re-drawing windows that all shared the cores with such a load cannot say what the pipeline does on a quiet
     machine: a run beside other work can answer a different count from quiet runs, each at 100% of its re-draws
     (docs/measured.md, "The answer's confidence under outside load"). None when nothing was."""
-    hit = [r for r in curve.to_dict("records") if any(c == "foreign load" for c, _ in causes(r))
-           and r["foreign_cores_mean"] >= (1 - NEAR_BEST) * (r.get("usable_cores") or 0)]
+    hit = [
+        r
+        for r in curve.to_dict("records")
+        if any(c == "foreign load" for c, _ in causes(r))
+        and r["foreign_cores_mean"] >= (1 - NEAR_BEST) * (r.get("usable_cores") or 0)
+    ]
     if not hit:
         return None
     return {"trials": len(hit), "of": int(len(curve)), "foreign_cores_max": max(r["foreign_cores_mean"] for r in hit)}
@@ -187,9 +198,16 @@ def summarize(answer: tuple, drawn: list[tuple]) -> dict:
     same_side = sum(d[1] == side for d in drawn) / len(drawn)
     same = sum(d[1:] == (side, resource) for d in drawn) / len(drawn)
     others = Counter(d[1:] for d in drawn if d[1:] != (side, resource)).most_common(2)
-    return {"draws": len(drawn), "workers_low": lo, "workers_high": hi,
-            "workers_share": float(((counts >= lo) & (counts <= hi)).mean()),
-            "recommended_share": float((counts == w).mean()), "side": side, "resource": resource,
-            "side_share": same_side, "answer_share": same,
-            "alternatives": [{"side": s, "resource": r, "share": n / len(drawn)} for (s, r), n in others],
-            "holds": bool(same >= HOLDS)}
+    return {
+        "draws": len(drawn),
+        "workers_low": lo,
+        "workers_high": hi,
+        "workers_share": float(((counts >= lo) & (counts <= hi)).mean()),
+        "recommended_share": float((counts == w).mean()),
+        "side": side,
+        "resource": resource,
+        "side_share": same_side,
+        "answer_share": same,
+        "alternatives": [{"side": s, "resource": r, "share": n / len(drawn)} for (s, r), n in others],
+        "holds": bool(same >= HOLDS),
+    }

@@ -7,6 +7,7 @@ first line of their errors, numbers aside, the most common first), which becomes
 and run.json's status ``failed: <cause>``. When only some failed, it says which, and what the answer
 rests on. The failed rows stay in trials.parquet with their errors.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,7 +30,7 @@ def cause_of(error) -> str:
     it, shortened."""
     text = str(error).strip() if isinstance(error, str) and error.strip() else "no error recorded"
     line = WORKER_SUFFIX.sub("", text.splitlines()[0])
-    return line if len(line) <= CAUSE_CHARS else line[:CAUSE_CHARS - 1] + "…"
+    return line if len(line) <= CAUSE_CHARS else line[: CAUSE_CHARS - 1] + "…"
 
 
 def _causes(rows: pd.DataFrame) -> list[tuple[str, int]]:
@@ -65,23 +66,37 @@ def failures(trials: pd.DataFrame) -> dict:
     ``failed``: per kind with failures, how many of how many and their causes; ``rests_on``: a sentence when
     some trials failed and an answer stands on the others (None otherwise)."""
     if trials.empty or "status" not in trials:
-        return {"no_answer": "no trial ran" if trials.empty else None, "cause": "no trial ran" if trials.empty
-                else None, "failed": [], "rests_on": None}
+        return {
+            "no_answer": "no trial ran" if trials.empty else None,
+            "cause": "no trial ran" if trials.empty else None,
+            "failed": [],
+            "rests_on": None,
+        }
     failed = []
     for kind, rows in trials.groupby("kind", sort=False):
         bad = rows[rows["status"] != "ok"]
         if len(bad):
-            failed.append({"kind": kind, "failed": int(len(bad)), "of": int(len(rows)), "where": _where(bad),
-                           "causes": [{"cause": c, "trials": n} for c, n in _causes(bad)]})
+            failed.append(
+                {
+                    "kind": kind,
+                    "failed": int(len(bad)),
+                    "of": int(len(rows)),
+                    "where": _where(bad),
+                    "causes": [{"cause": c, "trials": n} for c, n in _causes(bad)],
+                }
+            )
     dead = [f for f in failed if f["kind"] in needed_kinds(trials) and f["failed"] == f["of"]]
     if dead:
         f = dead[0]
         cause = f["causes"][0]["cause"]
         others = sum(c["trials"] for c in f["causes"][1:])
         share = "all" if not others else str(f["failed"] - others)
-        text = (f"no answer: every {f['kind']} trial failed ({f['failed']} of {f['of']}), {share} with {cause}"
-                + (f"; {others} with other causes" if others else "") + "; the failed rows and their errors "
-                "are in the run folder's trials.parquet")
+        text = (
+            f"no answer: every {f['kind']} trial failed ({f['failed']} of {f['of']}), {share} with {cause}"
+            + (f"; {others} with other causes" if others else "")
+            + "; the failed rows and their errors "
+            "are in the run folder's trials.parquet"
+        )
         return {"no_answer": text, "cause": cause, "failed": failed, "rests_on": None}
     return {"no_answer": None, "cause": None, "failed": failed, "rests_on": _rests_on(trials, failed)}
 
@@ -90,8 +105,11 @@ def _rests_on(trials: pd.DataFrame, failed: list) -> Optional[str]:
     """Which trials failed and what the answer rests on instead, one sentence; None when none failed."""
     if not failed:
         return None
-    which = "; ".join(f"{f['failed']} of {f['of']} {f['kind']} {f['where']} ({f['causes'][0]['cause']}"
-                      f"{'' if len(f['causes']) == 1 else ', and other causes'})" for f in failed)
+    which = "; ".join(
+        f"{f['failed']} of {f['of']} {f['kind']} {f['where']} ({f['causes'][0]['cause']}"
+        f"{'' if len(f['causes']) == 1 else ', and other causes'})"
+        for f in failed
+    )
     ok = trials[(trials["status"] == "ok") & trials["kind"].isin(needed_kinds(trials))]
     kinds = ", ".join(dict.fromkeys(ok["kind"]))
     return f"trials failed: {which}; the answer rests on the {len(ok)} {kinds} trials that ran ({_where(ok)})"

@@ -17,6 +17,7 @@ Two families, read differently:
 A predictor is a plain function of this module: ``fn(ev: Evidence) -> list[Candidate]``, named in the action's
 registry entry.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.actions import ACTIONS, FINDING
+
 from .bounds import _known, cpu_curve, ok, predict, stage_cost_s, waits_on_storage
 from .verdict import SATURATED
 
@@ -59,15 +61,32 @@ class Candidate(NamedTuple):
     id: Optional[str] = None  # another action's id than the predictor's entry (a measured swap names its kind)
 
 
-def predicted_actions(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float, device: str = "cuda",
-                      decode_costs: Optional[dict] = None, trials: Optional[pd.DataFrame] = None) -> list[dict]:
+def predicted_actions(
+    row: pd.Series,
+    ws: np.ndarray,
+    rates: np.ndarray,
+    cores: float,
+    device: str = "cuda",
+    decode_costs: Optional[dict] = None,
+    trials: Optional[pd.DataFrame] = None,
+) -> list[dict]:
     """Ranked single changes with their predicted gain: a finding first where the row is at the step's ceiling
-    (no change on the input side can help), then those with no predicted gain, then by gain. Each has the ``id`` of its registry entry, which the
-    action trials match their measurements to."""
+    (no change on the input side can help), then those with no predicted gain, then by gain. Each has the ``id``
+    of its registry entry, which the action trials match their measurements to."""
     base, bounds = predict(row, ws, rates, cores)
     shares = {k.split(".", 1)[1]: v for k, v in row.items() if k.startswith("stage_share.") and v == v}
-    ev = Evidence(row, ws, rates, cores, device, shares, decode_costs,
-                  trials if trials is not None else pd.DataFrame(), base, bounds)
+    ev = Evidence(
+        row,
+        ws,
+        rates,
+        cores,
+        device,
+        shares,
+        decode_costs,
+        trials if trials is not None else pd.DataFrame(),
+        base,
+        bounds,
+    )
     found = [(c.id or key, c) for key, a in ACTIONS.items() if a.predict for c in globals()[a.predict](ev)]
     cpu = _ranked([(key, c) for key, c in found if not c.storage], base, row)
     storage = [g for key, c in found if c.storage and (g := _storage_gain(key, c, row["samples_per_s"], base))]
@@ -86,14 +105,21 @@ def _ranked(found: list, base: float, row: pd.Series) -> list[dict]:
     for key, c in found:
         a = {"id": key, "action": c.action, "predicted_samples_per_s": c.predicted, "basis": c.basis}
         a["gain_frac"] = c.predicted / base - 1 if _known(base) and _known(c.predicted) else None
-        if a["gain_frac"] is not None and not ACTIONS[key].new_handoff and _known(handoff) and now \
-                and now * (1 + a["gain_frac"]) > handoff:
+        if (
+            a["gain_frac"] is not None
+            and not ACTIONS[key].new_handoff
+            and _known(handoff)
+            and now
+            and now * (1 + a["gain_frac"]) > handoff
+        ):
             # the same batches still pass the training process's hand-off, a limit of its own. It is CPU work
             # on the same cores, so it moves with the machine as the pipeline's rate does: the capped gain is a
             # ratio to the rate measured beside it, not an absolute rate (docs/measured.md: the decoder case)
             a["gain_frac"] = max(handoff / now - 1, 0.0)
-            a["basis"] += (f"; capped at the loader's hand-off, which the same float32 batches still pass: "
-                           f"{handoff:,.0f} samples/s (the handoff trial)")
+            a["basis"] += (
+                f"; capped at the loader's hand-off, which the same float32 batches still pass: "
+                f"{handoff:,.0f} samples/s (the handoff trial)"
+            )
         a["predicted_samples_per_s"] = now * (1 + a["gain_frac"]) if a["gain_frac"] is not None else None
         a["within_noise"] = a["gain_frac"] is not None and abs(a["gain_frac"]) <= 2 * noise
         out.append(a)
@@ -105,8 +131,13 @@ def _storage_gain(key: str, c: Candidate, now: float, base: float) -> Optional[d
     gain = c.predicted / base - 1
     if gain <= MIN_GAIN:
         return None
-    return {"id": key, "action": c.action, "predicted_samples_per_s": now * (1 + gain), "basis": c.basis,
-            "gain_frac": gain}
+    return {
+        "id": key,
+        "action": c.action,
+        "predicted_samples_per_s": now * (1 + gain),
+        "basis": c.basis,
+        "gain_frac": gain,
+    }
 
 
 def _noise_frac(row: pd.Series) -> float:
@@ -116,12 +147,25 @@ def _noise_frac(row: pd.Series) -> float:
 
 
 def _at_step_ceiling(device: str) -> dict:
-    text = ("the GPU is the limit: lower precision, a larger batch or a faster GPU", "already at the measured "
-            "GPU ceiling; CPU-side changes cannot help") if device == "cuda" else \
-        ("the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
-         "already at the measured step ceiling on these cores")
-    return {"id": FINDING, "action": text[0], "predicted_samples_per_s": None, "basis": text[1],
-            "gain_frac": None, "within_noise": False}
+    text = (
+        (
+            "the GPU is the limit: lower precision, a larger batch or a faster GPU",
+            "already at the measured GPU ceiling; CPU-side changes cannot help",
+        )
+        if device == "cuda"
+        else (
+            "the CPU step is the limit: fewer workers (more threads for the step), a larger batch, or a GPU",
+            "already at the measured step ceiling on these cores",
+        )
+    )
+    return {
+        "id": FINDING,
+        "action": text[0],
+        "predicted_samples_per_s": None,
+        "basis": text[1],
+        "gain_frac": None,
+        "within_noise": False,
+    }
 
 
 def _cheaper_cpu(ev: Evidence, share: float) -> float:
@@ -137,6 +181,7 @@ def _cheaper_cpu(ev: Evidence, share: float) -> float:
 
 # ---- the CPU's work ------------------------------------------------------------------------
 
+
 def other_decoder(ev: Evidence) -> list[Candidate]:
     """The other CPU decoder, predicted from the workers' measured decode share scaled by the two decoders'
     measured costs on this run's files (no assumed speed-up); nothing when it is not faster here."""
@@ -150,22 +195,36 @@ def other_decoder(ev: Evidence) -> list[Candidate]:
     if ratio >= 1:
         return []
     procs = costs.get("processes")
-    as_workers = f" (each in {min(procs.values())} processes of one decoder and the preset, as workers)" if procs else ""
-    return [Candidate(f"decode with {other} instead of {decoder} (data.decoder: {other}): decode is {share:.0%} of "
-                      "worker time", _cheaper_cpu(ev, share * (1 - ratio)),
-                      f"decode's measured share less {1 - ratio:.0%}: {other} decoded {costs['samples']} of this run's "
-                      f"files in {us[other]:,.0f} us each against {us[decoder]:,.0f} us for {decoder}{as_workers}")]
+    as_workers = (
+        f" (each in {min(procs.values())} processes of one decoder and the preset, as workers)" if procs else ""
+    )
+    return [
+        Candidate(
+            f"decode with {other} instead of {decoder} (data.decoder: {other}): decode is {share:.0%} of worker time",
+            _cheaper_cpu(ev, share * (1 - ratio)),
+            f"decode's measured share less {1 - ratio:.0%}: {other} decoded {costs['samples']} of this run's "
+            f"files in {us[other]:,.0f} us each against {us[decoder]:,.0f} us for {decoder}{as_workers}",
+        )
+    ]
 
 
 def cheapen_costliest_stage(ev: Evidence) -> list[Candidate]:
     """The costliest transform (decode has its own actions: the other decoder, decoding on the GPU)."""
-    costly = max(((k, v) for k, v in ev.shares.items() if k not in ("read", "collate", "decode")),
-                 key=lambda kv: kv[1], default=None)
+    costly = max(
+        ((k, v) for k, v in ev.shares.items() if k not in ("read", "collate", "decode")),
+        key=lambda kv: kv[1],
+        default=None,
+    )
     if not (costly and costly[1] < 1):
         return []
     name, share = costly
-    return [Candidate(f"drop or cheapen {name}: {share:.0%} of worker time", _cheaper_cpu(ev, share),
-                      "worker time less that stage's measured share")]
+    return [
+        Candidate(
+            f"drop or cheapen {name}: {share:.0%} of worker time",
+            _cheaper_cpu(ev, share),
+            "worker time less that stage's measured share",
+        )
+    ]
 
 
 def uint8_to_gpu(ev: Evidence) -> list[Candidate]:
@@ -184,10 +243,17 @@ def uint8_to_gpu(ev: Evidence) -> list[Candidate]:
     busy = row.get("usable_busy_cores_mean")
     if _known(handoff_us) and worker_us > 0 and _known(busy) and busy >= SATURATED * ev.cores:
         uint8_share = (uint8_share * worker_us + 0.75 * handoff_us) / (worker_us + handoff_us)
-        basis += (f"; the cores are full, so 3/4 of the training process's hand-off goes too ({handoff_us:,.0f} us a "
-                  f"sample, measured by the handoff trial), of the {worker_us + handoff_us:,.0f} us a sample costs them")
-    return [Candidate("normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
-                      _cheaper_cpu(ev, uint8_share), basis)]
+        basis += (
+            f"; the cores are full, so 3/4 of the training process's hand-off goes too ({handoff_us:,.0f} us a "
+            f"sample, measured by the handoff trial), of the {worker_us + handoff_us:,.0f} us a sample costs them"
+        )
+    return [
+        Candidate(
+            "normalise on the GPU and send uint8 (4x fewer bytes through collate and IPC)",
+            _cheaper_cpu(ev, uint8_share),
+            basis,
+        )
+    ]
 
 
 def gpu_pipeline(ev: Evidence) -> list[Candidate]:
@@ -200,10 +266,15 @@ def gpu_pipeline(ev: Evidence) -> list[Candidate]:
     moved = 1 - ev.shares.get("read", 0)
     if moved >= 1:
         return []
-    return [Candidate(ACTIONS["gpu_pipeline"].label, None,
-                      f"not predicted: it frees the workers' decode, transforms and collate ({moved:.0%} of their "
-                      "time), but the GPU's decode/augment time beside the step is known only from measuring its "
-                      "pipeline beside a stand-in for the step, which the action trials do first")]
+    return [
+        Candidate(
+            ACTIONS["gpu_pipeline"].label,
+            None,
+            f"not predicted: it frees the workers' decode, transforms and collate ({moved:.0%} of their "
+            "time), but the GPU's decode/augment time beside the step is known only from measuring its "
+            "pipeline beside a stand-in for the step, which the action trials do first",
+        )
+    ]
 
 
 def gpu_pipeline_prediction(row: pd.Series, beside: dict) -> dict:
@@ -220,15 +291,24 @@ def gpu_pipeline_prediction(row: pd.Series, beside: dict) -> dict:
     predicted = float(beside["samples_per_s"])
     gain = predicted / now - 1
     device = [beside.get(k) for k in ("device_decode_ms_mean", "device_augment_ms_mean")]
-    own = (f"; its own device time {sum(device):.1f} ms a batch (decode {device[0]:.1f}, augment {device[1]:.1f}), "
-           f"the host's {beside['device_pipeline_host_ms_mean']:.1f} ms" if None not in device
-           and beside.get("device_pipeline_host_ms_mean") is not None else "")
-    return {"predicted_samples_per_s": predicted, "gain_frac": gain, "within_noise": abs(gain) <= 2 * _noise_frac(row),
-            "absolute": True,
-            "basis": (f"the GPU pipeline beside a stand-in for the step (the device kept busy "
-                      f"{beside.get('stand_in_step_ms') or 0:.1f} ms a batch, the step's own time at {step:,.0f} "
-                      f"samples/s) ran at {predicted:,.0f} samples/s ({beside.get('trial_id') or 'its cpu_pipeline trial'})"
-                      f"{own}; against {now:,.0f} now")}
+    own = (
+        f"; its own device time {sum(device):.1f} ms a batch (decode {device[0]:.1f}, augment {device[1]:.1f}), "
+        f"the host's {beside['device_pipeline_host_ms_mean']:.1f} ms"
+        if None not in device and beside.get("device_pipeline_host_ms_mean") is not None
+        else ""
+    )
+    return {
+        "predicted_samples_per_s": predicted,
+        "gain_frac": gain,
+        "within_noise": abs(gain) <= 2 * _noise_frac(row),
+        "absolute": True,
+        "basis": (
+            f"the GPU pipeline beside a stand-in for the step (the device kept busy "
+            f"{beside.get('stand_in_step_ms') or 0:.1f} ms a batch, the step's own time at {step:,.0f} "
+            f"samples/s) ran at {predicted:,.0f} samples/s ({beside.get('trial_id') or 'its cpu_pipeline trial'})"
+            f"{own}; against {now:,.0f} now"
+        ),
+    }
 
 
 def all_cores_as_workers(ev: Evidence) -> list[Candidate]:
@@ -244,11 +324,17 @@ def all_cores_as_workers(ev: Evidence) -> list[Candidate]:
     r["num_workers"], r["cpu_bound_samples_per_s"] = more, rate_at_workers(more, ws, ev.rates, ev.cores).value
     if r["cpu_bound_samples_per_s"] != r["cpu_bound_samples_per_s"]:
         return []
-    return [Candidate(f"num_workers={more} (all cores but the training process's)", predict(r, ws, ev.rates,
-                      ev.cores)[0], "the measured cpu_pipeline curve, extrapolated past its last point")]
+    return [
+        Candidate(
+            f"num_workers={more} (all cores but the training process's)",
+            predict(r, ws, ev.rates, ev.cores)[0],
+            "the measured cpu_pipeline curve, extrapolated past its last point",
+        )
+    ]
 
 
 # ---- storage ---------------------------------------------------------------------------------
+
 
 def in_memory(ev: Evidence) -> list[Candidate]:
     """The dataset in RAM: as measured with a memory source of the run, else (the pipeline waited on storage)
@@ -272,14 +358,24 @@ def _remove_storage_bound(ev: Evidence) -> list[Candidate]:
         return []
     r = ev.row.copy()
     r["io_bound_samples_per_s"] = float("nan")
-    return [Candidate(f"{IN_RAM} (source: memory) or move it to faster storage", predict(r, ev.ws, ev.rates,
-                      ev.cores)[0], "storage bound removed; CPU and step bounds as measured")]
+    return [
+        Candidate(
+            f"{IN_RAM} (source: memory) or move it to faster storage",
+            predict(r, ev.ws, ev.rates, ev.cores)[0],
+            "storage bound removed; CPU and step bounds as measured",
+        )
+    ]
 
 
 def _storage_known(ev: Evidence) -> bool:
     """The row reads one of pipeprof's sources, and the model has a rate and an I/O bound for it."""
-    return isinstance(ev.row.get("source"), str) and ev.base == ev.base and bool(ev.base) \
-        and _known(ev.bounds.get("io")) and "source" in ev.trials
+    return (
+        isinstance(ev.row.get("source"), str)
+        and ev.base == ev.base
+        and bool(ev.base)
+        and _known(ev.bounds.get("io"))
+        and "source" in ev.trials
+    )
 
 
 def _match(df: pd.DataFrame, **keys) -> pd.DataFrame:
@@ -297,8 +393,10 @@ def _source_facts(trials: pd.DataFrame) -> dict:
     for label, sub in trials[trials["source"].notna()].groupby("source"):
         first = sub.iloc[0]
         kind = first.get("source_kind")
-        facts[label] = {"kind": kind if isinstance(kind, str) else str(label).split("-")[0],
-                        "throttle": first.get("throttle") if isinstance(first.get("throttle"), str) else None}
+        facts[label] = {
+            "kind": kind if isinstance(kind, str) else str(label).split("-")[0],
+            "throttle": first.get("throttle") if isinstance(first.get("throttle"), str) else None,
+        }
     return facts
 
 
@@ -345,18 +443,32 @@ def _measured_swaps(ev: Evidence) -> list[Candidate]:
         if swap is None:
             continue
         predicted, io_t = swap
-        basis = (f"storage_fetch {io_t:,.0f} vs {io_now:,.0f} samples/s measured at {int(row['num_workers'])} workers"
-                 f" ({label} vs {row['source']}), with {label}'s measured pipeline rate")
+        basis = (
+            f"storage_fetch {io_t:,.0f} vs {io_now:,.0f} samples/s measured at {int(row['num_workers'])} workers"
+            f" ({label} vs {row['source']}), with {label}'s measured pipeline rate"
+        )
         kind = _swap_kind(f, me, io_t, io_now)
         if kind:
-            out.append(Candidate(_SWAP_WORDS[kind].format(label=label, what=f"emulated {f['throttle']}" if
-                                 f["throttle"] else "this machine's own, unthrottled"), predicted, basis, True, kind))
+            out.append(
+                Candidate(
+                    _SWAP_WORDS[kind].format(
+                        label=label,
+                        what=f"emulated {f['throttle']}" if f["throttle"] else "this machine's own, unthrottled",
+                    ),
+                    predicted,
+                    basis,
+                    True,
+                    kind,
+                )
+            )
     return out
 
 
-_SWAP_WORDS = {"memory": f"{IN_RAM} (source: memory; measured)",
-               "shards": "pack the files into tar shards (`pipeprof pack`) and read them sequentially",
-               "faster_storage": "faster storage: as measured with {label} ({what})"}
+_SWAP_WORDS = {
+    "memory": f"{IN_RAM} (source: memory; measured)",
+    "shards": "pack the files into tar shards (`pipeprof pack`) and read them sequentially",
+    "faster_storage": "faster storage: as measured with {label} ({what})",
+}
 
 
 def _swap_kind(f: dict, me: dict, io_t: float, io_now: float) -> Optional[str]:
@@ -379,9 +491,15 @@ def _ram_from_stage_clocks(ev: Evidence) -> list[Candidate]:
     r = ev.row.copy()
     r["io_bound_samples_per_s"], r["cpu_bound_samples_per_s"] = float("nan"), w / cost
     ws2, rates2 = np.array([1.0, float(w)]), np.array([1 / cost, w / cost])
-    return [Candidate(f"{IN_RAM} (source: memory) or move it to faster storage", predict(r, ws2, rates2, ev.cores)[0],
-                      f"storage bound removed; the loader's CPU bound from its stage clocks ({cost * 1e6:,.0f} us of "
-                      "worker CPU per sample), because the measured pipeline waited on storage", True)]
+    return [
+        Candidate(
+            f"{IN_RAM} (source: memory) or move it to faster storage",
+            predict(r, ws2, rates2, ev.cores)[0],
+            f"storage bound removed; the loader's CPU bound from its stage clocks ({cost * 1e6:,.0f} us of "
+            "worker CPU per sample), because the measured pipeline waited on storage",
+            True,
+        )
+    ]
 
 
 def workers_for_latency(ev: Evidence) -> list[Candidate]:
@@ -389,8 +507,12 @@ def workers_for_latency(ev: Evidence) -> list[Candidate]:
     row, io = ev.row, ev.bounds.get("io")
     if not (_storage_known(ev) and io <= 1.1 * ev.base):
         return []
-    f = _match(ok(ev.trials, "storage_fetch"), source=row["source"], cache_state=row.get("cache_state"),
-               batch_size=row["batch_size"])
+    f = _match(
+        ok(ev.trials, "storage_fetch"),
+        source=row["source"],
+        cache_state=row.get("cache_state"),
+        batch_size=row["batch_size"],
+    )
     f = f[f["num_workers"] > 0].drop_duplicates("num_workers").sort_values("num_workers")
     cost = stage_cost_s(row)
     if len(f) < 2 or not cost:  # no worker CPU cost measured apart from the waits: cannot tell where the CPU binds
@@ -404,8 +526,12 @@ def workers_for_latency(ev: Evidence) -> list[Candidate]:
     r["num_workers"], r["io_bound_samples_per_s"] = w2, rm * 2 * min(eff, 1.0)
     r["cpu_bound_samples_per_s"] = w2 / cost
     ws2, rates2 = np.array([1.0, float(w2)]), np.array([1 / cost, w2 / cost])  # worker CPU alone, no waits
-    return [Candidate(f"num_workers={w2} to hide storage latency (workers mostly wait on reads)",
-                      predict(r, ws2, rates2, ev.cores)[0],
-                      f"raw reads scale {r1:,.0f} -> {rm:,.0f} samples/s from {w1:.0f} to {wm:.0f} workers ({eff:.0%} "
-                      f"of linear), extrapolated to {w2}; worker CPU {cost * 1e6:,.0f} us/sample from the stage clocks",
-                      True)]
+    return [
+        Candidate(
+            f"num_workers={w2} to hide storage latency (workers mostly wait on reads)",
+            predict(r, ws2, rates2, ev.cores)[0],
+            f"raw reads scale {r1:,.0f} -> {rm:,.0f} samples/s from {w1:.0f} to {wm:.0f} workers ({eff:.0%} "
+            f"of linear), extrapolated to {w2}; worker CPU {cost * 1e6:,.0f} us/sample from the stage clocks",
+            True,
+        )
+    ]

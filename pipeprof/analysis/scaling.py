@@ -11,6 +11,7 @@ mode, batch, pipeline, storage, workers per rank):
 - ``p2p_effect``: the rate with NCCL's peer-to-peer path off over the rate with it on, minus one
   (the reviews' NVLink on/off experiment), per setting measured both ways.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -38,9 +39,13 @@ def scaling(trials: pd.DataFrame) -> list[dict]:
         n = int(r["gpus"])
         eff = r["samples_per_s"] / (n * single) if single else None
         entry = {k: _plain(r.get(k)) for k in [*keys, "gpus", "p2p", "trial_id"]} | {
-            "samples_per_s": float(r["samples_per_s"]), "samples_per_s_per_gpu": float(r["samples_per_s"]) / n,
-            "one_gpu_samples_per_s": single, "efficiency": eff,
-            "slowest_rank": _plain(r.get("slowest_rank")), "slowest_rank_why": _plain(r.get("slowest_rank_why"))}
+            "samples_per_s": float(r["samples_per_s"]),
+            "samples_per_s_per_gpu": float(r["samples_per_s"]) / n,
+            "one_gpu_samples_per_s": single,
+            "efficiency": eff,
+            "slowest_rank": _plain(r.get("slowest_rank")),
+            "slowest_rank_why": _plain(r.get("slowest_rank_why")),
+        }
         if r["kind"] == "gpu_ceiling" and eff is not None:
             entry["comm_exposed_frac"] = max(0.0, 1 - eff)
         entry["p2p_effect"] = _p2p_effect(done, r, keys)

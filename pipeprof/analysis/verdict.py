@@ -34,6 +34,7 @@ cpu-bound (workers), cores-bound, loader-bound (hand-off), io-bound (storage), i
 (unattributed), gpu-/step-bound, balanced. The thresholds follow TensorFlow's input-pipeline analyzer
 (>= 20% of step time waiting is "highly input-bound", >= 5% "moderately").
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -41,8 +42,20 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
-from .bounds import (BALANCED, _clean, _known, at_handoff, classify, cpu_curve, curves, groups, predict,
-                     present_group_keys, waits_on_storage, worker_capacity)
+from .bounds import (
+    BALANCED,
+    _clean,
+    _known,
+    at_handoff,
+    classify,
+    cpu_curve,
+    curves,
+    groups,
+    predict,
+    present_group_keys,
+    waits_on_storage,
+    worker_capacity,
+)
 
 WAIT_INPUT = 0.20  # the step waits >= 20% of the wall time: input-bound
 WAIT_STEP = 0.05  # the step waits < 5%: the step binds
@@ -59,10 +72,19 @@ STEP_SIDE = {"gpu-bound", "step-bound"}
 INPUT_SIDE = {"cpu-bound", "io-bound", "loader-bound", "input-bound", "cores-bound"}
 INPUT_RESOURCES = ("storage", "cores", "handoff", "workers")  # the order a clear binding is named in
 ALSO = "; also within its interval of its limit: "  # joins the resources that may bind too to a basis
-VERDICT_OF = {("input", "storage"): "io-bound", ("input", "cores"): "cores-bound",
-              ("input", "handoff"): "loader-bound", ("input", "workers"): "cpu-bound",
-              ("input", "unattributed"): "input-bound", ("step", "gpu"): "gpu-bound", ("step", "gpu-pipeline"): "gpu-bound", ("step", "step"): "step-bound",
-              ("step", "cores"): "cores-bound", ("balanced", None): "balanced", (None, None): "unknown"}
+VERDICT_OF = {
+    ("input", "storage"): "io-bound",
+    ("input", "cores"): "cores-bound",
+    ("input", "handoff"): "loader-bound",
+    ("input", "workers"): "cpu-bound",
+    ("input", "unattributed"): "input-bound",
+    ("step", "gpu"): "gpu-bound",
+    ("step", "gpu-pipeline"): "gpu-bound",
+    ("step", "step"): "step-bound",
+    ("step", "cores"): "cores-bound",
+    ("balanced", None): "balanced",
+    (None, None): "unknown",
+}
 YES, MAYBE, NO = "yes", "maybe", "no"
 
 
@@ -138,12 +160,24 @@ def evidence(row: pd.Series, cores: float) -> Evidence:
     cpus = _num(row, "usable_cores")
     if cpus is not None and cpus > cores + 0.5:  # a CPU quota below the CPUs it may run on: others' load on
         busy, busy_iv = run, None  # those CPUs does not take the run's quota, so only the run's own use counts
-    worker_iv = interval(row, "workers_cpu_pct_mean", "workers_cpu_pct_ci95_low", "workers_cpu_pct_ci95_high",
-                         1 / (100 * w)) if w else None
-    return Evidence(_num(row, "data_wait_frac"), busy, run, _num(row, "foreign_cores_mean"), cores, w,
-                    workers / (100 * w) if w and workers is not None else None, _num(row, "device_busy_frac"),
-                    interval(row, "data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"),
-                    busy_iv, worker_iv)
+    worker_iv = (
+        interval(row, "workers_cpu_pct_mean", "workers_cpu_pct_ci95_low", "workers_cpu_pct_ci95_high", 1 / (100 * w))
+        if w
+        else None
+    )
+    return Evidence(
+        _num(row, "data_wait_frac"),
+        busy,
+        run,
+        _num(row, "foreign_cores_mean"),
+        cores,
+        w,
+        workers / (100 * w) if w and workers is not None else None,
+        _num(row, "device_busy_frac"),
+        interval(row, "data_wait_frac", "data_wait_frac_ci95_low", "data_wait_frac_ci95_high"),
+        busy_iv,
+        worker_iv,
+    )
 
 
 def _busy_text(ev: Evidence) -> str:
@@ -172,8 +206,9 @@ def _storage(ev: Evidence, bounds: dict, row: pd.Series) -> Reading:
     if not _known(io):
         return Reading("storage", NO, "storage not measured", False)
     state = YES if waits_on_storage(cpu, io) else rate.against((1 - 2 * BALANCED) * io)
-    return Reading("storage", state, f"the pipeline runs at {rate.text('{:,.0f}')} samples/s, the storage alone "
-                                     f"delivers {io:,.0f}")
+    return Reading(
+        "storage", state, f"the pipeline runs at {rate.text('{:,.0f}')} samples/s, the storage alone delivers {io:,.0f}"
+    )
 
 
 ROOM = 0.5  # half a core left over is room for another worker: it would add about half a worker's rate
@@ -194,8 +229,12 @@ def _cores(ev: Evidence) -> Reading:
         return Reading("cores", NO, "busy cores not measured", False)
     state = busy.against(SATURATED * ev.cores) if busy is not None else NO
     if full != NO and state != YES:  # busy workers that, with the training process, fill the usable cores
-        return Reading("cores", full, f"the {ev.workers} workers compute {computing.text()} of their time and, with "
-                                      f"the training process, fill the {ev.cores:g} usable cores ({_busy_text(ev)})")
+        return Reading(
+            "cores",
+            full,
+            f"the {ev.workers} workers compute {computing.text()} of their time and, with "
+            f"the training process, fill the {ev.cores:g} usable cores ({_busy_text(ev)})",
+        )
     return Reading("cores", state, _busy_text(ev))
 
 
@@ -205,8 +244,12 @@ def _handoff(row: pd.Series) -> Reading:
         return Reading("handoff", NO, "hand-off limit not measured", False)
     rate = _rate_iv(row)
     state = YES if at_handoff(rate.low, row) else MAYBE if at_handoff(rate.high, row) else NO
-    return Reading("handoff", state, f"the loader's hand-off passes at most {limit.text('{:,.0f}')} samples/s "
-                                     f"(measured: the handoff trial), the run reaches {rate.text('{:,.0f}')}")
+    return Reading(
+        "handoff",
+        state,
+        f"the loader's hand-off passes at most {limit.text('{:,.0f}')} samples/s "
+        f"(measured: the handoff trial), the run reaches {rate.text('{:,.0f}')}",
+    )
 
 
 def _workers(ev: Evidence) -> Reading:
@@ -225,19 +268,22 @@ def readings(ev: Evidence, bounds: dict, row: pd.Series) -> list[Reading]:
 # what the resource rules out is measured; what might help instead is the ranked actions' to say (predicted,
 # and measured by the action trials): decoding on the GPU can be slower than the cores it spares
 # (docs/measured.md, "The GPU pipeline")
-ADVICE = {"storage": "the storage binds: see the ranked actions (RAM, shards) for what was measured",
-          "cores": "more workers cannot help (the cores are full); more cores or a cheaper pipeline may: see the "
-                   "ranked actions",
-          "handoff": "more workers or cores cannot raise it; fewer bytes per batch may: see the ranked actions",
-          "workers": "more workers would help: the cores have room for them",
-          "unattributed": "no single input resource is shown to bind"}
+ADVICE = {
+    "storage": "the storage binds: see the ranked actions (RAM, shards) for what was measured",
+    "cores": "more workers cannot help (the cores are full); more cores or a cheaper pipeline may: see the "
+    "ranked actions",
+    "handoff": "more workers or cores cannot raise it; fewer bytes per batch may: see the ranked actions",
+    "workers": "more workers would help: the cores have room for them",
+    "unattributed": "no single input resource is shown to bind",
+}
 
 
 FROM_BOUNDS = {"cpu-bound": "workers", "io-bound": "storage", "loader-bound": "handoff"}
 
 
-def input_resource(ev: Evidence, bounds: dict, row: pd.Series, from_bounds: str = "unknown"
-                   ) -> tuple[str, list[str], str]:
+def input_resource(
+    ev: Evidence, bounds: dict, row: pd.Series, from_bounds: str = "unknown"
+) -> tuple[str, list[str], str]:
     """(resource, also, basis) on the input side: the first resource whose whole interval binds, else the
     first whose interval straddles; ``also`` names every other one whose interval reaches its threshold.
     With none shown by the trial's own figures, the isolated bounds' resource (and the basis says so)."""
@@ -273,8 +319,9 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
     busy_dev = f"device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
     share = _num(row, "device_pipeline_frac")  # decode and augment on the GPU (augment.device: cuda)
     if device == "cuda" and share is not None:
-        text = "; ".join(filter(None, [busy_dev, f"decoding and augmenting take {share:.0%} of the GPU's time "
-                                                 "beside the step"]))
+        text = "; ".join(
+            filter(None, [busy_dev, f"decoding and augmenting take {share:.0%} of the GPU's time beside the step"])
+        )
         if share >= GPU_PIPELINE_SHARE:  # the GPU's own input work is a large part of what binds it
             return "gpu-pipeline", [], f"{text}: a lighter GPU pipeline or decoding on the CPU would free it"
         return "gpu", [], text
@@ -292,10 +339,12 @@ class Decision(NamedTuple):
         return VERDICT_OF.get((self.side, self.resource if self.side != "balanced" else None), "unknown")
 
 
-def _on(side: str, ev: Evidence, bounds: dict, row: pd.Series, device: str, lead: str,
-        from_bounds: str = "unknown") -> Decision:
-    res, also, text = input_resource(ev, bounds, row, from_bounds) if side == "input" else \
-        step_resource(ev, bounds, row, device)
+def _on(
+    side: str, ev: Evidence, bounds: dict, row: pd.Series, device: str, lead: str, from_bounds: str = "unknown"
+) -> Decision:
+    res, also, text = (
+        input_resource(ev, bounds, row, from_bounds) if side == "input" else step_resource(ev, bounds, row, device)
+    )
     return Decision(side, res, also, "; ".join(filter(None, [lead, text])))
 
 
@@ -305,32 +354,51 @@ def decide_two_level(ev: Evidence, bounds: dict, row: pd.Series, device: str, fr
     if wait is None:
         fb = side(from_bounds)
         if fb is None:
-            return Decision("balanced" if from_bounds == "balanced" else None, None, [],
-                            "no data-wait measurement" + ("" if from_bounds != "unknown" else
-                                                          ", and the step or loader bound was not measured"))
-        return _on(fb, ev, bounds, row, device, "no data-wait measurement: the side from the isolated bounds",
-                   from_bounds)
+            return Decision(
+                "balanced" if from_bounds == "balanced" else None,
+                None,
+                [],
+                "no data-wait measurement"
+                + ("" if from_bounds != "unknown" else ", and the step or loader bound was not measured"),
+            )
+        return _on(
+            fb, ev, bounds, row, device, "no data-wait measurement: the side from the isolated bounds", from_bounds
+        )
     if ev.workers == 0:  # loading and the step take turns in one process: the larger share binds
         lead = f"0 workers: loading takes {wait.text()} of the time, the step the rest"
         if wait.against(0.5) == YES:
-            return Decision("input", "workers", [], f"{lead}; the training process loads every batch itself: "
-                                                    "workers would help")
+            return Decision(
+                "input", "workers", [], f"{lead}; the training process loads every batch itself: workers would help"
+            )
         return _on("step", ev, bounds, row, device, lead)
     waits = f"the step waits for data {wait.text()} of the time"
     if from_bounds == "balanced" and wait.against(WAIT_INPUT) == NO:
-        return Decision("balanced", None, [], f"the loader alone and the step alone are within {BALANCED:.0%} of "
-                                              f"each other or within their measured noise, and {waits}: speeding "
-                                              "up one side alone gains little")
+        return Decision(
+            "balanced",
+            None,
+            [],
+            f"the loader alone and the step alone are within {BALANCED:.0%} of "
+            f"each other or within their measured noise, and {waits}: speeding "
+            "up one side alone gains little",
+        )
     if wait.against(WAIT_INPUT) == YES:
         return _on("input", ev, bounds, row, device, waits, from_bounds)
     if wait.against(WAIT_STEP) == NO:
         return _on("step", ev, bounds, row, device, waits)
     between = f"{waits} (the interval reaches {WAIT_STEP:.0%} or {WAIT_INPUT:.0%})"
     if side(from_bounds):
-        return _on(side(from_bounds), ev, bounds, row, device, f"{between}: the side from the isolated bounds "
-                                                                f"({from_bounds})", from_bounds)
-    return Decision("balanced", None, [], f"{between}, and the isolated bounds do not separate: neither side "
-                                          "binds clearly")
+        return _on(
+            side(from_bounds),
+            ev,
+            bounds,
+            row,
+            device,
+            f"{between}: the side from the isolated bounds ({from_bounds})",
+            from_bounds,
+        )
+    return Decision(
+        "balanced", None, [], f"{between}, and the isolated bounds do not separate: neither side binds clearly"
+    )
 
 
 def decide(ev: Evidence, bounds: dict, row: pd.Series, device: str, from_bounds: str) -> tuple[str, str]:
@@ -343,19 +411,23 @@ def side(verdict: str) -> Optional[str]:
     return "step" if verdict in STEP_SIDE else "input" if verdict in INPUT_SIDE else None
 
 
-def disagreement(verdict: str, from_bounds: str, bounds: dict, rate: float, predicted: float,
-                 noise: Optional[float]) -> Optional[str]:
+def disagreement(
+    verdict: str, from_bounds: str, bounds: dict, rate: float, predicted: float, noise: Optional[float]
+) -> Optional[str]:
     """Text when the isolated bounds point the other way, or predict a rate the trial did not reach."""
     notes = []
     if side(verdict) and side(from_bounds) and side(verdict) != side(from_bounds):
         figures = ", ".join(f"{k} {v:,.0f}/s" for k, v in bounds.items() if _known(v))
-        notes.append(f"the isolated bounds say {from_bounds} ({figures} alone); the trial's own evidence says "
-                     f"{verdict}")
+        notes.append(
+            f"the isolated bounds say {from_bounds} ({figures} alone); the trial's own evidence says {verdict}"
+        )
     if _known(predicted) and rate and noise is not None:
         err = predicted / rate - 1
         if abs(err) > max(2 * noise, BALANCED):
-            notes.append(f"predicted {predicted:,.0f} vs measured {rate:,.0f} samples/s ({err:+.0%}), beyond the "
-                         f"measured noise (±{noise:.0%})")
+            notes.append(
+                f"predicted {predicted:,.0f} vs measured {rate:,.0f} samples/s ({err:+.0%}), beyond the "
+                f"measured noise (±{noise:.0%})"
+            )
     return "; ".join(notes) or None
 
 
@@ -373,32 +445,53 @@ def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list
     verdict, basis = d.verdict, d.basis
     bound = bounds["io"] if verdict == "io-bound" else predicted
     return {
-        "trial_id": row["trial_id"], **{k: _clean(row.get(k)) for k in keys},
-        "num_workers": ev.workers, "verdict": verdict, "side": d.side, "resource": d.resource, "also": d.also,
-        "verdict_basis": basis, "bounds_verdict": from_bounds,
+        "trial_id": row["trial_id"],
+        **{k: _clean(row.get(k)) for k in keys},
+        "num_workers": ev.workers,
+        "verdict": verdict,
+        "side": d.side,
+        "resource": d.resource,
+        "also": d.also,
+        "verdict_basis": basis,
+        "bounds_verdict": from_bounds,
         "disagreement": disagreement(verdict, from_bounds, bounds, rate, predicted, _noise(row)),
-        "samples_per_s": rate, "samples_per_s_ci95_low": row.get("samples_per_s_ci95_low"),
+        "samples_per_s": rate,
+        "samples_per_s_ci95_low": row.get("samples_per_s_ci95_low"),
         "samples_per_s_ci95_high": row.get("samples_per_s_ci95_high"),
         "predicted_samples_per_s": predicted,
         "prediction_error_frac": (predicted - rate) / rate if _known(predicted) else None,
         "of_binding_bound_frac": rate / bound if _known(bound) else None,
-        "step_bound_samples_per_s": bounds["step"], "cpu_bound_samples_per_s": bounds["cpu"],
-        "io_bound_samples_per_s": bounds["io"], "cores_bound_samples_per_s": bounds["cores"],
-        "data_wait_frac": ev.wait, "device_busy_frac": ev.device_busy, "busy_cores": ev.busy_cores,
-        "run_cores": ev.run_cores, "foreign_cores": ev.foreign_cores,
+        "step_bound_samples_per_s": bounds["step"],
+        "cpu_bound_samples_per_s": bounds["cpu"],
+        "io_bound_samples_per_s": bounds["io"],
+        "cores_bound_samples_per_s": bounds["cores"],
+        "data_wait_frac": ev.wait,
+        "device_busy_frac": ev.device_busy,
+        "busy_cores": ev.busy_cores,
+        "run_cores": ev.run_cores,
+        "foreign_cores": ev.foreign_cores,
         "gpu_util_pct_mean": row.get("gpu_util_pct_mean") if device == "cuda" else None,
-        "worker_cpu_util_frac": ev.worker_busy, "worker_capacity_samples_per_s": worker_capacity(row),
-        "handoff_samples_per_s": _num(row, "handoff_samples_per_s")}
+        "worker_cpu_util_frac": ev.worker_busy,
+        "worker_capacity_samples_per_s": worker_capacity(row),
+        "handoff_samples_per_s": _num(row, "handoff_samples_per_s"),
+    }
 
 
-def verdicts(trials: pd.DataFrame, cores: float, device: str = "cuda", joined: Optional[pd.DataFrame] = None,
-             parts: Optional[list] = None) -> pd.DataFrame:
+def verdicts(
+    trials: pd.DataFrame,
+    cores: float,
+    device: str = "cuda",
+    joined: Optional[pd.DataFrame] = None,
+    parts: Optional[list] = None,
+) -> pd.DataFrame:
     """One row per end-to-end trial: verdict, its basis, the isolated bounds' view, prediction and error.
     ``joined``: ``curves(trials)`` when the caller has it already; ``parts``: its groups, each (key, rows,
     :class:`CpuCurve`), likewise (the re-draws: ``confidence.Layout``)."""
     if parts is None:
-        parts = [(key, group, cpu_curve(trials, group.iloc[0]))
-                 for key, group in groups(curves(trials) if joined is None else joined)]
+        parts = [
+            (key, group, cpu_curve(trials, group.iloc[0]))
+            for key, group in groups(curves(trials) if joined is None else joined)
+        ]
     out = []
     for _, group, (ws, rates) in parts:
         keys = present_group_keys(group)
@@ -428,9 +521,11 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     other = more.loc[more["samples_per_s"].idxmax()].copy()
     if other["resource"] == "workers":
         return row
-    why = (f"more workers were measured and did not help: {int(other['num_workers'])} workers ran at "
-           f"{other['samples_per_s']:,.0f} samples/s against {row['samples_per_s']:,.0f} at {recommended} (not "
-           "enough to recommend them)")
+    why = (
+        f"more workers were measured and did not help: {int(other['num_workers'])} workers ran at "
+        f"{other['samples_per_s']:,.0f} samples/s against {row['samples_per_s']:,.0f} at {recommended} (not "
+        "enough to recommend them)"
+    )
     also = list(row["also"]) if isinstance(row.get("also"), (list, tuple, np.ndarray)) else []
     nearest = next((r for r in also if r != "workers"), None)
     if nearest is None:
@@ -443,6 +538,9 @@ def at_recommended(mine: pd.DataFrame, recommended: int) -> Optional[pd.Series]:
     own["resource"], own["also"] = nearest, [r for r in also if r != nearest]
     own["verdict"] = VERDICT_OF.get((row["side"], nearest), row["verdict"])
     advice = ADVICE.get(nearest, nearest)
-    own["verdict_basis"] = (f"{why}, and at {recommended}, within its interval of its limit: {text}: {advice}"
-                            if text else f"{why}: {advice}")
+    own["verdict_basis"] = (
+        f"{why}, and at {recommended}, within its interval of its limit: {text}: {advice}"
+        if text
+        else f"{why}: {advice}"
+    )
     return own

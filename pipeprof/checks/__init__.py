@@ -4,8 +4,10 @@
 - ``validate``:  ``pipeprof validate``, known-answer cases run end to end, verdicts and rate errors
 - ``sizing``:    ``pipeprof validate --sizing``, re-running inside CPU masks to check the what-if
 - ``bench``:     ``pipeprof bench ...``, benchmarks of pipeprof's own speed, repeatability and overheads
-- ``watch_overhead``: ``pipeprof bench watch-overhead SCRIPT``, a training script plain and watched, timed by its progress lines
-- ``action_known``: ``pipeprof bench action-trials``, action trials on known-cost sides against each side run alone
+- ``watch_overhead``: ``pipeprof bench watch-overhead SCRIPT``, a training script plain and watched, timed by its
+  progress lines
+- ``action_known``: ``pipeprof bench action-trials``, action trials on known-cost sides against each side run
+  alone
 
 May import anything below the command line; nothing in the package imports these but ``cli``
 (and configs that name a ``calibrate`` workload by its import path).

@@ -28,6 +28,7 @@ process), and images/s over decode + augment; per form, the median and range ove
 
 ``pipeprof bench watch-overhead SCRIPT``: in ``checks.watch_overhead``.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,19 +42,26 @@ import pandas as pd
 import psutil
 
 from pipeprof import config as cfgmod
-from pipeprof.env import usable_cores
 from pipeprof.answer import Answer, Confidence
-from pipeprof.report.summary import group_answers, group_label
+from pipeprof.env import usable_cores
 from pipeprof.orchestrate.runner import execute, prepare
+from pipeprof.report.summary import group_answers, group_label
 
 
-def sweep_speed(config: Optional[str], overrides: list[str], repeats: int = 1, out_dir: str = "out/bench",
-                log: Callable[[str], None] = print) -> pd.DataFrame:
+def sweep_speed(
+    config: Optional[str],
+    overrides: list[str],
+    repeats: int = 1,
+    out_dir: str = "out/bench",
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
     """One row per run: ``repeats`` pairs of (adaptive, exhaustive), the order alternating per pair."""
     base = [*overrides, f"out_dir={out_dir}"]
     if cfgmod.load(config, base).loader.num_workers is not None:
-        raise cfgmod.ConfigError("loader.num_workers must be unset for sweep-speed: the adaptive sweep searches "
-                                 "it and the exhaustive one takes the machine's default grid")
+        raise cfgmod.ConfigError(
+            "loader.num_workers must be unset for sweep-speed: the adaptive sweep searches "
+            "it and the exhaustive one takes the machine's default grid"
+        )
     prepare(cfgmod.load(config, base), log=lambda *a: None)  # the dataset is made once, outside the timing
     rows = []
     for i in range(repeats):
@@ -73,18 +81,30 @@ def _row(run, sweep: str, pair: int, wall_s: float, answer: Answer) -> dict:
     """One run's answer for one group, read from its stored analysis (``num_workers``: the recommended count)."""
     a = run.meta["analysis"]
     monitor, clocks = a.get("monitor_overhead") or [], a.get("stage_timing_overhead") or []
-    return {"pair": pair + 1, "sweep": sweep, "group": group_label(answer.key), "wall_s": wall_s, "trials": a["trials"],
-            "num_workers": answer.workers, "samples_per_s": answer.samples_per_s,
-            "verdict": answer.verdict, "run": str(run.path),
-            **_cost("monitor", monitor), **_cost("clocks", clocks)}
+    return {
+        "pair": pair + 1,
+        "sweep": sweep,
+        "group": group_label(answer.key),
+        "wall_s": wall_s,
+        "trials": a["trials"],
+        "num_workers": answer.workers,
+        "samples_per_s": answer.samples_per_s,
+        "verdict": answer.verdict,
+        "run": str(run.path),
+        **_cost("monitor", monitor),
+        **_cost("clocks", clocks),
+    }
 
 
 def _cost(name: str, overheads: list[dict]) -> dict:
     """An overhead's cost and 95% interval (each a share of the rate), None where not measured; one is
     stored per preset, and the benchmark's run has one preset."""
     overhead = overheads[0] if overheads else {}
-    return {f"{name}_cost": overhead.get("overhead_frac"), f"{name}_low": overhead.get("overhead_ci95_low"),
-            f"{name}_high": overhead.get("overhead_ci95_high")}
+    return {
+        f"{name}_cost": overhead.get("overhead_frac"),
+        f"{name}_low": overhead.get("overhead_ci95_low"),
+        f"{name}_high": overhead.get("overhead_ci95_high"),
+    }
 
 
 def pairs(df: pd.DataFrame) -> pd.DataFrame:
@@ -96,42 +116,70 @@ def pairs(df: pd.DataFrame) -> pd.DataFrame:
         if a is None or e is None:
             continue
         diff = a["samples_per_s"] / e["samples_per_s"] - 1 if a["samples_per_s"] and e["samples_per_s"] else None
-        out.append({"pair": pair, "group": group, "adaptive_s": a["wall_s"], "exhaustive_s": e["wall_s"],
-                    "time_ratio": e["wall_s"] / a["wall_s"], "adaptive_trials": a["trials"],
-                    "exhaustive_trials": e["trials"], "adaptive_workers": a["num_workers"],
-                    "exhaustive_workers": e["num_workers"], "rate_diff": diff,
-                    "adaptive_verdict": a["verdict"], "exhaustive_verdict": e["verdict"]})
+        out.append(
+            {
+                "pair": pair,
+                "group": group,
+                "adaptive_s": a["wall_s"],
+                "exhaustive_s": e["wall_s"],
+                "time_ratio": e["wall_s"] / a["wall_s"],
+                "adaptive_trials": a["trials"],
+                "exhaustive_trials": e["trials"],
+                "adaptive_workers": a["num_workers"],
+                "exhaustive_workers": e["num_workers"],
+                "rate_diff": diff,
+                "adaptive_verdict": a["verdict"],
+                "exhaustive_verdict": e["verdict"],
+            }
+        )
     return pd.DataFrame(out)
 
 
 def render_sweep_speed(df: pd.DataFrame) -> str:
     """Markdown: the runs, then the pairs."""
+
     def pct(v, lo=None, hi=None) -> str:
         if v is None or v != v:
             return "–"
         return f"{v:+.1%}" + ("" if lo is None or lo != lo else f" ({lo:+.1%}…{hi:+.1%})")
 
-    lines = ["| pair | sweep | group | wall s | trials | num_workers | samples/s | verdict | monitor cost | "
-             "clock cost |", "|" + "---|" * 10]
+    lines = [
+        "| pair | sweep | group | wall s | trials | num_workers | samples/s | verdict | monitor cost | clock cost |",
+        "|" + "---|" * 10,
+    ]
     for r in df.itertuples():
         rate = "–" if r.samples_per_s is None or r.samples_per_s != r.samples_per_s else f"{r.samples_per_s:,.1f}"
-        lines.append(f"| {r.pair} | {r.sweep} | {r.group} | {r.wall_s:.0f} | {r.trials} | {r.num_workers} | "
-                     f"{rate} | {r.verdict} | {pct(r.monitor_cost, r.monitor_low, r.monitor_high)} | "
-                     f"{pct(r.clocks_cost, r.clocks_low, r.clocks_high)} |")
+        lines.append(
+            f"| {r.pair} | {r.sweep} | {r.group} | {r.wall_s:.0f} | {r.trials} | {r.num_workers} | "
+            f"{rate} | {r.verdict} | {pct(r.monitor_cost, r.monitor_low, r.monitor_high)} | "
+            f"{pct(r.clocks_cost, r.clocks_low, r.clocks_high)} |"
+        )
     p = pairs(df)
-    lines += ["", "| pair | group | exhaustive / adaptive time | num_workers (adaptive, exhaustive) | "
-                  "rate at adaptive's pick vs exhaustive's | verdicts |", "|" + "---|" * 6]
+    lines += [
+        "",
+        "| pair | group | exhaustive / adaptive time | num_workers (adaptive, exhaustive) | "
+        "rate at adaptive's pick vs exhaustive's | verdicts |",
+        "|" + "---|" * 6,
+    ]
     for r in p.itertuples():
-        lines.append(f"| {r.pair} | {r.group} | {r.exhaustive_s:.0f} s / {r.adaptive_s:.0f} s = {r.time_ratio:.1f}x | "
-                     f"{r.adaptive_workers}, {r.exhaustive_workers} | {pct(r.rate_diff)} | "
-                     f"{r.adaptive_verdict}, {r.exhaustive_verdict} |")
+        lines.append(
+            f"| {r.pair} | {r.group} | {r.exhaustive_s:.0f} s / {r.adaptive_s:.0f} s = {r.time_ratio:.1f}x | "
+            f"{r.adaptive_workers}, {r.exhaustive_workers} | {pct(r.rate_diff)} | "
+            f"{r.adaptive_verdict}, {r.exhaustive_verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 # ---- repeat ----------------------------------------------------------------------------------------
 
-def repeat(config: Optional[str], overrides: list[str], times: int = 3, out_dir: str = "out/bench",
-           log: Callable[[str], None] = print) -> pd.DataFrame:
+
+def repeat(
+    config: Optional[str],
+    overrides: list[str],
+    times: int = 3,
+    out_dir: str = "out/bench",
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
     """One row per run and group: the same config ``times`` times back to back (dataset made once, first)."""
     base = [*overrides, f"out_dir={out_dir}"]
     prepare(cfgmod.load(config, base), log=lambda *a: None)
@@ -139,15 +187,23 @@ def repeat(config: Optional[str], overrides: list[str], times: int = 3, out_dir:
     for i in range(times):
         log(f"run {i + 1}/{times}")
         t0, answered = time.perf_counter(), []
-        run = execute(cfgmod.load(config, [*base, f"name=repeat-{i + 1}"]), log=lambda *a: None,
-                      on_answer=lambda _: answered.append(time.perf_counter()))  # before any action trial
-        got = [_answer_row(run, i + 1, time.perf_counter() - t0, a) | {"answer_s": (answered or [None])[0] and
-                                                                      answered[0] - t0}
-               for a in group_answers(run)]
+        run = execute(
+            cfgmod.load(config, [*base, f"name=repeat-{i + 1}"]),
+            log=lambda *a: None,
+            on_answer=lambda _: answered.append(time.perf_counter()),  # noqa: B023 called inside this iteration
+        )  # before any action trial
+        got = [
+            _answer_row(run, i + 1, time.perf_counter() - t0, a)
+            | {"answer_s": (answered or [None])[0] and answered[0] - t0}
+            for a in group_answers(run)
+        ]
         for r in got:  # as it goes: a run cut short by a time limit still shows the runs before it
-            log(f"run {i + 1}: {r['wall_s']:.0f} s (answer at {r['answer_s'] or 0:.0f} s), {r['trials']} trials, num_workers {r['num_workers']} "
+            log(
+                f"run {i + 1}: {r['wall_s']:.0f} s (answer at {r['answer_s'] or 0:.0f} s), {r['trials']} trials, "
+                f"num_workers {r['num_workers']} "
                 f"({r['workers_low']}-{r['workers_high']}), {r['side']} side, {r['resource']}, "
-                f"{r['samples_per_s']:,.1f} samples/s, confidence {r['answer_share']}")
+                f"{r['samples_per_s']:,.1f} samples/s, confidence {r['answer_share']}"
+            )
         rows += got
     return pd.DataFrame(rows)
 
@@ -156,11 +212,22 @@ def _answer_row(run, i: int, wall_s: float, a: Answer) -> dict:
     """One run's answer for one group (``num_workers``: the recommended count; ``workers_low``/``high``: the
     range its re-drawn windows allow, None where none were drawn)."""
     sure = a.confidence or Confidence()
-    return {"run": i, "group": group_label(a.key), "wall_s": wall_s, "trials": run.meta["analysis"]["trials"],
-            "num_workers": a.workers, "workers_low": sure.workers_low, "workers_high": sure.workers_high,
-            "side": a.side, "resource": a.resource, "also": ", ".join(a.also or []),
-            "samples_per_s": a.samples_per_s, "answer_share": sure.answer_share, "holds": sure.holds,
-            "folder": str(run.path)}
+    return {
+        "run": i,
+        "group": group_label(a.key),
+        "wall_s": wall_s,
+        "trials": run.meta["analysis"]["trials"],
+        "num_workers": a.workers,
+        "workers_low": sure.workers_low,
+        "workers_high": sure.workers_high,
+        "side": a.side,
+        "resource": a.resource,
+        "also": ", ".join(a.also or []),
+        "samples_per_s": a.samples_per_s,
+        "answer_share": sure.answer_share,
+        "holds": sure.holds,
+        "folder": str(run.path),
+    }
 
 
 def agreement(df: pd.DataFrame) -> list[dict]:
@@ -170,36 +237,57 @@ def agreement(df: pd.DataFrame) -> list[dict]:
     for group, g in df.groupby("group", sort=False):
         low = g["workers_low"].fillna(g["num_workers"]).max()
         high = g["workers_high"].fillna(g["num_workers"]).min()
-        out.append({"group": group, "runs": len(g), "same_side": g["side"].nunique(dropna=False) == 1,
-                    "same_resource": g["resource"].nunique(dropna=False) == 1, "ranges_overlap": bool(low <= high),
-                    "common_workers": f"{int(low)}-{int(high)}" if low <= high else None,
-                    "wall_s_max": float(g["wall_s"].max())})
+        out.append(
+            {
+                "group": group,
+                "runs": len(g),
+                "same_side": g["side"].nunique(dropna=False) == 1,
+                "same_resource": g["resource"].nunique(dropna=False) == 1,
+                "ranges_overlap": bool(low <= high),
+                "common_workers": f"{int(low)}-{int(high)}" if low <= high else None,
+                "wall_s_max": float(g["wall_s"].max()),
+            }
+        )
     return out
 
 
 def render_repeat(df: pd.DataFrame) -> str:
     """Markdown: the runs, then per group whether they agree."""
-    lines = ["| run | group | wall s (answer at) | trials | num_workers (range) | side | resource (also) | samples/s | "
-             "confidence |", "|" + "---|" * 9]
+    lines = [
+        "| run | group | wall s (answer at) | trials | num_workers (range) | side | resource (also) | samples/s | "
+        "confidence |",
+        "|" + "---|" * 9,
+    ]
     for r in df.itertuples():
-        rng = "" if r.workers_low is None or r.workers_low != r.workers_low else \
-            f" ({int(r.workers_low)}-{int(r.workers_high)})"
-        share = "–" if r.answer_share is None or r.answer_share != r.answer_share else \
-            f"{r.answer_share:.0%}{'' if r.holds else ' (does not hold)'}"
+        rng = (
+            ""
+            if r.workers_low is None or r.workers_low != r.workers_low
+            else f" ({int(r.workers_low)}-{int(r.workers_high)})"
+        )
+        share = (
+            "–"
+            if r.answer_share is None or r.answer_share != r.answer_share
+            else f"{r.answer_share:.0%}{'' if r.holds else ' (does not hold)'}"
+        )
         also = f" (also {r.also})" if r.also else ""
         at = "" if r.answer_s is None or r.answer_s != r.answer_s else f" ({r.answer_s:.0f})"
-        lines.append(f"| {r.run} | {r.group} | {r.wall_s:.0f}{at} | {r.trials} | {r.num_workers}{rng} | {r.side} "
-                     f"| {r.resource}{also} | {r.samples_per_s:,.1f} | {share} |")
+        lines.append(
+            f"| {r.run} | {r.group} | {r.wall_s:.0f}{at} | {r.trials} | {r.num_workers}{rng} | {r.side} "
+            f"| {r.resource}{also} | {r.samples_per_s:,.1f} | {share} |"
+        )
     for a in agreement(df):
         verdict = "agree" if a["same_side"] and a["same_resource"] and a["ranges_overlap"] else "DISAGREE"
-        lines.append(f"\n{a['group']}: {a['runs']} runs {verdict}: side {'same' if a['same_side'] else 'differs'}, "
-                     f"resource {'same' if a['same_resource'] else 'differs'}, num_workers ranges "
-                     f"{'share ' + a['common_workers'] if a['ranges_overlap'] else 'do not overlap'}; "
-                     f"longest run {a['wall_s_max']:.0f} s")
+        lines.append(
+            f"\n{a['group']}: {a['runs']} runs {verdict}: side {'same' if a['same_side'] else 'differs'}, "
+            f"resource {'same' if a['same_resource'] else 'differs'}, num_workers ranges "
+            f"{'share ' + a['common_workers'] if a['ranges_overlap'] else 'do not overlap'}; "
+            f"longest run {a['wall_s_max']:.0f} s"
+        )
     return "\n".join(lines) + "\n"
 
 
 # ---- soak ----------------------------------------------------------------------------------------
+
 
 def leak_state() -> dict:
     """What would grow with a leak: RSS (MiB), open fds, /dev/shm in use (MiB), live processes."""
@@ -212,10 +300,23 @@ def leak_state() -> dict:
 def _soak_sweep(out: Path, workers: list[int]) -> float:
     """One small sweep (cpu_pipeline and end_to_end at every worker count); its wall seconds."""
     t0 = time.perf_counter()
-    sets = [f"out_dir={out}/runs", f"data.cache_dir={out}/datasets", "data.images=64", "data.classes=4",
-            f"loader.num_workers={workers}", "loader.batch_size=8", "augment.preset=light", "name=soak",
-            "trials=[cpu_pipeline,end_to_end]", "model.name=mobilenet_v3_small", "measure.window_s=0.3",
-            "measure.windows=2", "measure.max_windows=2", "measure.cpu_reference_s=0", "stage_timing=false"]
+    sets = [
+        f"out_dir={out}/runs",
+        f"data.cache_dir={out}/datasets",
+        "data.images=64",
+        "data.classes=4",
+        f"loader.num_workers={workers}",
+        "loader.batch_size=8",
+        "augment.preset=light",
+        "name=soak",
+        "trials=[cpu_pipeline,end_to_end]",
+        "model.name=mobilenet_v3_small",
+        "measure.window_s=0.3",
+        "measure.windows=2",
+        "measure.max_windows=2",
+        "measure.cpu_reference_s=0",
+        "stage_timing=false",
+    ]
     execute(cfgmod.load(None, sets), log=lambda *a, **k: None)
     return time.perf_counter() - t0
 
@@ -232,18 +333,24 @@ def soak(minutes: float, out: Optional[str], log: Callable[[str], None] = print)
         shutil.rmtree(folder / "runs", ignore_errors=True)  # the runs' files are not what is watched
         seen.append(leak_state() | {"t_s": time.monotonic() - t0, "sweep_s": took})
         now = seen[-1]
-        log(f"{now['t_s']:7.0f} {len(seen):5d} {took:7.1f} {now['rss_mb']:8.1f} {now['fds']:5d} "
-            f"{now['shm_mb']:8.1f} {now['procs']:5d}")
+        log(
+            f"{now['t_s']:7.0f} {len(seen):5d} {took:7.1f} {now['rss_mb']:8.1f} {now['fds']:5d} "
+            f"{now['shm_mb']:8.1f} {now['procs']:5d}"
+        )
     # from the end of the first sweep: it loads torch, the model and the dataset once, which is not a leak
-    log("change from the first sweep to the last: " + ", ".join(
-        f"{k} {seen[-1][k] - seen[0][k]:+.1f}" for k in ("rss_mb", "fds", "shm_mb", "procs"))
-        if len(seen) > 1 else "fewer than two sweeps finished: give it more minutes")
+    log(
+        "change from the first sweep to the last: "
+        + ", ".join(f"{k} {seen[-1][k] - seen[0][k]:+.1f}" for k in ("rss_mb", "fds", "shm_mb", "procs"))
+        if len(seen) > 1
+        else "fewer than two sweeps finished: give it more minutes"
+    )
     if not out:
         shutil.rmtree(folder, ignore_errors=True)
     return seen
 
 
 # ---- gpu-augment ----------------------------------------------------------------------------------
+
 
 def _jpegs(count: int, distinct: int = 64) -> list:
     """``count`` JPEGs (uint8 byte tensors) of the synthetic dataset, ``distinct`` of them rendered and repeated."""
@@ -272,12 +379,23 @@ def _pipeline_batch(pipe, encoded: list, device) -> dict:
     t2 = time.perf_counter()
     sync()
     t3 = time.perf_counter()
-    return {"decode_ms": (t1 - t0) * 1e3, "augment_ms": (t3 - t1) * 1e3, "augment_host_ms": (t2 - t1) * 1e3,
-            "images_per_s": len(encoded) / (t3 - t0)}
+    return {
+        "decode_ms": (t1 - t0) * 1e3,
+        "augment_ms": (t3 - t1) * 1e3,
+        "augment_host_ms": (t2 - t1) * 1e3,
+        "images_per_s": len(encoded) / (t3 - t0),
+    }
 
 
-def gpu_augment(preset: str = "standard", batch: int = 256, repeats: int = 10, warmup: int = 2,
-                device: Optional[str] = None, size: int = 224, log: Callable[[str], None] = print) -> pd.DataFrame:
+def gpu_augment(
+    preset: str = "standard",
+    batch: int = 256,
+    repeats: int = 10,
+    warmup: int = 2,
+    device: Optional[str] = None,
+    size: int = 224,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
     """One row per timed batch (form, repeat, the :func:`_pipeline_batch` figures): the preset's GPU pipeline with
     its per-sample forms and with its batch forms, alternating, ``warmup`` batches of each first and not kept."""
     import torch
@@ -286,11 +404,15 @@ def gpu_augment(preset: str = "standard", batch: int = 256, repeats: int = 10, w
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     encoded = _jpegs(batch)
-    pipes = {form: for_preset(preset, size, dev, seed=0, batched=form == "batched") for form in ("per-sample", "batched")}
-    log(f"gpu-augment: preset {preset} at {size}, batches of {batch} JPEGs ({min(batch, 64)} distinct, ImageNet-like "
+    pipes = {
+        form: for_preset(preset, size, dev, seed=0, batched=form == "batched") for form in ("per-sample", "batched")
+    }
+    log(
+        f"gpu-augment: preset {preset} at {size}, batches of {batch} JPEGs ({min(batch, 64)} distinct, ImageNet-like "
         f"sizes) on {torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'the CPU'}; {warmup} warm-up batches "
-        f"of each form, then {repeats} of each, alternating")
-    for form, pipe in pipes.items():
+        f"of each form, then {repeats} of each, alternating"
+    )
+    for pipe in pipes.values():
         for _ in range(warmup):
             _pipeline_batch(pipe, encoded, dev)
     rows = []
@@ -309,7 +431,10 @@ def render_gpu_augment(df: pd.DataFrame) -> str:
         lines.append(f"| {form} | {len(g)} | " + " | ".join(cells) + " |")
     med = df.groupby("form")[["augment_ms", "images_per_s"]].median()
     if {"per-sample", "batched"} <= set(med.index):
-        lines += ["", "batched against per-sample (medians): augment ms "
-                      f"{med.loc['batched', 'augment_ms'] / med.loc['per-sample', 'augment_ms']:.2f}x, images/s over "
-                      f"decode + augment {med.loc['batched', 'images_per_s'] / med.loc['per-sample', 'images_per_s']:.2f}x"]
+        lines += [
+            "",
+            "batched against per-sample (medians): augment ms "
+            f"{med.loc['batched', 'augment_ms'] / med.loc['per-sample', 'augment_ms']:.2f}x, images/s over "
+            f"decode + augment {med.loc['batched', 'images_per_s'] / med.loc['per-sample', 'images_per_s']:.2f}x",
+        ]
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ Profile them with ``model.threads: 1`` (``profile(threads=1)``): after each slee
 idle intra-op threads take milliseconds to wake for the loss and backward (docs/measured.md),
 which would add a cost nobody asked for (a GPU step leaves those threads alone).
 """
+
 from __future__ import annotations
 
 import time
@@ -127,8 +128,15 @@ def _tuple_collate(samples) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def burn_loader(num_workers: int) -> DataLoader:
-    """A user's own DataLoader, for configs (``data: {kind: loader, factory: "pipeprof.checks.calibrate:burn_loader"}``):
-    256 BurnDataset samples of 2 ms CPU each (500 samples/s per core), batch 8, shuffled, tuple batches.
+    """A user's own DataLoader, for configs
+    (``data: {kind: loader, factory: "pipeprof.checks.calibrate:burn_loader"}``): 256 BurnDataset samples of
+    2 ms CPU each (500 samples/s per core), batch 8, shuffled, tuple batches.
     One pass is 32 batches: trials see its epochs end and restart."""
-    return DataLoader(BurnDataset(256, 0.002), batch_size=8, shuffle=True, num_workers=num_workers,
-                      collate_fn=_tuple_collate, drop_last=True)
+    return DataLoader(
+        BurnDataset(256, 0.002),
+        batch_size=8,
+        shuffle=True,
+        num_workers=num_workers,
+        collate_fn=_tuple_collate,
+        drop_last=True,
+    )

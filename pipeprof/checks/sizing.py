@@ -12,6 +12,7 @@ the mask (no external tool). A mask takes one CPU per physical core (``env.cpu_g
 before any SMT sibling, as the scheduler places workers on the unrestricted machine.
 Each run is a separate ``python -m pipeprof run`` process writing its own run folder.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,12 +32,20 @@ from pipeprof.results import Run, load_run
 #: The known-answer sizing config: 10 ms of CPU per sample (100 samples/s per core) feeding a
 #: 5 ms step that uses no CPU (1,600 samples/s at batch 8), on the CPU device.
 KNOWN = {
-    "device": "cpu", "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"],
+    "device": "cpu",
+    "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end"],
     "data": {"kind": "factory", "factory": "pipeprof.checks.calibrate:burn_dataset_10ms"},
     "model": {"name": ["pipeprof.checks.calibrate:fixed_step_model_5ms"], "threads": 1},
     "loader": {"batch_size": [8]},
-    "measure": {"warmup_batches": 3, "warmup_s": 0.5, "window_s": 0.75, "window_batches": 3, "windows": 4,
-                "max_windows": 8, "cpu_reference_s": 0},
+    "measure": {
+        "warmup_batches": 3,
+        "warmup_s": 0.5,
+        "window_s": 0.75,
+        "window_batches": 3,
+        "windows": 4,
+        "max_windows": 8,
+        "cpu_reference_s": 0,
+    },
 }
 TARGET_RATE_ERR = 0.10  # predicted vs measured at each restricted core count
 TARGET_CORES_SPREAD = 0.15  # cores-per-GPU from runs at different core counts
@@ -63,8 +72,9 @@ def masked_workers(cores: int) -> list[int]:
     return sorted({w for w in (cores // 2, cores - 1, cores) if w >= 1})
 
 
-def launch(config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]],
-           log_path: Path) -> Run:
+def launch(
+    config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]], log_path: Path
+) -> Run:
     """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given); its run folder."""
     sets = [f"out_dir={out_dir}", f"name={name}", *overrides]
     cmd = [sys.executable, "-m", "pipeprof", "run", str(config_path)] + [a for s in sets for a in ("--set", s)]
@@ -101,33 +111,58 @@ def cores_per_gpu(run: Run, step: float) -> CoresNeeded:
     ws, rates = cpu_curve(run.trials, best)
     if not (ws > 0).any():
         return CoresNeeded(basis="no cpu_pipeline trial with workers")
-    return CoresNeeded.from_dict(cores_needed(step, ws, rates, _main_s(run), run.meta["machine"]["cores"]["usable"],
-                                              handoff_limit(run.trials, best)))
+    return CoresNeeded.from_dict(
+        cores_needed(
+            step, ws, rates, _main_s(run), run.meta["machine"]["cores"]["usable"], handoff_limit(run.trials, best)
+        )
+    )
 
 
 def predict_at(full: Run, step: float, cores: int) -> dict:
     """The full run's prediction for ``cores`` cores (one GPU, storage as measured)."""
     best = _group_row(full)
     ws, rates = cpu_curve(full.trials, best)
-    row = what_if(step, ws, rates, _main_s(full), full.meta["machine"]["cores"]["usable"], None, None,
-                  core_counts=(cores,), gpus=(1,), storage_mb_s=(None,),
-                  cap=handoff_limit(full.trials, best))[0]
-    return {"predicted_samples_per_s": row["predicted_samples_per_s"], "binding": row["binding"],
-            "extrapolated": row["extrapolated"]}
+    row = what_if(
+        step,
+        ws,
+        rates,
+        _main_s(full),
+        full.meta["machine"]["cores"]["usable"],
+        None,
+        None,
+        core_counts=(cores,),
+        gpus=(1,),
+        storage_mb_s=(None,),
+        cap=handoff_limit(full.trials, best),
+    )[0]
+    return {
+        "predicted_samples_per_s": row["predicted_samples_per_s"],
+        "binding": row["binding"],
+        "extrapolated": row["extrapolated"],
+    }
 
 
 def measured(run: Run) -> dict:
     best = _group_row(run)
     if best is None:
         return {"measured_samples_per_s": float("nan"), "measured_workers": None}
-    return {"measured_samples_per_s": float(best["samples_per_s"]), "measured_workers": int(best["num_workers"]),
-            "measured_ci95_low": best.get("samples_per_s_ci95_low"),
-            "measured_ci95_high": best.get("samples_per_s_ci95_high")}
+    return {
+        "measured_samples_per_s": float(best["samples_per_s"]),
+        "measured_workers": int(best["num_workers"]),
+        "measured_ci95_low": best.get("samples_per_s_ci95_low"),
+        "measured_ci95_high": best.get("samples_per_s_ci95_high"),
+    }
 
 
-def check(raw: dict, core_counts: list[int], out_dir: str | Path, overrides: list[str] = (),
-          full_run: Optional[str] = None, groups: Optional[list[list[int]]] = None,
-          progress=lambda text: None) -> pd.DataFrame:
+def check(
+    raw: dict,
+    core_counts: list[int],
+    out_dir: str | Path,
+    overrides: list[str] = (),
+    full_run: Optional[str] = None,
+    groups: Optional[list[list[int]]] = None,
+    progress=lambda text: None,
+) -> pd.DataFrame:
     """One row per core count: the full run's prediction, the masked run's measurement, cores-per-GPU."""
     from pipeprof.env import cpu_groups
 
@@ -151,8 +186,14 @@ def check(raw: dict, core_counts: list[int], out_dir: str | Path, overrides: lis
             raise ValueError(f"--cores {c}: this process may use only {len(cpus)} CPUs")
         progress(f"{c} cores (CPUs {','.join(map(str, cpus))})")
         workers = ",".join(map(str, masked_workers(c)))
-        run = launch(config, out, f"sizing-{c}", [*overrides, f"loader.num_workers=[{workers}]",
-                                                   "trials=[cpu_pipeline,end_to_end]"], cpus, out / f"sizing-{c}.log")
+        run = launch(
+            config,
+            out,
+            f"sizing-{c}",
+            [*overrides, f"loader.num_workers=[{workers}]", "trials=[cpu_pipeline,end_to_end]"],
+            cpus,
+            out / f"sizing-{c}.log",
+        )
         got = measured(run) | predict_at(full, step, c)
         got["rate_error_frac"] = got["predicted_samples_per_s"] / got["measured_samples_per_s"] - 1
         rows.append({"cores": c, "cpus": ",".join(map(str, cpus)), "run": str(run.path), **got, **_need(run, step)})
@@ -161,8 +202,11 @@ def check(raw: dict, core_counts: list[int], out_dir: str | Path, overrides: lis
 
 def _need(run: Run, step: float) -> dict:
     need = cores_per_gpu(run, step)
-    return {"cores_per_gpu": need.cores, "cores_per_gpu_basis": need.basis,
-            "handoff_limit_samples_per_s": need.handoff_limit}
+    return {
+        "cores_per_gpu": need.cores,
+        "cores_per_gpu_basis": need.basis,
+        "handoff_limit_samples_per_s": need.handoff_limit,
+    }
 
 
 def summary(df: pd.DataFrame) -> dict:
@@ -178,6 +222,8 @@ def summary(df: pd.DataFrame) -> dict:
     else:
         spread = (needs.max() - needs.min()) / needs.min()
     measured_all = len(errors) > 0 and errors.notna().all()
-    return {"max_rate_error_frac": float(errors.max()) if measured_all else None,
-            "cores_per_gpu_spread_frac": float(spread),
-            "passed": bool(measured_all and errors.max() <= TARGET_RATE_ERR and spread <= TARGET_CORES_SPREAD + 1e-9)}
+    return {
+        "max_rate_error_frac": float(errors.max()) if measured_all else None,
+        "cores_per_gpu_spread_frac": float(spread),
+        "passed": bool(measured_all and errors.max() <= TARGET_RATE_ERR and spread <= TARGET_CORES_SPREAD + 1e-9),
+    }

@@ -9,6 +9,7 @@ with a tuple output. Cases use one worker (or, for the cores case, more workers 
 cores), so a 2-core machine can run them; the expected answers take the machine's
 usable cores into account. ``--sizing`` (see ``sizing``) checks the core-count predictions.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,16 @@ from pipeprof.answer import Confidence
 
 from .calibrate import BurnDataset, BurnStepModel, FixedStepModel, expected_rate
 
-MEASURE = {"warmup_batches": 3, "warmup_s": 0.5, "window_s": 0.75, "window_batches": 3, "windows": 4,
-           "max_windows": 8, "ci_target": 0.1, "cpu_reference_s": 0}  # the cases' own known costs are the reference
+MEASURE = {
+    "warmup_batches": 3,
+    "warmup_s": 0.5,
+    "window_s": 0.75,
+    "window_batches": 3,
+    "windows": 4,
+    "max_windows": 8,
+    "ci_target": 0.1,
+    "cpu_reference_s": 0,
+}  # the cases' own known costs are the reference
 RATE_TOLERANCE = 0.15  # measured vs known rate: a 2-core shared machine moves this much between windows
 
 
@@ -107,15 +116,24 @@ def _compare(name: str, expected: tuple[float, str], run, edge: tuple[str, ...] 
     foreign = 0.0 if foreign is None or foreign != foreign else float(foreign)
     low = (1 - RATE_TOLERANCE) * (1 - min(foreign, 1.0)) - 1
     right = verdict.get("verdict") in (edge or (expected[1],))
-    return {"case": name, "expected_samples_per_s": rate, "measured_samples_per_s": measured,
-            "rate_error_frac": err, "foreign_cores": foreign, "rate_low_frac": low,
-            "expected_verdict": side, "reported_verdict": verdict.get("verdict"),
-            "verdict_right": right, "answer_share": sure.answer_share,
-            "also": ", ".join(verdict.get("also") or []),
-            "verdict_basis": verdict.get("verdict_basis"),
-            "predicted_samples_per_s": verdict.get("predicted_samples_per_s"),
-            "prediction_error_frac": verdict.get("prediction_error_frac"),
-            "passed": bool(right and low <= err <= RATE_TOLERANCE), "run": str(run.path)}
+    return {
+        "case": name,
+        "expected_samples_per_s": rate,
+        "measured_samples_per_s": measured,
+        "rate_error_frac": err,
+        "foreign_cores": foreign,
+        "rate_low_frac": low,
+        "expected_verdict": side,
+        "reported_verdict": verdict.get("verdict"),
+        "verdict_right": right,
+        "answer_share": sure.answer_share,
+        "also": ", ".join(verdict.get("also") or []),
+        "verdict_basis": verdict.get("verdict_basis"),
+        "predicted_samples_per_s": verdict.get("predicted_samples_per_s"),
+        "prediction_error_frac": verdict.get("prediction_error_frac"),
+        "passed": bool(right and low <= err <= RATE_TOLERANCE),
+        "run": str(run.path),
+    }
 
 
 def run_case(case: Case, out_dir: str, measure: dict = MEASURE) -> dict:
@@ -129,11 +147,22 @@ def run_case(case: Case, out_dir: str, measure: dict = MEASURE) -> dict:
     from pipeprof.orchestrate.runner import execute
 
     cores = _machine_cores()
-    cfg = build({"name": "validate", "out_dir": out_dir, "device": "cpu", "measure": measure,
-                 "model": {"name": "user:calibrated", "num_classes": case.outputs, "threads": 1},
-                 "loader": {"num_workers": [case.workers_on(cores)], "batch_size": [case.batch]}})
-    run = execute(cfg, user_dataset=BurnDataset(512, case.cost_ms / 1e3), models={"user:calibrated": case.model},
-                  log=lambda *a: None)
+    cfg = build(
+        {
+            "name": "validate",
+            "out_dir": out_dir,
+            "device": "cpu",
+            "measure": measure,
+            "model": {"name": "user:calibrated", "num_classes": case.outputs, "threads": 1},
+            "loader": {"num_workers": [case.workers_on(cores)], "batch_size": [case.batch]},
+        }
+    )
+    run = execute(
+        cfg,
+        user_dataset=BurnDataset(512, case.cost_ms / 1e3),
+        models={"user:calibrated": case.model},
+        log=lambda *a: None,
+    )
     return _compare(case.name, case.expected(cores), run, case.edge)
 
 
@@ -155,24 +184,35 @@ def run_storage_case(case: StorageCase, out_dir: str) -> dict:
     """Run the throttled source through the whole sweep; expected rate from the files' real mean size."""
     from pipeprof.config import build
     from pipeprof.data.sources.files import FileSource
-    from pipeprof.orchestrate.runner import execute
     from pipeprof.data.synthetic import cached_dataset
+    from pipeprof.orchestrate.runner import execute
 
     folder, _ = cached_dataset(f"{out_dir}/datasets", case.images, classes=4, seed=0)
     files = FileSource(folder)
     rate = case.mb_s * 1e6 / (files.total_bytes() / len(files))
-    cfg = build({"name": "validate-io", "out_dir": out_dir, "device": "cpu",
-                 "data": {"kind": "folder", "path": str(folder),
-                          "source": [{"kind": "throttled", "inner": "files", "mb_s": case.mb_s}]},
-                 "augment": {"preset": "light"},
-                 "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
-                 "loader": {"num_workers": [case.workers], "batch_size": case.batch}, "measure": MEASURE})
+    cfg = build(
+        {
+            "name": "validate-io",
+            "out_dir": out_dir,
+            "device": "cpu",
+            "data": {
+                "kind": "folder",
+                "path": str(folder),
+                "source": [{"kind": "throttled", "inner": "files", "mb_s": case.mb_s}],
+            },
+            "augment": {"preset": "light"},
+            "model": {"name": "pipeprof.checks.calibrate:fixed_step_model_5ms", "threads": 1},
+            "loader": {"num_workers": [case.workers], "batch_size": case.batch},
+            "measure": MEASURE,
+        }
+    )
     run = execute(cfg, log=lambda *a: None)
     return _compare(case.name, (rate, "io-bound"), run)
 
 
-def run_validation(out_dir: str = "out", cases=CASES, storage_cases=STORAGE_CASES,
-                   progress=lambda case: None) -> pd.DataFrame:
+def run_validation(
+    out_dir: str = "out", cases=CASES, storage_cases=STORAGE_CASES, progress=lambda case: None
+) -> pd.DataFrame:
     rows = []
     for case in cases:
         progress(case)

@@ -15,6 +15,7 @@ pipe its output), so a line arrives here as fast in both modes. A pair's cost is
 the result is the mean over pairs with its 95% interval, and each run's progress intervals give its
 own spread.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,14 +39,19 @@ def progress_rate(stamped: list[tuple[float, str]], pattern: str = PROGRESS) -> 
     line) pairs), and each interval's rate between consecutive progress lines (their spread)."""
     seen = [(t, int(m.group(1))) for t, line in stamped if (m := re.search(pattern, line))]
     if len(seen) < 2 or seen[-1][1] <= seen[0][1] or seen[-1][0] <= seen[0][0]:
-        raise ValueError(f"the script printed {len(seen)} progress line(s) matching {pattern!r}: at least two, "
-                         "with rising step counts, are needed to time it (print e.g. 'step 50' as it trains, "
-                         "or pass --progress REGEX whose first group is the step count)")
+        raise ValueError(
+            f"the script printed {len(seen)} progress line(s) matching {pattern!r}: at least two, "
+            "with rising step counts, are needed to time it (print e.g. 'step 50' as it trains, "
+            "or pass --progress REGEX whose first group is the step count)"
+        )
     parts = [(s1 - s0) / (t1 - t0) for (t0, s0), (t1, s1) in zip(seen, seen[1:]) if t1 > t0 and s1 > s0]
-    return {"steps_per_s": (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0]),
-            "timed_steps": seen[-1][1] - seen[0][1], "timed_s": seen[-1][0] - seen[0][0],
-            "first_progress_s": seen[0][0], "interval_rates_cv": (statistics.stdev(parts) / statistics.fmean(parts))
-            if len(parts) > 1 else None}
+    return {
+        "steps_per_s": (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0]),
+        "timed_steps": seen[-1][1] - seen[0][1],
+        "timed_s": seen[-1][0] - seen[0][0],
+        "first_progress_s": seen[0][0],
+        "interval_rates_cv": (statistics.stdev(parts) / statistics.fmean(parts)) if len(parts) > 1 else None,
+    }
 
 
 def stamped_run(cmd: list[str], log_file: Path) -> tuple[list[tuple[float, str]], float]:
@@ -67,15 +73,35 @@ def stamped_run(cmd: list[str], log_file: Path) -> tuple[list[tuple[float, str]]
 
 def _one_run(job: list[str], mode: str, out: Path, pattern: str) -> dict:
     log_file = out / f"{mode}.log"
-    cmd = job if mode == "plain" else [sys.executable, "-m", "pipeprof", "watch", "--out-dir", str(out / "runs"),
-                                       "--log", str(out / "watch.log"), "--", *job]
+    cmd = (
+        job
+        if mode == "plain"
+        else [
+            sys.executable,
+            "-m",
+            "pipeprof",
+            "watch",
+            "--out-dir",
+            str(out / "runs"),
+            "--log",
+            str(out / "watch.log"),
+            "--",
+            *job,
+        ]
+    )
     lines, wall = stamped_run(cmd, log_file)
     return {"mode": mode, "wall_s": wall} | progress_rate(lines, pattern)
 
 
-def watch_overhead(script: str, script_args: str = "", steps: int = 200, repeats: int = 3,
-                   out_dir: str = "out/bench", progress: str = PROGRESS,
-                   log: Callable[[str], None] = print) -> pd.DataFrame:
+def watch_overhead(
+    script: str,
+    script_args: str = "",
+    steps: int = 200,
+    repeats: int = 3,
+    out_dir: str = "out/bench",
+    progress: str = PROGRESS,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
     """The script plain and watched, ``repeats`` pairs in alternating order, each run at ``--steps``;
     one row per run (see the module)."""
     if not script:
@@ -88,8 +114,10 @@ def watch_overhead(script: str, script_args: str = "", steps: int = 200, repeats
     for pair in range(1, repeats + 1):
         for mode in ("plain", "watched") if pair % 2 else ("watched", "plain"):
             rows.append(_one_run(job, mode, out, progress) | {"pair": pair})
-            log(f"pair {pair}/{repeats} {mode}: {rows[-1]['steps_per_s']:.2f} steps/s over "
-                f"{rows[-1]['timed_steps']} steps ({rows[-1]['wall_s']:.1f} s in all)")
+            log(
+                f"pair {pair}/{repeats} {mode}: {rows[-1]['steps_per_s']:.2f} steps/s over "
+                f"{rows[-1]['timed_steps']} steps ({rows[-1]['wall_s']:.1f} s in all)"
+            )
     return pd.DataFrame(rows)
 
 
@@ -106,15 +134,31 @@ def render_watch_overhead(df: pd.DataFrame) -> str:
     o = overhead(df)
     wide = df.pivot(index="pair", columns="mode", values="steps_per_s")
     cv = df.pivot(index="pair", columns="mode", values="interval_rates_cv")
-    lines = ["| pair | plain steps/s | watched steps/s | cost | spread inside the runs (CV, plain / watched) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| pair | plain steps/s | watched steps/s | cost | spread inside the runs (CV, plain / watched) |",
+        "|---|---|---|---|---|",
+    ]
     for (pair, row), c in zip(wide.iterrows(), o["costs"]):
-        lines.append(f"| {pair} | {row['plain']:.2f} | {row['watched']:.2f} | {c:+.2%} | "
-                     f"{_pct(cv.loc[pair, 'plain'])} / {_pct(cv.loc[pair, 'watched'])} |")
-    span = (f" (95% interval {o['ci95_low']:+.2%} to {o['ci95_high']:+.2%})" if o["ci95_low"] is not None
-            else " (one pair: no interval)")
-    return "\n".join(lines + ["", f"cost of watching: {o['mean']:+.2%} of steps/s{span}, over {o['pairs']} pairs; "
-                                  "timed from the script's first to its last progress line"]) + "\n"
+        lines.append(
+            f"| {pair} | {row['plain']:.2f} | {row['watched']:.2f} | {c:+.2%} | "
+            f"{_pct(cv.loc[pair, 'plain'])} / {_pct(cv.loc[pair, 'watched'])} |"
+        )
+    span = (
+        f" (95% interval {o['ci95_low']:+.2%} to {o['ci95_high']:+.2%})"
+        if o["ci95_low"] is not None
+        else " (one pair: no interval)"
+    )
+    return (
+        "\n".join(
+            lines
+            + [
+                "",
+                f"cost of watching: {o['mean']:+.2%} of steps/s{span}, over {o['pairs']} pairs; "
+                "timed from the script's first to its last progress line",
+            ]
+        )
+        + "\n"
+    )
 
 
 def _pct(v: Optional[float]) -> str:

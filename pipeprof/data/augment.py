@@ -4,6 +4,7 @@ Preset names resolve in ``presets`` (no albumentations import there). To add a
 preset, build the ``A.Compose`` and ``A.save(compose, "augmentations/NAME.yaml",
 data_format="yaml")``.
 """
+
 from __future__ import annotations
 
 import albumentations as A  # pipeprof/__init__ has switched its update check off before this import
@@ -18,6 +19,7 @@ _SIZE_KEYS = ("height", "width")
 def _load(path) -> A.Compose:
     """The pipeline albumentations reads from ``path``; ConfigError naming the file and albumentations'
     reason when it cannot (malformed YAML, no 'transform' key, a transform it does not know)."""
+
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"augment.preset: {path}: albumentations {A.__version__} cannot load it: {why}")
 
@@ -25,8 +27,11 @@ def _load(path) -> A.Compose:
         compose = A.load(str(path), data_format="yaml")
     except KeyError as exc:  # albumentations' own lookups: the top-level key, then each transform's name
         key = exc.args[0] if exc.args else None
-        raise refuse("no 'transform' key (albumentations.save writes one)" if key == "transform" else
-                     f"KeyError {key!r}: no transform of that name (or a key it needs is missing)") from None
+        raise refuse(
+            "no 'transform' key (albumentations.save writes one)"
+            if key == "transform"
+            else f"KeyError {key!r}: no transform of that name (or a key it needs is missing)"
+        ) from None
     except Exception as exc:  # yaml's parser errors, a file that is not a mapping
         raise refuse(f"{type(exc).__name__}: {exc}") from None
     if not isinstance(compose, A.Compose):

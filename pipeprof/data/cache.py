@@ -10,6 +10,7 @@ that does not control and record which one it measured is not reproducible.
   the kernel actually fetched from the block device during a measurement.
 * :func:`fits_in_page_cache` says which state a real run would be in.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -94,7 +95,8 @@ def drop_all_caches() -> None:
     except OSError as exc:  # EACCES without root, EROFS in most containers
         raise PermissionError(
             f"cannot drop the page cache ({exc.strerror or exc}): writing /proc/sys/vm/drop_caches "
-            "needs root outside a container; evict() drops just the dataset's files without it") from exc
+            "needs root outside a container; evict() drops just the dataset's files without it"
+        ) from exc
 
 
 def can_drop_all_caches(path: str = "/proc/sys/vm/drop_caches") -> tuple[bool, str]:
@@ -133,8 +135,7 @@ def _libc():
     except (OSError, AttributeError):
         return None
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_long]
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
     return libc
@@ -235,8 +236,12 @@ class IoProbe:
                 continue
             self.read_bytes += now[0] - b0
             self.read_chars += now[1] - c0
-        return {"read_bytes": self.read_bytes, "read_chars": self.read_chars,
-                "disk_fraction": self.disk_fraction(), "lost_pids": list(self.lost)}
+        return {
+            "read_bytes": self.read_bytes,
+            "read_chars": self.read_chars,
+            "disk_fraction": self.disk_fraction(),
+            "lost_pids": list(self.lost),
+        }
 
     def disk_fraction(self) -> float | None:
         """Δread_bytes / Δread_chars, clamped to 1; None when nothing was read."""
@@ -280,8 +285,16 @@ def fits_in_page_cache(total_bytes: int, usable: float = 0.8) -> dict:
     limit = cgroup_memory_limit()
     room = min(available, limit) if limit is not None else available
     fits = total_bytes <= usable * room
-    return {"fits": fits, "total_bytes": int(total_bytes), "available_bytes": int(available),
-            "cgroup_limit_bytes": limit, "room_bytes": int(room), "usable": usable,
-            "reason": (f"{total_bytes / 1e9:.2f} GB {'fits in' if fits else 'exceeds'} {usable:.0%} of "
-                       f"{room / 1e9:.1f} GB of memory available for the page cache"
-                       + (" (cgroup limit)" if limit is not None and limit < available else ""))}
+    return {
+        "fits": fits,
+        "total_bytes": int(total_bytes),
+        "available_bytes": int(available),
+        "cgroup_limit_bytes": limit,
+        "room_bytes": int(room),
+        "usable": usable,
+        "reason": (
+            f"{total_bytes / 1e9:.2f} GB {'fits in' if fits else 'exceeds'} {usable:.0%} of "
+            f"{room / 1e9:.1f} GB of memory available for the page cache"
+            + (" (cgroup limit)" if limit is not None and limit < available else "")
+        ),
+    }

@@ -11,6 +11,7 @@ Each path's type is read before anything opens it (``sources.base.file_kind``): 
 or directory named like an image is listed as unreadable, with what it is, and never opened (a FIFO's
 open would wait for a writer forever).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,17 +38,28 @@ class CheckResult(NamedTuple):
 
     def summary(self, examples: int = 20) -> dict:
         """Plain JSON for run.json: the counts and the first ``examples`` of each list."""
-        return {"files": self.files, "checked": self.checked, "unreadable": len(self.unreadable),
-                "unreadable_first": [f"{p}: {why}" for p, why in self.unreadable[:examples]],
-                "large": len(self.large), "large_first": [f"{p} ({px / 1e6:.0f} MP)" for p, px in self.large[:examples]],
-                "max_pixels": self.max_pixels, "seconds": self.seconds}
+        return {
+            "files": self.files,
+            "checked": self.checked,
+            "unreadable": len(self.unreadable),
+            "unreadable_first": [f"{p}: {why}" for p, why in self.unreadable[:examples]],
+            "large": len(self.large),
+            "large_first": [f"{p} ({px / 1e6:.0f} MP)" for p, px in self.large[:examples]],
+            "max_pixels": self.max_pixels,
+            "seconds": self.seconds,
+        }
 
     def lines(self) -> list[str]:
         """What was found, one line each, for a log or the console."""
-        head = (f"checked {self.checked} of {self.files} files in {self.seconds:.1f} s: "
-                f"{len(self.unreadable)} unreadable, {len(self.large)} above {self.max_pixels / 1e6:g} MP")
-        return ([head] + [f"  unreadable: {p}: {why}" for p, why in self.unreadable]
-                + [f"  large: {p} ({px / 1e6:.0f} MP)" for p, px in self.large])
+        head = (
+            f"checked {self.checked} of {self.files} files in {self.seconds:.1f} s: "
+            f"{len(self.unreadable)} unreadable, {len(self.large)} above {self.max_pixels / 1e6:g} MP"
+        )
+        return (
+            [head]
+            + [f"  unreadable: {p}: {why}" for p, why in self.unreadable]
+            + [f"  large: {p} ({px / 1e6:.0f} MP)" for p, px in self.large]
+        )
 
 
 def check_file(path: str) -> tuple[Optional[str], Optional[int]]:

@@ -6,6 +6,7 @@ time goes without any cross-process bookkeeping. Bad samples (a file that cannot
 read or decoded) and outsize images travel the same way: each sample carries what its
 worker met, the batch collects it, and :class:`SampleTally` counts it per trial.
 """
+
 from __future__ import annotations
 
 import time
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate, Dataset, Sampler
+from torch.utils.data import Dataset, Sampler, default_collate
 
 from .decode import DecodeError, get_decoder
 from .sources import Source
@@ -64,8 +65,10 @@ def _bad(source, i: int, exc: BaseException, policy: SamplePolicy) -> tuple[str,
 
 
 def _no_stand_in(bad: list) -> BadSample:
-    return BadSample(f"{len(bad)} samples in a row cannot be read or decoded, from {bad[0][0]} ({bad[0][1]}) "
-                     f"to {bad[-1][0]} ({bad[-1][1]})")
+    return BadSample(
+        f"{len(bad)} samples in a row cannot be read or decoded, from {bad[0][0]} ({bad[0][1]}) "
+        f"to {bad[-1][0]} ({bad[-1][1]})"
+    )
 
 
 class TimingSwitch:
@@ -96,8 +99,14 @@ class PipelineDataset(Dataset):
     ``notes`` reports the bad samples skipped for it and whether it is outsize (``policy``).
     """
 
-    def __init__(self, source: Source, decoder: str, transform, stage_timing: "bool | TimingSwitch" = True,
-                 policy: SamplePolicy = SamplePolicy()):
+    def __init__(
+        self,
+        source: Source,
+        decoder: str,
+        transform,
+        stage_timing: "bool | TimingSwitch" = True,
+        policy: SamplePolicy = SamplePolicy(),
+    ):
         from .augment import stage_names
 
         self.source, self.policy = source, policy
@@ -145,8 +154,11 @@ class PipelineDataset(Dataset):
         else:
             image = self.transform(image=image)["image"]
         # an outsize image's cost is its own stage clocks: unknown with the clocks off
-        large = (self.source.where(i), pixels, float(times.sum()) if timed else None) \
-            if pixels > self.policy.max_pixels else None
+        large = (
+            (self.source.where(i), pixels, float(times.sum()) if timed else None)
+            if pixels > self.policy.max_pixels
+            else None
+        )
         return Sample(image, self.source.label(i), times, {"bad": bad, "large": large} if bad or large else None)
 
     def _timed_transforms(self, image, out: np.ndarray):
@@ -219,17 +231,24 @@ def collate_pipeline(samples: list[Sample]):
     stage = np.sum([s[2] for s in samples], axis=0)
     notes = [s[3] for s in samples if s[3]]
     collate_s = time.perf_counter() - t0
-    return {"image": images, "label": labels,
-            "stage_s": torch.as_tensor(np.append(stage, collate_s), dtype=torch.float64),
-            "bad_samples": [b for n in notes for b in n["bad"]],
-            "large_images": [n["large"] for n in notes if n["large"]]}
+    return {
+        "image": images,
+        "label": labels,
+        "stage_s": torch.as_tensor(np.append(stage, collate_s), dtype=torch.float64),
+        "bad_samples": [b for n in notes for b in n["bad"]],
+        "large_images": [n["large"] for n in notes if n["large"]],
+    }
 
 
 def collate_bytes(samples):
     """Totals of a batch of raw reads, plus each read's own time (for latency percentiles)."""
-    return {"bytes": sum(s[0] for s in samples), "read_s": sum(s[1] for s in samples),
-            "n": len(samples), "read_times": [s[1] for s in samples],
-            "bad_samples": [b for s in samples for b in s[2]]}
+    return {
+        "bytes": sum(s[0] for s in samples),
+        "read_s": sum(s[1] for s in samples),
+        "n": len(samples),
+        "read_times": [s[1] for s in samples],
+        "bad_samples": [b for s in samples for b in s[2]],
+    }
 
 
 def _first(kept: list, new: list, most: int) -> None:
@@ -344,7 +363,7 @@ class ShardSampler(Sampler):
         epoch = 0
         while True:
             units = self.units(epoch)
-            mine = units[worker::self.workers] or units  # fewer samples than workers: all of them
+            mine = units[worker :: self.workers] or units  # fewer samples than workers: all of them
             for unit in mine:
                 yield from unit
             epoch += 1

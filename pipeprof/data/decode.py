@@ -4,6 +4,7 @@ Both return 8-bit RGB, whatever the file holds (16-bit, grey, CMYK, palette, alp
 same albumentations pipeline follows either; OpenCV's BGR→RGB conversion is counted as part
 of its decode because a pipeline needs it. Alpha is dropped, not composited, by both.
 """
+
 from __future__ import annotations
 
 import io

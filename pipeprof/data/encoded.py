@@ -8,6 +8,7 @@ tensor, not a list of 256: a DataLoader worker hands every tensor of a batch ove
 shared-memory segment and a file descriptor of its own, and the pin-memory thread pins each: with a
 list, handing a batch over cost more than decoding and augmenting it on the GPU (docs/measured.md).
 """
+
 from __future__ import annotations
 
 import time
@@ -52,8 +53,9 @@ class EncodedDataset(Dataset):
             read_s = time.thread_time() - c0 if self.stage_timing else 0.0
             # bytearray: frombuffer over immutable bytes would share memory torch may not write
             tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            return EncodedSample(tensor, self.source.label(i), np.array([read_s]),
-                                 {"bad": bad, "large": None} if bad else None)
+            return EncodedSample(
+                tensor, self.source.label(i), np.array([read_s]), {"bad": bad, "large": None} if bad else None
+            )
         raise _no_stand_in(bad)
 
 
@@ -65,9 +67,14 @@ def collate_encoded(samples: list[EncodedSample]) -> dict:
     stage = np.sum([s.stage_s for s in samples], axis=0)
     notes = [s.notes for s in samples if s.notes]
     lengths = torch.as_tensor([len(s.data) for s in samples], dtype=torch.long)
-    return {"encoded": torch.cat([s.data for s in samples]), "lengths": lengths, "label": labels,
-            "stage_s": torch.as_tensor(np.append(stage, time.perf_counter() - t0), dtype=torch.float64),
-            "bad_samples": [b for n in notes for b in n["bad"]], "large_images": []}
+    return {
+        "encoded": torch.cat([s.data for s in samples]),
+        "lengths": lengths,
+        "label": labels,
+        "stage_s": torch.as_tensor(np.append(stage, time.perf_counter() - t0), dtype=torch.float64),
+        "bad_samples": [b for n in notes for b in n["bad"]],
+        "large_images": [],
+    }
 
 
 def unpacked(batch: dict) -> list[torch.Tensor]:

@@ -20,6 +20,7 @@ To map another albumentations transform: write ``fn(params) -> Op`` below and ad
 :data:`TORCHVISION` under albumentations' class name. A preset naming a transform without an entry
 is refused before anything runs (:class:`NoCounterpart`, a ConfigError: exit 2).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,6 +29,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from pipeprof.config import ConfigError
+
 
 # albumentations stores OpenCV's interpolation flags; v2 takes its own enum
 def _F():
@@ -85,6 +87,7 @@ def _chosen(x: torch.Tensor, p: float, g: torch.Generator) -> torch.Tensor:
 
 # ---- geometry: parameters drawn per sample, applied per sample (one) or to the batch (batch) ----
 
+
 def _uniforms(g: torch.Generator, n: int, k: int) -> torch.Tensor:
     """n rows of k uniforms in [0, 1) (float32 draws, as float64). A batch's draw is its samples' draws one
     after another (the CPU generator fills a tensor in order), so ``one`` on each image in turn and ``batch``
@@ -131,8 +134,9 @@ def _flat(images) -> _Flat:
     return _Flat(torch.cat(pieces), _to(lengths.cumsum(0) - lengths, device), _to(torch.tensor(strides), device))
 
 
-def _take(f: _Flat, sizes: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, channels: int,
-          fill: Optional[float] = None) -> torch.Tensor:
+def _take(
+    f: _Flat, sizes: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, channels: int, fill: Optional[float] = None
+) -> torch.Tensor:
     """(n, C, rows, cols): each image's pixels at its ``rows`` x ``cols`` (host int64, one row each) in one
     gather; coordinates outside an image clamp to its edge (``fill`` None: the edge repeated) or read ``fill``."""
     dev, n = f.flat.device, rows.shape[0]
@@ -203,7 +207,9 @@ def resized_crops(images, boxes: torch.Tensor, size, budget: int = PAD_BUDGET) -
     for group in _groups(sizes, first.shape[-3], budget):
         x = _padded(images, group, sizes).float()
         b = boxes[group].float()
-        rois = torch.stack([torch.arange(len(group)).float(), b[:, 1], b[:, 0], b[:, 1] + b[:, 3], b[:, 0] + b[:, 2]], 1)
+        rois = torch.stack(
+            [torch.arange(len(group)).float(), b[:, 1], b[:, 0], b[:, 1] + b[:, 3], b[:, 0] + b[:, 2]], 1
+        )
         y = roi_align(x, _to(rois, x.device), list(size), spatial_scale=1.0, sampling_ratio=-1, aligned=True)
         y = y if out.dtype.is_floating_point else y.round_().to(out.dtype)
         if len(group) == len(sizes) and bool((group == torch.arange(len(sizes))).all()):
@@ -244,6 +250,7 @@ def random_resized_crop(p: dict) -> Op:
     def batch(x, g):
         sizes = _sizes(x)
         return resized_crops(x, rrc_boxes(sizes, scale, ratio, _uniforms(g, len(sizes), 2 * 10 + 2)), size)
+
     return Op("RandomResizedCrop", one=one, batch=batch if interp.value == "bilinear" else None, ragged=True)
 
 
@@ -264,6 +271,7 @@ def random_crop(p: dict) -> Op:
         grown = torch.maximum(sizes, torch.tensor([h, w])) if p.get("pad_if_needed") else sizes
         at = (_uniforms(g, len(sizes), 2) * (grown - torch.tensor([h, w]) + 1)).trunc().long() - (grown - sizes) // 2
         return crops(x, at[:, 0], at[:, 1], h, w, fill if p.get("pad_if_needed") else 0)
+
     return Op("RandomCrop", one=one, batch=batch, ragged=True)
 
 
@@ -276,8 +284,9 @@ def center_crop(p: dict) -> Op:
     def batch(x, g):
         at = (_sizes(x) - torch.tensor([h, w])).div(2, rounding_mode="floor")
         if isinstance(x, torch.Tensor) and bool((at[0] >= 0).all()):  # a view of the stacked batch
-            return x[..., int(at[0, 0]):int(at[0, 0]) + h, int(at[0, 1]):int(at[0, 1]) + w]
+            return x[..., int(at[0, 0]) : int(at[0, 0]) + h, int(at[0, 1]) : int(at[0, 1]) + w]
         return crops(x, at[:, 0], at[:, 1], h, w)
+
     return Op("CenterCrop", one=one, batch=batch, ragged=True)
 
 
@@ -296,6 +305,7 @@ def resize(p: dict) -> Op:
             return torch.stack([one(img, g) for img in x])
         sizes = _sizes(x)
         return resized_crops(x, torch.cat([torch.zeros_like(sizes), sizes], 1), size)
+
     return Op("Resize", one=one, batch=batch, ragged=True)
 
 
@@ -306,9 +316,18 @@ def _affine_args(sizes: torch.Tensor, p: dict, u: torch.Tensor) -> torch.Tensor:
 
     def between(col, bounds):
         return bounds[0] + (bounds[1] - bounds[0]) * u[:, col]
-    return torch.stack([between(6, p["rotate"]), (between(1, move["x"]) * sizes[:, 1]).round(),
-                        (between(2, move["y"]) * sizes[:, 0]).round(), between(3, p["scale"]["x"]),
-                        between(4, p["shear"]["x"]), between(5, p["shear"]["y"])], 1)
+
+    return torch.stack(
+        [
+            between(6, p["rotate"]),
+            (between(1, move["x"]) * sizes[:, 1]).round(),
+            (between(2, move["y"]) * sizes[:, 0]).round(),
+            between(3, p["scale"]["x"]),
+            between(4, p["shear"]["x"]),
+            between(5, p["shear"]["y"]),
+        ],
+        1,
+    )
 
 
 def _inverse_matrices(args: torch.Tensor) -> torch.Tensor:
@@ -330,8 +349,13 @@ def affine_images(x: torch.Tensor, matrices: torch.Tensor, mode: str = "bilinear
     ones channel sampled alongside: bilinear output blends toward the fill by how much of it fell outside)."""
     n, c, h, w = x.shape
     m = matrices.double()
-    theta = torch.stack([m[:, 0, 0], m[:, 0, 1] * h / w, m[:, 0, 2] * 2 / w,
-                         m[:, 1, 0] * w / h, m[:, 1, 1], m[:, 1, 2] * 2 / h], 1).view(n, 2, 3).float()
+    theta = (
+        torch.stack(
+            [m[:, 0, 0], m[:, 0, 1] * h / w, m[:, 0, 2] * 2 / w, m[:, 1, 0] * w / h, m[:, 1, 1], m[:, 1, 2] * 2 / h], 1
+        )
+        .view(n, 2, 3)
+        .float()
+    )
     grid = torch.nn.functional.affine_grid(_to(theta, x.device), [n, c + 1, h, w], align_corners=False)
     img = torch.cat([x.float(), torch.ones((n, 1, h, w), device=x.device)], 1)
     y = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
@@ -364,12 +388,20 @@ def affine(p: dict) -> Op:
         if float(u[0, 0]) >= p["p"]:
             return img
         angle, tx, ty, scale, shx, shy = _affine_args(_sizes([img]), p, u)[0].tolist()
-        return _F().affine(img, angle=angle, translate=[tx, ty], scale=scale, shear=[shx, shy],
-                           interpolation=interp, fill=fill)
+        return _F().affine(
+            img, angle=angle, translate=[tx, ty], scale=scale, shear=[shx, shy], interpolation=interp, fill=fill
+        )
 
     def batch(x, g):
-        return _some(x, _uniforms(g, len(x), 7), p["p"], lambda imgs, u: affine_images(
-            imgs, _inverse_matrices(_affine_args(_sizes(imgs), p, u)), interp.value, fill))
+        return _some(
+            x,
+            _uniforms(g, len(x), 7),
+            p["p"],
+            lambda imgs, u: affine_images(
+                imgs, _inverse_matrices(_affine_args(_sizes(imgs), p, u)), interp.value, fill
+            ),
+        )
+
     return Op("Affine", one=one, batch=batch)
 
 
@@ -383,10 +415,12 @@ def blur_images(x: torch.Tensor, ks: torch.Tensor, sigmas: torch.Tensor) -> torc
     k = torch.exp(-0.5 * (d / sigmas.view(-1, 1)) ** 2) * (d.abs() <= (ks.view(-1, 1) // 2))
     k = _to((k / k.sum(1, keepdim=True)).float().repeat_interleave(c, 0), x.device)
     y = x.float().reshape(1, n * c, h, w)
-    y = torch.nn.functional.conv2d(torch.nn.functional.pad(y, [half, half, 0, 0], mode="reflect"),
-                                   k.view(n * c, 1, 1, -1), groups=n * c)
-    y = torch.nn.functional.conv2d(torch.nn.functional.pad(y, [0, 0, half, half], mode="reflect"),
-                                   k.view(n * c, 1, -1, 1), groups=n * c).view(n, c, h, w)
+    y = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(y, [half, half, 0, 0], mode="reflect"), k.view(n * c, 1, 1, -1), groups=n * c
+    )
+    y = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(y, [0, 0, half, half], mode="reflect"), k.view(n * c, 1, -1, 1), groups=n * c
+    ).view(n, c, h, w)
     return y if x.dtype.is_floating_point else y.round_().to(x.dtype)
 
 
@@ -407,10 +441,12 @@ def gaussian_blur(p: dict) -> Op:
 
     def batch(x, g):
         return _some(x, _uniforms(g, len(x), 3), p["p"], lambda imgs, u: blur_images(imgs, *args(u)))
+
     return Op("GaussianBlur", one=one, batch=batch)
 
 
 # ---- pixels: on the stacked batch, per-sample parameters ------------------------------------
+
 
 def horizontal_flip(p: dict) -> Op:
     return Op("HorizontalFlip", batch=lambda x, g: torch.where(_chosen(x, p["p"], g), x.flip(-1), x))
@@ -422,8 +458,9 @@ def vertical_flip(p: dict) -> Op:
 
 def _factors(x: torch.Tensor, bounds, g: torch.Generator, centre: float = 1.0) -> torch.Tensor:
     lo, hi = bounds
-    return _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1) if (lo, hi) != (centre, centre) \
-        else None
+    return (
+        _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1) if (lo, hi) != (centre, centre) else None
+    )
 
 
 def _blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
@@ -434,6 +471,7 @@ def _blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tenso
 def color_jitter(p: dict) -> Op:
     """Brightness, contrast, saturation and hue factors drawn per sample, applied in that order to the
     whole batch at once (albumentations shuffles the order per call; the cost is the same)."""
+
     def batch(x, g):
         y = x.float() / 255 if x.dtype == torch.uint8 else x.clone()
         if (b := _factors(y, p["brightness"], g)) is not None:
@@ -446,6 +484,7 @@ def color_jitter(p: dict) -> Op:
             y = _shift_hue(y, h.view(-1, 1, 1))
         y = torch.where(_chosen(x, p["p"], g), y, x.float() / 255 if x.dtype == torch.uint8 else x)
         return (y * 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else y
+
     return Op("ColorJitter", batch=batch)
 
 
@@ -461,6 +500,7 @@ def _shift_hue(y: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
 
 def gauss_noise(p: dict) -> Op:
     """Zero-mean noise whose standard deviation (a share of the pixel range) is drawn per sample."""
+
     def batch(x, g):
         lo, hi = p["std_range"]
         std = _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1)
@@ -468,13 +508,16 @@ def gauss_noise(p: dict) -> Op:
         noisy = x.float() + torch.randn(x.shape, device=x.device) * std
         noisy = noisy.clamp_(0, 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else noisy
         return torch.where(_chosen(x, p["p"], g), noisy, x)
+
     return Op("GaussNoise", batch=batch)
 
 
 def normalize(p: dict) -> Op:
     if p.get("normalization", "standard") != "standard":
-        raise NoCounterpart(f"augment.device: cuda: Normalize with normalization={p['normalization']!r} has no "
-                            "counterpart here (only 'standard': (x / max_pixel_value - mean) / std)")
+        raise NoCounterpart(
+            f"augment.device: cuda: Normalize with normalization={p['normalization']!r} has no "
+            "counterpart here (only 'standard': (x / max_pixel_value - mean) / std)"
+        )
     scale = float(p.get("max_pixel_value", 255.0))
     mean, std = (torch.tensor(list(p[k]), dtype=torch.float32).view(1, -1, 1, 1) for k in ("mean", "std"))
     # v2's normalize, with its mean and std sent without a blocking copy (which would wait for the queue)
@@ -487,9 +530,17 @@ def to_tensor(p: dict) -> Op:
 
 #: albumentations class name -> builder of its GPU counterpart from the transform's stored parameters
 TORCHVISION: dict[str, Callable[[dict], Op]] = {
-    "RandomResizedCrop": random_resized_crop, "RandomCrop": random_crop, "CenterCrop": center_crop,
-    "Resize": resize, "Affine": affine, "GaussianBlur": gaussian_blur, "HorizontalFlip": horizontal_flip,
-    "VerticalFlip": vertical_flip, "ColorJitter": color_jitter, "GaussNoise": gauss_noise, "Normalize": normalize,
+    "RandomResizedCrop": random_resized_crop,
+    "RandomCrop": random_crop,
+    "CenterCrop": center_crop,
+    "Resize": resize,
+    "Affine": affine,
+    "GaussianBlur": gaussian_blur,
+    "HorizontalFlip": horizontal_flip,
+    "VerticalFlip": vertical_flip,
+    "ColorJitter": color_jitter,
+    "GaussNoise": gauss_noise,
+    "Normalize": normalize,
     "ToTensorV2": to_tensor,
 }
 
@@ -501,9 +552,11 @@ def ops_of(transforms: list[dict], preset: str = "the preset") -> list[Op]:
     for t in transforms:
         name = t.get("__class_fullname__", "?").rsplit(".", 1)[-1]
         if name not in TORCHVISION:
-            raise NoCounterpart(f"augment.device: cuda: {preset} uses {name}, which has no torchvision counterpart in "
-                                f"pipeprof's table (mapped: {', '.join(TORCHVISION)}); run this preset with "
-                                "augment.device: cpu, or map the transform in pipeprof/data/gpu_augment.py")
+            raise NoCounterpart(
+                f"augment.device: cuda: {preset} uses {name}, which has no torchvision counterpart in "
+                f"pipeprof's table (mapped: {', '.join(TORCHVISION)}); run this preset with "
+                "augment.device: cpu, or map the transform in pipeprof/data/gpu_augment.py"
+            )
         ops.append(TORCHVISION[name]({"p": 1.0} | t))
     return ops
 
@@ -514,8 +567,14 @@ class GpuPipeline:
     ``batched=False`` runs every transform that has a per-sample form per sample (the reference, and the
     benchmark's baseline); the same seed draws the same parameters either way."""
 
-    def __init__(self, transforms: list[dict], device: str | torch.device = "cuda", seed: int = 0,
-                 preset: str = "the preset", batched: bool = True):
+    def __init__(
+        self,
+        transforms: list[dict],
+        device: str | torch.device = "cuda",
+        seed: int = 0,
+        preset: str = "the preset",
+        batched: bool = True,
+    ):
         self.ops = ops_of(transforms, preset)
         self.device = torch.device(device)
         self.g = torch.Generator().manual_seed(seed)
@@ -549,16 +608,19 @@ class GpuPipeline:
             return x
         shapes = {tuple(img.shape) for img in x}
         if len(shapes) > 1:
-            raise ValueError(f"the preset leaves images of {len(shapes)} sizes where a batch is needed "
-                             f"({sorted(shapes)[:3]}...): put a crop or resize to one size first")
+            raise ValueError(
+                f"the preset leaves images of {len(shapes)} sizes where a batch is needed "
+                f"({sorted(shapes)[:3]}...): put a crop or resize to one size first"
+            )
         return torch.stack(x)
 
     def __call__(self, encoded: list[torch.Tensor]) -> torch.Tensor:
         return self.augment(self.decode(encoded))
 
 
-def for_preset(preset: str, size: Optional[int], device: str | torch.device, seed: int = 0,
-               batched: bool = True) -> GpuPipeline:
+def for_preset(
+    preset: str, size: Optional[int], device: str | torch.device, seed: int = 0, batched: bool = True
+) -> GpuPipeline:
     """The GPU pipeline of a preset (name or YAML path), cropping to ``size`` like ``augment.load_preset``."""
     from .augment import A, load_preset
 

@@ -5,6 +5,7 @@ opened once, and the storage facts run.json records.
 To add a source: a class in ``data/sources/`` registered in its ``REGISTRY`` table, a spec class
 in ``config`` (its ``kind``), and one entry in :data:`OPENERS`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pipeprof.config import ConfigError, RunConfig
+
 from . import cache
 from .sources import source_class
 
@@ -46,14 +48,16 @@ def preflight(data, log: Callable[[str], None], shown: int = 20) -> dict:
         raise ConfigError(f"data.path: {exc}") from None
     found = check_paths(paths, data.check_files, data.max_pixels)
     lines = found.lines()
-    for line in lines[:shown + 1]:
+    for line in lines[: shown + 1]:
         log(line)
     if len(lines) > shown + 1:
         log(f"  ... and {len(lines) - shown - 1} more (pipeprof check-data {data.path} lists them all)")
     if found.unreadable and data.on_bad_sample == "fail":
         path, why = found.unreadable[0]
-        raise ConfigError(f"data.on_bad_sample is 'fail' and {len(found.unreadable)} of the {found.checked} files "
-                          f"checked cannot be read, first {path}: {why}")
+        raise ConfigError(
+            f"data.on_bad_sample is 'fail' and {len(found.unreadable)} of the {found.checked} files "
+            f"checked cannot be read, first {path}: {why}"
+        )
     return found.summary()
 
 
@@ -65,8 +69,9 @@ def auto_shard_size_mb(total_bytes: int) -> float:
     return min(100.0, max(float(f"{total_bytes / 8 / 1e6:.2g}"), 0.1))
 
 
-def packed_shards(folder: str, cache_dir: str, shard_size_mb: Optional[float], seed: int,
-                  log: Callable[[str], None]) -> Path:
+def packed_shards(
+    folder: str, cache_dir: str, shard_size_mb: Optional[float], seed: int, log: Callable[[str], None]
+) -> Path:
     """Tar shards of ``folder`` under ``cache_dir/shards/``, packed once and reused while the folder is unchanged."""
     from pipeprof.data.sources.shards import pack_folder
 
@@ -95,14 +100,19 @@ OPENERS: dict[str, Callable] = {
     "files": lambda spec, folder, inner, cfg, log: source_class("files")(_path(spec, folder, cfg)),
     # refuses a dataset larger than half the available RAM
     "memory": lambda spec, folder, inner, cfg, log: source_class("memory")(
-        source_class("files")(_path(spec, folder, cfg))),
+        source_class("files")(_path(spec, folder, cfg))
+    ),
     "shards": lambda spec, folder, inner, cfg, log: source_class("shards")(
-        spec.path or packed_shards(_path(spec, folder, cfg), cfg.data.cache_dir, spec.shard_size_mb, cfg.data.seed,
-                                   log), reader=spec.reader),
-    "url": lambda spec, folder, inner, cfg, log: source_class("url")(spec.base_url, spec.index, spec.timeout_s,
-                                                                     spec.retries),
+        spec.path
+        or packed_shards(_path(spec, folder, cfg), cfg.data.cache_dir, spec.shard_size_mb, cfg.data.seed, log),
+        reader=spec.reader,
+    ),
+    "url": lambda spec, folder, inner, cfg, log: source_class("url")(
+        spec.base_url, spec.index, spec.timeout_s, spec.retries
+    ),
     "throttled": lambda spec, folder, inner, cfg, log: source_class("throttled")(
-        inner(spec.inner), spec.mb_s, spec.latency_ms, spec.reads_s),
+        inner(spec.inner), spec.mb_s, spec.latency_ms, spec.reads_s
+    ),
 }
 
 
@@ -143,14 +153,22 @@ def _check_cold_system(cfg: RunConfig) -> None:
     if "cold-system" in cfg.data.cache and any(s.file_backed for s in cfg.data.source):
         ok, why = cache.can_drop_all_caches()
         if not ok:
-            raise ConfigError(f"data.cache: 'cold-system' drops the whole machine's page cache and cannot here: "
-                              f"{why}; 'cold' evicts just the dataset's files, without root")
+            raise ConfigError(
+                f"data.cache: 'cold-system' drops the whole machine's page cache and cannot here: "
+                f"{why}; 'cold' evicts just the dataset's files, without root"
+            )
 
 
 def source_info(cfg: RunConfig, sources: dict) -> dict:
     """label -> the columns every trial on that source carries."""
-    return {spec.label: {"emulated": bool(sources[spec.label].emulated), "source_kind": spec.base_kind,
-                         "throttle": spec.throttle} for spec in cfg.data.source}
+    return {
+        spec.label: {
+            "emulated": bool(sources[spec.label].emulated),
+            "source_kind": spec.base_kind,
+            "throttle": spec.throttle,
+        }
+        for spec in cfg.data.source
+    }
 
 
 def storage_facts(cfg: RunConfig, sources: dict) -> dict:
@@ -159,6 +177,10 @@ def storage_facts(cfg: RunConfig, sources: dict) -> dict:
         return {}
     ref = next((s for s in sources.values() if s.kind == "files"), None) or next(iter(sources.values()))
     total = ref.total_bytes()
-    return {"sources": {label: s.describe() for label, s in sources.items()},
-            "dataset_samples": len(ref), "dataset_total_mb": total / 1e6,
-            "fits_in_page_cache": cache.fits_in_page_cache(total), "cache_states": list(cfg.data.cache)}
+    return {
+        "sources": {label: s.describe() for label, s in sources.items()},
+        "dataset_samples": len(ref),
+        "dataset_total_mb": total / 1e6,
+        "fits_in_page_cache": cache.fits_in_page_cache(total),
+        "cache_states": list(cfg.data.cache),
+    }

@@ -23,14 +23,15 @@ statistics that drive those costs:
 Every image is a pure function of ``(seed, index)``, so datasets are
 reproducible and can be generated in parallel in any order.
 """
+
 from __future__ import annotations
 
 import io
 import json
 import os
-import signal
 import pathlib
 import shutil
+import signal
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -319,8 +320,14 @@ def dataset_stats(root: str | os.PathLike, decode_sample: int = 64) -> DatasetSt
 
 
 def _params(images: int, classes: int, seed: int, quality: int) -> dict:
-    return {"images": images, "classes": classes, "seed": seed, "quality": quality,
-            "generator_version": GENERATOR_VERSION, "size_units": "KB=1e3"}  # older markers held KiB
+    return {
+        "images": images,
+        "classes": classes,
+        "seed": seed,
+        "quality": quality,
+        "generator_version": GENERATOR_VERSION,
+        "size_units": "KB=1e3",
+    }  # older markers held KiB
 
 
 def _read_marker(folder: pathlib.Path) -> dict | None:

@@ -8,6 +8,7 @@ is refused with what would fix it where that is unambiguous (a PIL image needs T
 a permute, samples of different sizes a crop or a collate_fn of their own), as a ConfigError: the run
 stops before its folder exists, exit 2 on the command line, instead of every trial failing alike.
 """
+
 from __future__ import annotations
 
 import threading
@@ -26,8 +27,10 @@ FIRST_BATCH_MOST = 32
 FIRST_BATCH_BYTES = 256e6  # ...and past this many bytes two samples stand for the batch (4K images and up)
 CHANNELS = (1, 3, 4)  # a first or last axis of this length is a channel axis
 FORM = "(image, label) with the image a C×H×W tensor"
-OWN_COLLATE = "or bring your own DataLoader with a collate_fn that batches them (profile(loader=fn(num_workers)), " \
-              "or data.kind: loader)"
+OWN_COLLATE = (
+    "or bring your own DataLoader with a collate_fn that batches them (profile(loader=fn(num_workers)), "
+    "or data.kind: loader)"
+)
 
 
 class SampleFacts(NamedTuple):
@@ -64,8 +67,10 @@ def _is_pil(obj) -> bool:
 def image_fix(image) -> str | None:
     """Why ``image`` cannot be a sample's image and what would make it one; None when it can."""
     if _is_pil(image):
-        return ("the loader batches tensors: add torchvision.transforms.ToTensor() (floats in [0, 1]) or "
-                "PILToTensor() (uint8, normalised on the device) at the end of the dataset's transform")
+        return (
+            "the loader batches tensors: add torchvision.transforms.ToTensor() (floats in [0, 1]) or "
+            "PILToTensor() (uint8, normalised on the device) at the end of the dataset's transform"
+        )
     if not isinstance(image, (torch.Tensor, np.ndarray)):
         return f"the image must be a C×H×W tensor; return {FORM}"
     shape, dtype = tuple(image.shape), str(image.dtype).removeprefix("torch.")
@@ -74,13 +79,17 @@ def image_fix(image) -> str | None:
     if len(shape) != 3:
         return f"the image must have 3 axes, C×H×W, not {len(shape)}"
     if shape[-1] in CHANNELS and shape[0] not in CHANNELS:
-        return (f"channels last (H×W×C = {dims(shape)}): the model takes C×H×W; add ToTensor(), or "
-                "torch.from_numpy(a).permute(2, 0, 1) for an ndarray (image.permute(2, 0, 1) for a tensor)")
+        return (
+            f"channels last (H×W×C = {dims(shape)}): the model takes C×H×W; add ToTensor(), or "
+            "torch.from_numpy(a).permute(2, 0, 1) for an ndarray (image.permute(2, 0, 1) for a tensor)"
+        )
     if dtype in ("float64", "double"):
         return "64-bit floats: the model's weights are 32-bit; convert with image.float() (a.astype('float32'))"
     if dtype != "uint8" and not dtype.startswith(("float", "bfloat")):
-        return (f"images of dtype {dtype}: the step takes uint8 (0–255, normalised on the device) or floating "
-                "point; convert with .to(torch.uint8) when the values are 0–255, else .float()")
+        return (
+            f"images of dtype {dtype}: the step takes uint8 (0–255, normalised on the device) or floating "
+            "point; convert with .to(torch.uint8) when the values are 0–255, else .float()"
+        )
     return None
 
 
@@ -91,8 +100,10 @@ def label_fix(label) -> str | None:
     except (TypeError, ValueError, RuntimeError):
         value = None
     if value is None or value != int(value):
-        return ("the label must be a class index (an int, or a one-element tensor); for one-hot or soft labels "
-                "return the index (label.argmax())")
+        return (
+            "the label must be a class index (an int, or a one-element tensor); for one-hot or soft labels "
+            "return the index (label.argmax())"
+        )
     return None
 
 
@@ -128,12 +139,16 @@ def read_first(dataset, count: int, cap_s: float) -> list:
     thread.start()
     thread.join(cap_s)
     if thread.is_alive():
-        raise ConfigError(f"data: the dataset's sample {len(samples)} did not return in {cap_s:g} s "
-                          "(measure.max_trial_s): its __getitem__ blocks; every trial reading it would hang")
+        raise ConfigError(
+            f"data: the dataset's sample {len(samples)} did not return in {cap_s:g} s "
+            "(measure.max_trial_s): its __getitem__ blocks; every trial reading it would hang"
+        )
     if failed:
         exc = failed[0]
-        raise ConfigError(f"data: the dataset's sample {len(samples)} raised {type(exc).__name__}: {exc}; every "
-                          "trial reading it would fail the same way")
+        raise ConfigError(
+            f"data: the dataset's sample {len(samples)} raised {type(exc).__name__}: {exc}; every "
+            "trial reading it would fail the same way"
+        )
     return samples
 
 
@@ -145,10 +160,14 @@ def _nbytes(sample) -> int:
 def check_sample(sample) -> SampleFacts:
     """The facts of one sample in the accepted form, else ConfigError saying what it is and what fixes it."""
     if not isinstance(sample, (tuple, list)) or len(sample) < 2:
-        hint = ("return (sample['image'], sample['label']) from __getitem__" if isinstance(sample, dict)
-                else "add the label")
-        raise ConfigError(f"data: the dataset returns {describe(sample)}; the loader takes {FORM}: {hint}, "
-                          f"{OWN_COLLATE}")
+        hint = (
+            "return (sample['image'], sample['label']) from __getitem__"
+            if isinstance(sample, dict)
+            else "add the label"
+        )
+        raise ConfigError(
+            f"data: the dataset returns {describe(sample)}; the loader takes {FORM}: {hint}, {OWN_COLLATE}"
+        )
     image, label = sample[0], sample[1]
     fix = image_fix(image)
     if fix is not None:
@@ -165,14 +184,18 @@ def check_batch(samples: list, collate: Callable) -> None:
     shapes = [tuple(int(n) for n in np.shape(s[0])) for s in samples]
     other = next((k for k, shape in enumerate(shapes) if shape != shapes[0]), None)
     if other is not None:
-        raise ConfigError(f"data: samples differ in size: {dims(shapes[0])} (sample 0) vs {dims(shapes[other])} "
-                          f"(sample {other}); crop or resize them to one size (e.g. Resize and CenterCrop, or "
-                          f"RandomResizedCrop), {OWN_COLLATE}")
+        raise ConfigError(
+            f"data: samples differ in size: {dims(shapes[0])} (sample 0) vs {dims(shapes[other])} "
+            f"(sample {other}); crop or resize them to one size (e.g. Resize and CenterCrop, or "
+            f"RandomResizedCrop), {OWN_COLLATE}"
+        )
     try:
         collate(samples)
     except Exception as exc:  # what stack or the labels' conversion refused, in the user's words
-        raise ConfigError(f"data: the first {len(samples)} samples cannot be batched ({type(exc).__name__}: "
-                          f"{exc}); samples are {describe(samples[0])}") from None
+        raise ConfigError(
+            f"data: the first {len(samples)} samples cannot be batched ({type(exc).__name__}: "
+            f"{exc}); samples are {describe(samples[0])}"
+        ) from None
 
 
 def check_user_dataset(dataset, batch_size: int, collate: Callable, cap_s: float = 60.0) -> SampleFacts:
@@ -195,10 +218,10 @@ def check_user_dataset(dataset, batch_size: int, collate: Callable, cap_s: float
 #: what a user's own DataLoader's collate says when its samples cannot be batched -> what fixes it
 COLLATE_FIXES = {
     "PIL.Image": "the dataset returns PIL images: add torchvision.transforms.ToTensor() (or PILToTensor()) at the "
-                 "end of its transform",
+    "end of its transform",
     "stack expects each tensor to be equal size": "samples differ in size: crop or resize them to one size (e.g. "
-                                                   "Resize and CenterCrop, or RandomResizedCrop), or give the "
-                                                   "DataLoader a collate_fn that batches them",
+    "Resize and CenterCrop, or RandomResizedCrop), or give the "
+    "DataLoader a collate_fn that batches them",
 }
 
 

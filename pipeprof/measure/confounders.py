@@ -6,6 +6,7 @@ thread; albumentations phones home for updates at import in every process unless
 told not to; and unseeded augmentations make two runs do different work. A worker
 that sets these differently from the next run is a confounder, so they live here.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,9 @@ def seed_worker(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def step_threads(kind: str, device_type: str, usable_cores: int, workers: Optional[int],
-                 override: Optional[int] = None) -> Optional[int]:
+def step_threads(
+    kind: str, device_type: str, usable_cores: int, workers: Optional[int], override: Optional[int] = None
+) -> Optional[int]:
     """Intra-op threads for the training process in a trial; None: leave torch's setting alone.
 
     On a CPU device the step's OpenMP threads share the cores with the DataLoader workers.

@@ -19,6 +19,7 @@ every sample timed; as many processes at once as there are usable cores, all of 
 A B B A (the machine's drift falls on both decoders alike). So timed, the ratio has come within a
 point of what the action trials' worker clocks read.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -32,20 +33,23 @@ WARM = 8  # samples decoded (and transformed) untimed first in each process: its
 ROUNDS = 2  # rounds of each decoder (A B B A), each as many processes as usable cores
 
 #: What is timed, recorded in run.json beside the figures.
-TIMED_REGION = ("each CPU decoder on the same samples of the run's first source (bytes read outside the clock), in "
-                "processes forked from the main process before the sweep: rounds A B B A of as many processes at "
-                "once as usable cores, each round one decoder (the workers' thread policy; the first preset's "
-                f"transforms after each decode, untimed), {WARM} samples untimed then every sample timed in each; "
-                "us per sample = summed perf_counter time of the decode calls / decodes timed")
+TIMED_REGION = (
+    "each CPU decoder on the same samples of the run's first source (bytes read outside the clock), in "
+    "processes forked from the main process before the sweep: rounds A B B A of as many processes at "
+    "once as usable cores, each round one decoder (the workers' thread policy; the first preset's "
+    f"transforms after each decode, untimed), {WARM} samples untimed then every sample timed in each; "
+    "us per sample = summed perf_counter time of the decode calls / decodes timed"
+)
 
 
-def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Optional[Callable] = None,
-                 cores: Optional[int] = None) -> dict | None:
+def decode_costs(
+    source, samples: int = 24, decoders=DECODERS, transform: Optional[Callable] = None, cores: Optional[int] = None
+) -> dict | None:
     """``{"us_per_sample": {decoder: us}, "samples": n, "processes": {decoder: count}}`` over
     ``samples`` evenly spread samples of ``source`` (None without a source or when none decodes);
     ``transform(image=...)``: what a worker does after decoding (the preset); ``cores``: the usable cores (how
-    many processes of a decoder run at once; default: this process's CPUs). Its timed region, :data:`TIMED_REGION`, is in
-    run.json's ``timed_regions``."""
+    many processes of a decoder run at once; default: this process's CPUs). Its timed region,
+    :data:`TIMED_REGION`, is in run.json's ``timed_regions``."""
     if source is None or not len(source):
         return None
     source = getattr(source, "inner", source)  # an emulated slow link: its bytes are the same, its delay not timed
@@ -57,7 +61,7 @@ def decode_costs(source, samples: int = 24, decoders=DECODERS, transform: Option
     spent: dict[str, list] = {name: [] for name in names}
     width = max(1, cores or len(os.sched_getaffinity(0)))
     for r in range(ROUNDS):
-        for name in (names if r % 2 == 0 else names[::-1]):  # A B, B A: the drift falls on both alike
+        for name in names if r % 2 == 0 else names[::-1]:  # A B, B A: the drift falls on both alike
             spent[name] += [got for got in _side_by_side([name] * width, blobs, transform) if got is not None]
     if not all(spent.values()):
         return None
@@ -99,6 +103,7 @@ def _child(name: str, blobs: list, transform, conn) -> None:
 def _timed_passes(name: str, blobs: list, transform, cap: bool) -> Optional[tuple[float, int]]:
     if cap:
         from pipeprof.measure.confounders import cap_worker_threads
+
         cap_worker_threads()  # as in a worker: one thread
     fn, total, n = get_decoder(name), 0.0, 0
     for i, data in enumerate(blobs[:WARM] + blobs):

@@ -8,6 +8,7 @@ A user's own DataLoader (or one over an IterableDataset, which cannot cycle by i
 iterated through :class:`EndlessIter`, which starts a new pass when one ends; its batches
 are put in pipeprof's form by :func:`user_batch`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -19,8 +20,9 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .confounders import cap_worker_threads, seed_worker
 from pipeprof.data.dataset import CyclingSampler, ShardSampler
+
+from .confounders import cap_worker_threads, seed_worker
 
 
 def worker_init(worker_id: int, base_seed: int) -> None:
@@ -38,20 +40,35 @@ def sampler_for(dataset, batch_size: int, num_workers: int, seed: int = 0, shard
     source = getattr(dataset, "source", None)
     if getattr(source, "sequential", False):
         if shard is not None:
-            raise ValueError("a sequential (sharded) source is not split between the ranks of an N-GPU trial; "
-                             "use files or memory there")
+            raise ValueError(
+                "a sequential (sharded) source is not split between the ranks of an N-GPU trial; "
+                "use files or memory there"
+            )
         return ShardSampler(source, batch_size, num_workers, seed)
     return CyclingSampler(len(dataset), seed, shard)
 
 
 def access_order(dataset) -> str:
     """How the loader walks the dataset, as recorded with each trial."""
-    return ("sequential: each worker reads its own shards front to back"
-            if getattr(getattr(dataset, "source", None), "sequential", False) else "shuffled")
+    return (
+        "sequential: each worker reads its own shards front to back"
+        if getattr(getattr(dataset, "source", None), "sequential", False)
+        else "shuffled"
+    )
 
 
-def build_loader(dataset, batch_size: int, num_workers: int, collate_fn, pin_memory: bool = False,
-                 prefetch_factor: int = 2, seed: int = 0, timeout_s: float = 0, shard=None, **knobs) -> DataLoader:
+def build_loader(
+    dataset,
+    batch_size: int,
+    num_workers: int,
+    collate_fn,
+    pin_memory: bool = False,
+    prefetch_factor: int = 2,
+    seed: int = 0,
+    timeout_s: float = 0,
+    shard=None,
+    **knobs,
+) -> DataLoader:
     """An endless DataLoader over ``dataset`` with pipeprof's worker policy.
 
     ``timeout_s`` (> 0, with workers) bounds the wait for one batch, so storage that stops
@@ -60,11 +77,20 @@ def build_loader(dataset, batch_size: int, num_workers: int, collate_fn, pin_mem
     """
     extra = {"prefetch_factor": prefetch_factor, "timeout": timeout_s, **knobs} if num_workers > 0 else {}
     # an IterableDataset takes no sampler (it cannot be indexed): its passes end, EndlessIter restarts them
-    sampler = None if isinstance(dataset, IterableDataset) else sampler_for(dataset, batch_size, num_workers, seed,
-                                                                            shard)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
-                      num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory,
-                      worker_init_fn=partial(worker_init, base_seed=seed), drop_last=True, **extra)
+    sampler = (
+        None if isinstance(dataset, IterableDataset) else sampler_for(dataset, batch_size, num_workers, seed, shard)
+    )
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        pin_memory=pin_memory,
+        worker_init_fn=partial(worker_init, base_seed=seed),
+        drop_last=True,
+        **extra,
+    )
 
 
 def prefetch_depth(num_workers: int, prefetch_factor: int) -> int:
@@ -142,10 +168,14 @@ def shutdown(iterator) -> None:
 # ---- a user's own loader -------------------------------------------------------------
 
 USER_WORKER_POLICY = "user's DataLoader"  # the trial row's worker_policy when the user built the loader
-USER_WORKER_POLICY_NOTE = ("the user's DataLoader runs its own worker_init_fn: pipeprof does not cap its workers' "
-                           "threads (cv2, torch) or seed them")
-BATCH_FORMS = ("a dict with 'image' and 'label' (or 'images' and 'labels')",
-               "a tuple or list whose first two items are (images, labels)")
+USER_WORKER_POLICY_NOTE = (
+    "the user's DataLoader runs its own worker_init_fn: pipeprof does not cap its workers' "
+    "threads (cv2, torch) or seed them"
+)
+BATCH_FORMS = (
+    "a dict with 'image' and 'label' (or 'images' and 'labels')",
+    "a tuple or list whose first two items are (images, labels)",
+)
 
 
 def _dataloaders(loader) -> list[DataLoader]:
@@ -221,28 +251,33 @@ def user_batch(batch) -> dict:
     counted from ``len(images)``. Accepted forms: see :data:`BATCH_FORMS`; others raise ValueError."""
     pair = _images_labels(batch)
     if pair is None:
-        raise ValueError(f"the user's loader returned {_describe(batch)}; "
-                         f"accepted batches: {'; or '.join(BATCH_FORMS)}")
+        raise ValueError(
+            f"the user's loader returned {_describe(batch)}; accepted batches: {'; or '.join(BATCH_FORMS)}"
+        )
     images, labels = pair
     try:
         if isinstance(images, (list, tuple)):  # a collate that leaves the images unstacked
             images = torch.stack([torch.as_tensor(x) for x in images])
         images, labels = torch.as_tensor(images), torch.as_tensor(labels)
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise ValueError(f"the user's loader returned {_describe(batch)} whose images/labels are not tensors "
-                         f"({exc}); accepted batches: {'; or '.join(BATCH_FORMS)}") from None
+        raise ValueError(
+            f"the user's loader returned {_describe(batch)} whose images/labels are not tensors "
+            f"({exc}); accepted batches: {'; or '.join(BATCH_FORMS)}"
+        ) from None
     if images.ndim != 4 or len(labels) != len(images):
-        raise ValueError(f"the user's loader returned images of shape {tuple(images.shape)} and {labels.numel()} "
-                         "labels: expected images [batch, channels, height, width] and one label per image")
+        raise ValueError(
+            f"the user's loader returned images of shape {tuple(images.shape)} and {labels.numel()} "
+            "labels: expected images [batch, channels, height, width] and one label per image"
+        )
     return {"image": images, "label": labels}
 
 
 def _images_labels(batch):
     """(images, labels) of a batch in one of the accepted forms, else None."""
     if isinstance(batch, dict):
-        for i, l in (("image", "label"), ("images", "labels")):
-            if i in batch and l in batch:
-                return batch[i], batch[l]
+        for images, labels in (("image", "label"), ("images", "labels")):
+            if images in batch and labels in batch:
+                return batch[images], batch[labels]
         return None
     if isinstance(batch, (tuple, list)) and len(batch) >= 2:
         return batch[0], batch[1]

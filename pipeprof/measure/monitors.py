@@ -36,6 +36,7 @@ Units: ``*_pct`` percent (process CPU may exceed 100: one core = 100;
 storage trials' ``read_mb_s``), ``*_w`` watts, ``*_mhz`` MHz,
 ``*_c`` degrees Celsius, ``*_ms`` milliseconds, ``t_s`` seconds.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -44,7 +45,6 @@ import math
 import os
 import threading
 import time
-
 from typing import Optional
 
 import pandas as pd
@@ -57,10 +57,22 @@ log = logging.getLogger(__name__)
 # NVML errors that mean "this board (or driver) does not report that field", not a failure of NVML
 _FIELD_NOT_REPORTED = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
 BASE_COLUMNS = [
-    "t_s", "trial_id", "phase", "sample_cost_ms", "cpu_util_pct",
-    "main_cpu_pct", "main_rss_mb", "workers_cpu_pct", "workers_rss_mb",
-    "n_workers_alive", "disk_read_mb_s", "cpu_steal_pct", "usable_cpus", "usable_busy_cores",
-    "run_cores", "foreign_cores",
+    "t_s",
+    "trial_id",
+    "phase",
+    "sample_cost_ms",
+    "cpu_util_pct",
+    "main_cpu_pct",
+    "main_rss_mb",
+    "workers_cpu_pct",
+    "workers_rss_mb",
+    "n_workers_alive",
+    "disk_read_mb_s",
+    "cpu_steal_pct",
+    "usable_cpus",
+    "usable_busy_cores",
+    "run_cores",
+    "foreign_cores",
 ]
 GPU_FIELDS = ["util_pct", "mem_used_mb", "temp_c", "power_w", "sm_clock_mhz", "throttle_reasons"]
 
@@ -351,8 +363,10 @@ class Monitor:
                 self._nvml.sample(row)
                 return
             except Exception as exc:  # NVML failed mid-run: no GPU figures from now on, the run goes on
-                self._gpu_error = (f"NVML failed mid-run at t={row['t_s']:.1f} s (trial {row['trial_id']}): "
-                                   f"{type(exc).__name__}: {exc}; GPU columns are empty from then on")
+                self._gpu_error = (
+                    f"NVML failed mid-run at t={row['t_s']:.1f} s (trial {row['trial_id']}): "
+                    f"{type(exc).__name__}: {exc}; GPU columns are empty from then on"
+                )
                 log.warning("pipeprof monitor: %s", self._gpu_error)
                 self._nvml.shutdown()
         if self._gpu_failed_mid_run:
@@ -424,8 +438,9 @@ def gpu_mean(df: pd.DataFrame, field: str) -> float | None:
 
 
 def _gpu_cols(df: pd.DataFrame, field: str) -> list[str]:
-    return [c for c in df.columns if c.startswith("gpu") and c.endswith("_" + field)
-            and c[3:-len(field) - 1].isdigit()]
+    return [
+        c for c in df.columns if c.startswith("gpu") and c.endswith("_" + field) and c[3 : -len(field) - 1].isdigit()
+    ]
 
 
 def _values(df: pd.DataFrame, cols: list[str]) -> pd.Series:
@@ -445,8 +460,11 @@ def block_interval(df: pd.DataFrame, name: str) -> dict:
     the means of BLOCKS consecutive blocks of samples (None with fewer than two samples per block)."""
     values = pd.to_numeric(df[name], errors="coerce").dropna().to_numpy() if name in df.columns else []
     size = len(values) // BLOCKS
-    lo, hi = mean_ci95([float(values[i * size:(i + 1) * size].mean()) for i in range(BLOCKS)]) if size >= 2 \
+    lo, hi = (
+        mean_ci95([float(values[i * size : (i + 1) * size].mean()) for i in range(BLOCKS)])
+        if size >= 2
         else (None, None)
+    )
     return {f"{name}_ci95_low": lo, f"{name}_ci95_high": hi}
 
 
@@ -494,8 +512,7 @@ def _usable_cores(df: pd.DataFrame) -> int | None:
     return None if n is None else int(n)
 
 
-def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = None,
-              t_end: float | None = None) -> dict:
+def summarize(timeline: pd.DataFrame, trial_id: str, t_start: float | None = None, t_end: float | None = None) -> dict:
     """Aggregate one trial's rows (optionally within ``[t_start, t_end]``).
 
     GPU means/maxima pool all devices and rows (``gpu_mem_used_mb_max`` is the

@@ -7,6 +7,7 @@ windows (``monitors.summarize``); this names the largest one with its figure, so
 flag tells the user what to fix (a quieter machine, fewer workers than cores) rather
 than only that the number wobbled.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -48,8 +49,13 @@ def attribute(row: dict) -> dict:
     if found:
         cause, text = found[0][0], "; ".join(t for _, t in found)
     else:
-        cause, text = "unseen", ("no steal, outside load or throttling seen from inside the machine: the host's "
-                                 "contention (the run's CPU reference shows how far the machine moved) or the "
-                                 "pipeline's own variation")
+        cause, text = (
+            "unseen",
+            (
+                "no steal, outside load or throttling seen from inside the machine: the host's "
+                "contention (the run's CPU reference shows how far the machine moved) or the "
+                "pipeline's own variation"
+            ),
+        )
     reason = row.get("unstable_reason") or "unstable"
     return {"noise_cause": cause, "unstable_reason": f"{reason}; likely cause: {text}"}

@@ -16,6 +16,7 @@ machine. (It is a snapshot of a few seconds, and pipeline rates have repeated
 closely while the reference read far apart, so it bounds the doubt; it does not
 correct the rates.)
 """
+
 from __future__ import annotations
 
 import io
@@ -27,9 +28,11 @@ from PIL import Image
 from pipeprof.data.synthetic import encode_image
 
 #: What is timed, recorded in run.json beside the figures.
-TIMED_REGION = ("Pillow decode (open + convert RGB + load) of one fixed synthetic JPEG (seed 0, image 3), "
-                "repeated for a set time in each of N forked processes released together; "
-                "rate = decodes / elapsed per process, summed")
+TIMED_REGION = (
+    "Pillow decode (open + convert RGB + load) of one fixed synthetic JPEG (seed 0, image 3), "
+    "repeated for a set time in each of N forked processes released together; "
+    "rate = decodes / elapsed per process, summed"
+)
 
 
 def _decode_for(data: bytes, seconds: float, start, results) -> None:
@@ -51,16 +54,22 @@ def decode_rate(processes: int, seconds: float = 1.0, data: bytes | None = None)
     data = data or encode_image(0, 3)
     ctx = mp.get_context("fork")  # no re-import per process: start-up stays outside the timed part
     start, results = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_decode_for, args=(data, seconds, start, results), daemon=True)
-             for _ in range(processes)]
+    procs = [
+        ctx.Process(target=_decode_for, args=(data, seconds, start, results), daemon=True) for _ in range(processes)
+    ]
     for p in procs:
         p.start()
     start.set()
     rates = sorted(results.get(timeout=seconds + 60) for _ in procs)
     for p in procs:
         p.join()
-    return {"processes": processes, "decodes_per_s": sum(rates), "per_process_mean": sum(rates) / processes,
-            "per_process_min": rates[0], "per_process_max": rates[-1]}
+    return {
+        "processes": processes,
+        "decodes_per_s": sum(rates),
+        "per_process_mean": sum(rates) / processes,
+        "per_process_min": rates[0],
+        "per_process_max": rates[-1],
+    }
 
 
 def measure(cores: int, seconds: float = 1.0, rounds: int = 3) -> dict:
@@ -80,17 +89,26 @@ def measure(cores: int, seconds: float = 1.0, rounds: int = 3) -> dict:
         for k in counts:
             samples[k].append(decode_rate(k, each, data))
     points = []
-    for k, runs in samples.items():
+    for runs in samples.values():
         runs = sorted(runs, key=lambda r: r["decodes_per_s"])
         mid = runs[len(runs) // 2]
-        points.append(mid | {"rounds": len(runs), "decodes_per_s_min": runs[0]["decodes_per_s"],
-                             "decodes_per_s_max": runs[-1]["decodes_per_s"]})
+        points.append(
+            mid
+            | {
+                "rounds": len(runs),
+                "decodes_per_s_min": runs[0]["decodes_per_s"],
+                "decodes_per_s_max": runs[-1]["decodes_per_s"],
+            }
+        )
     return {"time_unix_s": time.time(), "points": points}
 
 
 def drift(start: dict, end: dict) -> dict:
     """Relative change end vs start of each point (same process counts), and the largest in size."""
-    changes = {p["processes"]: q["decodes_per_s"] / p["decodes_per_s"] - 1
-               for p, q in zip(start["points"], end["points"]) if p["processes"] == q["processes"]}
+    changes = {
+        p["processes"]: q["decodes_per_s"] / p["decodes_per_s"] - 1
+        for p, q in zip(start["points"], end["points"])
+        if p["processes"] == q["processes"]
+    }
     worst = max(changes.values(), key=abs) if changes else None
     return {"by_processes": changes, "largest_frac": worst}

@@ -5,6 +5,7 @@ or as normalised floats; uint8 is converted and normalised on the device, inside
 the timed compute. Regions are bracketed with :class:`DeviceClock`, whose CUDA
 events are read only after a synchronisation (see ``measure``).
 """
+
 from __future__ import annotations
 
 import time
@@ -79,9 +80,11 @@ def main_output(out: Any) -> torch.Tensor:
     found = _innermost(out)
     if not isinstance(found, torch.Tensor):
         where = _type_name(out) + ("" if found is out else f" (its main entry is a {_type_name(found)})")
-        raise TypeError(f"cannot find the output tensor in the model's {where}: expected a tensor, a tuple/list "
-                        "(first element), a dict ('logits' or 'out' key) or an object with .logits; "
-                        "pass loss_fn= to take the raw output")
+        raise TypeError(
+            f"cannot find the output tensor in the model's {where}: expected a tensor, a tuple/list "
+            "(first element), a dict ('logits' or 'out' key) or an object with .logits; "
+            "pass loss_fn= to take the raw output"
+        )
     return found
 
 
@@ -112,17 +115,24 @@ def check_labels(labels: torch.Tensor, num_outputs: Optional[int]) -> None:
     while a ValueError only fails this one. ``num_outputs`` None: only the dtype is checked.
     """
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"labels are {labels.dtype}, but cross-entropy needs integer class indices: "
-                         "return int labels from the dataset, or pass loss_fn= for a different target")
+        raise ValueError(
+            f"labels are {labels.dtype}, but cross-entropy needs integer class indices: "
+            "return int labels from the dataset, or pass loss_fn= for a different target"
+        )
     if num_outputs is None or labels.numel() == 0:
         return
     lo, hi = (int(v) for v in torch.aminmax(labels))
     if 0 <= lo and hi < num_outputs:
         return
-    bad, fix = ((hi, f"build the model with num_classes >= {hi + 1} (config model.num_classes)") if hi >= num_outputs
-                else (lo, f"map the labels to 0..{num_outputs - 1}"))
-    raise ValueError(f"label {bad} is outside the model's {num_outputs} outputs (labels must be in "
-                     f"[0, {num_outputs})): {fix}, or pass loss_fn= for a different target")
+    bad, fix = (
+        (hi, f"build the model with num_classes >= {hi + 1} (config model.num_classes)")
+        if hi >= num_outputs
+        else (lo, f"map the labels to 0..{num_outputs - 1}")
+    )
+    raise ValueError(
+        f"label {bad} is outside the model's {num_outputs} outputs (labels must be in "
+        f"[0, {num_outputs})): {fix}, or pass loss_fn= for a different target"
+    )
 
 
 @contextmanager
@@ -148,9 +158,18 @@ class Step:
     on :func:`main_output`, with labels checked on the host to be in ``[0, num_outputs)``.
     """
 
-    def __init__(self, model: torch.nn.Module, device: str | torch.device, precision: str = "fp32",
-                 mode: str = "train", channels_last: bool = False, num_classes: int = 1000,
-                 cudnn_benchmark: bool | None = None, loss_fn: Optional[Callable] = None, ddp: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: str | torch.device,
+        precision: str = "fp32",
+        mode: str = "train",
+        channels_last: bool = False,
+        num_classes: int = 1000,
+        cudnn_benchmark: bool | None = None,
+        loss_fn: Optional[Callable] = None,
+        ddp: bool = False,
+    ):
         self.device = torch.device(device)
         self.ddp = ddp  # wrap in DistributedDataParallel after the probe (an N-GPU trial's rank)
         self.precision, self.mode, self.num_classes, self.loss_fn = precision, mode, num_classes, loss_fn
@@ -190,7 +209,8 @@ class Step:
             self.model.to(memory_format=self.memory_format)
             if self.ddp:  # after lazy modules have real parameters: DDP broadcasts rank 0's to the others
                 self.model = torch.nn.parallel.DistributedDataParallel(
-                    self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                    self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+                )
             if self.mode == "train":
                 self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3, momentum=0.9)
             self.probed = True

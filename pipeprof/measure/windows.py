@@ -18,6 +18,7 @@ and wasted on others.
 The clock and the synchronisation are parameters, so tests drive this with
 workloads of known cost and a fake clock.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -59,28 +60,48 @@ class Measurement:
         return summarize_rates(self.rates()) | {
             # the rates themselves: the analysis re-draws them (bootstrap) for the answer's confidence
             "window_rates": self.rates(),
-            "windows": len(self.windows), "batches_measured": sum(w.batches for w in self.windows),
+            "windows": len(self.windows),
+            "batches_measured": sum(w.batches for w in self.windows),
             "samples_measured": sum(w.samples for w in self.windows),
             "measured_s": self.t_measure_end - self.t_measure_start,
-            "t_measure_start_s": self.t_measure_start, "t_measure_end_s": self.t_measure_end,
-            "warmup_batches": self.warmup_batches, "warmup_s": self.warmup_s, "warmup_settled": self.warmup_settled,
-            "unstable": self.unstable, "unstable_reason": self.reason}
+            "t_measure_start_s": self.t_measure_start,
+            "t_measure_end_s": self.t_measure_end,
+            "warmup_batches": self.warmup_batches,
+            "warmup_s": self.warmup_s,
+            "warmup_settled": self.warmup_settled,
+            "unstable": self.unstable,
+            "unstable_reason": self.reason,
+        }
 
 
 def summarize_rates(rates: list[float]) -> dict:
     """Median, mean, CV (sample std / mean), 95% CI of the mean, min and max of window rates."""
     if not rates:
-        return {k: None for k in ("samples_per_s", "samples_per_s_mean", "samples_per_s_cv",
-                                  "samples_per_s_ci95_low", "samples_per_s_ci95_high",
-                                  "samples_per_s_min", "samples_per_s_max")}
+        return {
+            k: None
+            for k in (
+                "samples_per_s",
+                "samples_per_s_mean",
+                "samples_per_s_cv",
+                "samples_per_s_ci95_low",
+                "samples_per_s_ci95_high",
+                "samples_per_s_min",
+                "samples_per_s_max",
+            )
+        }
     mean = statistics.fmean(rates)
     sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
     t = t95(len(rates)) if len(rates) > 1 else 1.96
     half = t * sd / len(rates) ** 0.5
-    return {"samples_per_s": statistics.median(rates), "samples_per_s_mean": mean,
-            "samples_per_s_cv": sd / mean if mean else None,
-            "samples_per_s_ci95_low": mean - half, "samples_per_s_ci95_high": mean + half,
-            "samples_per_s_min": min(rates), "samples_per_s_max": max(rates)}
+    return {
+        "samples_per_s": statistics.median(rates),
+        "samples_per_s_mean": mean,
+        "samples_per_s_cv": sd / mean if mean else None,
+        "samples_per_s_ci95_low": mean - half,
+        "samples_per_s_ci95_high": mean + half,
+        "samples_per_s_min": min(rates),
+        "samples_per_s_max": max(rates),
+    }
 
 
 def ci_half_frac(rates: list[float]) -> Optional[float]:
@@ -111,9 +132,16 @@ def instability(rates: list[float], wanted: int, ci_limit: float) -> Optional[st
     return None
 
 
-def steady_state(step: Callable[[], int], policy, *, min_warmup_batches: int = 0, batch_multiple: int = 1,
-                 clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = lambda: None,
-                 on_phase: Callable[[str], None] = lambda phase: None) -> Measurement:
+def steady_state(
+    step: Callable[[], int],
+    policy,
+    *,
+    min_warmup_batches: int = 0,
+    batch_multiple: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    sync: Callable[[], None] = lambda: None,
+    on_phase: Callable[[str], None] = lambda phase: None,
+) -> Measurement:
     """Run ``step`` (returns the samples it processed) through warm-up and timed windows.
 
     ``policy`` has warmup_batches, warmup_s, warmup_max_s, settle_tol, window_s, window_batches,
@@ -219,23 +247,38 @@ class Paired:
         """
         costs = [1 - wa.rate / wb.rate for wa, wb in zip(self.a, self.b)]
         lo, hi = mean_ci95(costs)
-        return {"cost_frac": statistics.fmean(costs) if costs else None, "cost_ci95_low": lo, "cost_ci95_high": hi,
-                "pairs": len(costs)}
+        return {
+            "cost_frac": statistics.fmean(costs) if costs else None,
+            "cost_ci95_low": lo,
+            "cost_ci95_high": hi,
+            "pairs": len(costs),
+        }
 
     def reasons(self, max_trial_s: float, what: str = "") -> list[str]:
         """Why the pairs cannot be trusted as planned: fewer than 2 (no spread), fewer than planned, or a
         warm-up the time cap cut short."""
         pairs, what = len(self.a), f"{what} " if what else ""
         if pairs < 2:
-            return [f"only {pairs} pair{'' if pairs == 1 else 's'} of {what}windows fitted in max_trial_s "
-                    f"({round(max_trial_s, 1):g} s)"] + self._warmup()
-        short = [f"only {pairs} of {self.planned_pairs} planned pairs of {what}windows fitted in max_trial_s "
-                 f"({round(max_trial_s, 1):g} s)"] if pairs < self.planned_pairs else []
+            return [
+                f"only {pairs} pair{'' if pairs == 1 else 's'} of {what}windows fitted in max_trial_s "
+                f"({round(max_trial_s, 1):g} s)"
+            ] + self._warmup()
+        short = (
+            [
+                f"only {pairs} of {self.planned_pairs} planned pairs of {what}windows fitted in max_trial_s "
+                f"({round(max_trial_s, 1):g} s)"
+            ]
+            if pairs < self.planned_pairs
+            else []
+        )
         return short + self._warmup()
 
     def _warmup(self) -> list[str]:
-        return [f"warm-up cut short at {self.warmup_batches} of {self.warmup_wanted} batches"] \
-            if self.warmup_batches < self.warmup_wanted else []
+        return (
+            [f"warm-up cut short at {self.warmup_batches} of {self.warmup_wanted} batches"]
+            if self.warmup_batches < self.warmup_wanted
+            else []
+        )
 
 
 @dataclass
@@ -270,9 +313,14 @@ class Rotated:
 
     def paired(self, variant: int = 1) -> Paired:
         """``variant``'s windows against the baseline's, pair by pair (the baseline window of its cycle)."""
-        return Paired(a=[c[variant] for c in self.cycles], b=[c[0] for c in self.cycles],
-                      planned_pairs=self.planned_pairs, time_capped=self.time_capped,
-                      warmup_batches=self.warmup_batches, warmup_wanted=self.warmup_wanted)
+        return Paired(
+            a=[c[variant] for c in self.cycles],
+            b=[c[0] for c in self.cycles],
+            planned_pairs=self.planned_pairs,
+            time_capped=self.time_capped,
+            warmup_batches=self.warmup_batches,
+            warmup_wanted=self.warmup_wanted,
+        )
 
 
 def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], policy, **kw) -> Paired:
@@ -281,11 +329,20 @@ def alternating(step: Callable[[], int], set_mode: Callable[[bool], None], polic
     return rotating(step, lambda side: set_mode(side == 1), 1, policy, **kw).paired(1)
 
 
-def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants: int, policy, *, drain_batches: int,
-             batch_multiple: int = 1, clock: Callable[[], float] = time.perf_counter,
-             on_phase: Callable[[str], None] = lambda phase: None,
-             sync: Callable[[], None] = lambda: None, half_width: Optional[float] = None,
-             started: Optional[float] = None) -> Rotated:
+def rotating(
+    step: Callable[[], int],
+    set_side: Callable[[int], None],
+    variants: int,
+    policy,
+    *,
+    drain_batches: int,
+    batch_multiple: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    on_phase: Callable[[str], None] = lambda phase: None,
+    sync: Callable[[], None] = lambda: None,
+    half_width: Optional[float] = None,
+    started: Optional[float] = None,
+) -> Rotated:
     """Warm up, then time the windows of a baseline (``set_side(0)``) and ``variants`` variants (``set_side(1)``,
     ``set_side(2)``) in cycles (:class:`Rotated`: ABBA with one variant).
 
@@ -315,14 +372,21 @@ def rotating(step: Callable[[], int], set_side: Callable[[int], None], variants:
     _paired_warmup(step, policy, r, clock, t_warm, t0)
     on_phase("measure")
     half = policy.ci_target / 2 if half_width is None else half_width
-    _cycles(lambda: _one_cycle(step, set_side, policy, r, clock, t0, drain_batches, batch_multiple, sync),
-            policy, r, clock, t0, half)
+    _cycles(
+        lambda: _one_cycle(step, set_side, policy, r, clock, t0, drain_batches, batch_multiple, sync),
+        policy,
+        r,
+        clock,
+        t0,
+        half,
+    )
     on_phase("done")
     return r
 
 
-def _cycles(one_cycle: Callable[[], Optional[dict[int, Window]]], policy, r: Rotated, clock, t0: float,
-            half: float) -> None:
+def _cycles(
+    one_cycle: Callable[[], Optional[dict[int, Window]]], policy, r: Rotated, clock, t0: float, half: float
+) -> None:
     """Append cycles to ``r`` while more are wanted and the time left is at least what the previous one took."""
     last_cycle_s = 0.0
     while _more_cycles(r, policy, half):
@@ -345,8 +409,9 @@ def _paired_warmup(step, policy, p: Rotated, clock, t_warm: float, t0: float) ->
             break
 
 
-def _one_cycle(step, set_side, policy, r: Rotated, clock, t0: float, drain_batches: int,
-               batch_multiple: int, sync=lambda: None) -> Optional[dict[int, Window]]:
+def _one_cycle(
+    step, set_side, policy, r: Rotated, clock, t0: float, drain_batches: int, batch_multiple: int, sync=lambda: None
+) -> Optional[dict[int, Window]]:
     """The next cycle's windows by side; None when the cap came before its last window."""
     done: dict[int, Window] = {}
     for side in r.order(len(r.cycles)):

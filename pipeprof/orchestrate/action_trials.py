@@ -10,6 +10,7 @@ analysis and its counts are the sweep's), and the group's actions are stored aga
 beside the prediction (``pipeprof.actions.combine``). The answer is already saved (and
 printed, through ``on_answer``) before the first action trial starts.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,11 +21,11 @@ from typing import Callable, Optional
 import pandas as pd
 import torch
 
-from pipeprof.analysis import GROUP_KEYS
-from pipeprof.answer import Answer
 from pipeprof.actions import ACTIONS, STORAGE, Facts, Planned, best_measured, combine, plan
-from pipeprof.analysis.gains import gpu_pipeline_prediction
+from pipeprof.analysis import GROUP_KEYS
 from pipeprof.analysis.bounds import curves, matching
+from pipeprof.analysis.gains import gpu_pipeline_prediction
+from pipeprof.answer import Answer
 from pipeprof.data.gpu_augment import NoCounterpart, for_preset
 from pipeprof.data.prepare import packed_shards
 from pipeprof.data.sources import source_class
@@ -32,9 +33,10 @@ from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION
+from pipeprof.trials.heap import release
 from pipeprof.trials.variants import run_together
 from pipeprof.trials.watchdog import Leash, run_bounded
-from pipeprof.trials.heap import release
+
 from .sweep import SETUP_MARGIN_S, failure_columns, run_one
 
 # less left of the budget than this: no trial starts (a shorter trial gets one pair of windows, which has no
@@ -57,15 +59,16 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None], s
     joined = curves(run.trials)  # the end-to-end rows with their bounds: the baselines, once for every group
     bases = [_baseline_row(joined, g) for g in groups]
     plans = [_plan_group(row, g, facts) for row, g in zip(bases, groups)]
-    todo = _by_predicted_gain([(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned
-                               if p.why_not is None], groups)
+    todo = _by_predicted_gain(
+        [(i, spec, p) for i, (spec, planned) in enumerate(plans) for p in planned if p.why_not is None], groups
+    )
     record = run.meta["action_trials"] = {"mode": facts.mode, "planned": len(todo), "rows": []}
     if todo:
         run.meta["timed_regions"][ACTION_KIND] = TIMED_REGION
     budget = Budget(plan_.cfg.measure, started)
     rows, interrupted = _run(run, plan_, todo, groups, bases, models, loss_fn, log, budget) if todo else ({}, False)
     plans = _out_of_budget(plans, todo, rows, interrupted, budget.text)
-    for i, (g, (spec, planned)) in enumerate(zip(groups, plans)):
+    for i, (g, (_spec, planned)) in enumerate(zip(groups, plans)):
         g.actions = combine(g.actions, planned, {key: r for (j, key), r in rows.items() if j == i})
         g.best_measured_action = best_measured(g.actions)
     record |= {"tried": len(rows), "interrupted": interrupted}
@@ -75,10 +78,12 @@ def run_actions(run, plan_, models: dict, loss_fn, log: Callable[[str], None], s
 def _by_predicted_gain(todo: list, groups: list) -> list:
     """The planned trials, the largest predicted gain first (the group's ranked actions), then the ones
     with no prediction: the budget spends itself on what is most likely to matter."""
+
     def rank(item) -> tuple:
         i, _, p = item
         gain = {a.get("id"): a.get("gain_frac") for a in groups[i].actions}.get(p.id)
         return (gain is None, -(gain or 0.0), i)
+
     return sorted(todo, key=rank)
 
 
@@ -90,7 +95,8 @@ class Budget:
         self.t0, self.most = time.perf_counter(), measure.actions_max_s
         self.until = started + measure.run_max_s if started is not None and measure.run_max_s else None
         self.text = f"measure.actions_max_s = {self.most:g} s" + (
-            f", none past measure.run_max_s = {measure.run_max_s:g} s into the run" if self.until else "")
+            f", none past measure.run_max_s = {measure.run_max_s:g} s into the run" if self.until else ""
+        )
 
     def left(self) -> float:
         left = self.most - (time.perf_counter() - self.t0)
@@ -103,10 +109,14 @@ def _out_of_budget(plans: list, todo: list, rows: dict, interrupted: bool, budge
     if interrupted:
         return plans  # combine says "the run was interrupted first"
     left = {(i, p.id) for i, _, p in todo if (i, p.id) not in rows}
-    why = (f"the action trials' time budget ({budget}) was spent on the actions "
-           "predicted to gain more; raise it to try this one")
-    return [(spec, [p._replace(why_not=why) if (i, p.id) in left else p for p in planned])
-            for i, (spec, planned) in enumerate(plans)]
+    why = (
+        f"the action trials' time budget ({budget}) was spent on the actions "
+        "predicted to gain more; raise it to try this one"
+    )
+    return [
+        (spec, [p._replace(why_not=why) if (i, p.id) in left else p for p in planned])
+        for i, (spec, planned) in enumerate(plans)
+    ]
 
 
 def _facts(plan_) -> Facts:
@@ -147,8 +157,9 @@ def _plan_group(row: Optional[pd.Series], g: Answer, facts: Facts) -> tuple[Opti
         return None, []
     planned = plan(g, row, facts)
     if int(g.key.get("gpus") or 1) > 1:  # an action trial alternates its loaders in one process: one GPU's
-        planned = [p._replace(why_not=p.why_not or "action trials run on one GPU; this group runs on several")
-                   for p in planned]
+        planned = [
+            p._replace(why_not=p.why_not or "action trials run on one GPU; this group runs on several") for p in planned
+        ]
     return spec_of(row), planned
 
 
@@ -161,16 +172,25 @@ def spec_of(row: pd.Series) -> TrialSpec:
     return TrialSpec(**values)
 
 
-def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log,
-         budget: Budget) -> tuple[dict, bool]:
+def _run(
+    run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log, budget: Budget
+) -> tuple[dict, bool]:
     """Each planned action trial under the monitor, its row saved as it lands; ((group, id) -> row, interrupted).
     The GPU pipeline's action is first predicted from its pipeline measured beside a stand-in for the step (when
     the budget leaves a trial's worth after it), and the order set again."""
     cfg, out = plan_.cfg, {}
     with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
-        ctx = TrialContext.from_config(cfg, torch.device(cfg.device), monitor, dict(plan_.sources),
-                                       int(plan_.machine["cores"]["usable"]), user_dataset=plan_.user_dataset,
-                                       user_loader=plan_.user_loader, loss_fn=loss_fn, models=models)
+        ctx = TrialContext.from_config(
+            cfg,
+            torch.device(cfg.device),
+            monitor,
+            dict(plan_.sources),
+            int(plan_.machine["cores"]["usable"]),
+            user_dataset=plan_.user_dataset,
+            user_loader=plan_.user_loader,
+            loss_fn=loss_fn,
+            models=models,
+        )
         try:
             if budget.left() >= MIN_ACTION_S:
                 todo = _predict_gpu_pipeline(run, ctx, todo, groups, bases, monitor, log, budget)
@@ -178,17 +198,28 @@ def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_f
             for n, together in enumerate(trials, 1):
                 left_s = budget.left()
                 if left_s < MIN_ACTION_S:
-                    log(f"action trials: the budget ({budget.text}) is spent; "
-                        f"{sum(len(t) for t in trials[n - 1:])} not tried")
+                    log(
+                        f"action trials: the budget ({budget.text}) is spent; "
+                        f"{sum(len(t) for t in trials[n - 1 :])} not tried"
+                    )
                     break
                 spec = together[0][1]
-                log(f"action trial {n}/{len(trials)}: {' and '.join(p.action for *_, p in together)}, against the "
-                    f"baseline at {spec.num_workers} workers")
+                log(
+                    f"action trial {n}/{len(trials)}: {' and '.join(p.action for *_, p in together)}, against the "
+                    f"baseline at {spec.num_workers} workers"
+                )
                 share = left_s if len(together) == SHARED_BY else share_of(left_s, n, len(trials))
-                capped = replace(ctx, measure=ctx.measure.model_copy(
-                    update={"max_trial_s": min(ctx.measure.max_trial_s, share)}))
-                rows = _one(capped, plan_, spec, [p for *_, p in together],
-                            lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1), log)
+                capped = replace(
+                    ctx, measure=ctx.measure.model_copy(update={"max_trial_s": min(ctx.measure.max_trial_s, share)})
+                )
+                rows = _one(
+                    capped,
+                    plan_,
+                    spec,
+                    [p for *_, p in together],
+                    lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1),
+                    log,
+                )
                 for (i, _, p), row in zip(together, rows):
                     out[(i, p.id)] = row
                     run.meta["action_trials"]["rows"].append(row)
@@ -199,8 +230,9 @@ def _run(run, plan_, todo: list, groups: list, bases: list, models: dict, loss_f
     return out, False
 
 
-def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, bases: list, monitor, log,
-                          budget: Budget) -> list:
+def _predict_gpu_pipeline(
+    run, ctx: TrialContext, todo: list, groups: list, bases: list, monitor, log, budget: Budget
+) -> list:
     """Before the action trials: the GPU pipeline beside a stand-in for the step (its cpu_pipeline trial:
     workers reading bytes, the GPU decoding and augmenting, and busy the step's own time before each batch:
     ``trials.device_side.StandIn``) for each group that will try it, so that its action gets a predicted gain
@@ -214,12 +246,23 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, base
             continue
         beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, augment_device="cuda")
         stand_in_s = spec.batch_size / step  # the step's own time a batch, from its ceiling
-        log(f"the GPU pipeline at {beside.num_workers} workers (they read bytes), beside a stand-in for the step "
-            f"({stand_in_s * 1e3:.1f} ms a batch), to predict its action")
-        capped = replace(ctx, stand_in_step_s=stand_in_s, measure=ctx.measure.model_copy(
-            update={"max_trial_s": min(ctx.measure.max_trial_s, BESIDE_MAX_S, max(budget.left() - MIN_ACTION_S, 5.0))}))
-        row = {k: _plain(v) for k, v in run_one(capped, beside, lambda tid, t0, t1: summarize(
-            monitor.timeline(), tid, t0, t1)).items()}
+        log(
+            f"the GPU pipeline at {beside.num_workers} workers (they read bytes), beside a stand-in for the step "
+            f"({stand_in_s * 1e3:.1f} ms a batch), to predict its action"
+        )
+        capped = replace(
+            ctx,
+            stand_in_step_s=stand_in_s,
+            measure=ctx.measure.model_copy(
+                update={
+                    "max_trial_s": min(ctx.measure.max_trial_s, BESIDE_MAX_S, max(budget.left() - MIN_ACTION_S, 5.0))
+                }
+            ),
+        )
+        row = {
+            k: _plain(v)
+            for k, v in run_one(capped, beside, lambda tid, t0, t1: summarize(monitor.timeline(), tid, t0, t1)).items()
+        }
         run.meta["action_trials"].setdefault("gpu_pipeline_alone", []).append(row)
         if row.get("status") != "ok" or not row.get("samples_per_s"):
             log(f"  the GPU pipeline beside the stand-in: {row.get('status')}: {str(row.get('error'))[:200]}")
@@ -230,8 +273,10 @@ def _predict_gpu_pipeline(run, ctx: TrialContext, todo: list, groups: list, base
             entry = {"id": "gpu_pipeline", "action": p.action}
             actions.append(entry)
         entry.update(gpu_pipeline_prediction(base, row))
-        log(f"  the GPU pipeline beside the stand-in: {row['samples_per_s']:,.0f} samples/s, its predicted rate end "
-            f"to end ({entry['gain_frac']:+.0%})")
+        log(
+            f"  the GPU pipeline beside the stand-in: {row['samples_per_s']:,.0f} samples/s, its predicted rate end "
+            f"to end ({entry['gain_frac']:+.0%})"
+        )
     return _by_predicted_gain(todo, groups)
 
 
@@ -256,8 +301,10 @@ def _one(ctx: TrialContext, plan_, spec: TrialSpec, planned: list[Planned], summ
     t0 = time.perf_counter()
     specs = [replace(spec, kind=ACTION_KIND, action=p.id) for p in planned]
     threads = step_threads("end_to_end", ctx.device.type, ctx.cores, spec.num_workers, ctx.step_threads)
-    rows = [s.columns() | {"status": "ok", "error": None, "action_label": p.action, "step_threads": threads}
-            for s, p in zip(specs, planned)]
+    rows = [
+        s.columns() | {"status": "ok", "error": None, "action_label": p.action, "step_threads": threads}
+        for s, p in zip(specs, planned)
+    ]
     try:
         ctx_ = ctx
         for p in planned:
@@ -268,12 +315,16 @@ def _one(ctx: TrialContext, plan_, spec: TrialSpec, planned: list[Planned], summ
         def body() -> list[dict]:
             with torch_threads(threads):
                 return run_together(watched, specs[0], [(p.id, p.params) for p in planned])
-        measured = run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S,
-                               f"action trial {specs[0].trial_id}")
+
+        measured = run_bounded(
+            body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S, f"action trial {specs[0].trial_id}"
+        )
         for row, got, p in zip(rows, measured, planned):
             # the monitor tagged the rotation's samples with its first action's trial id
-            row |= got | {"timeline_trial_id": specs[0].trial_id,
-                          "rotated_with": ", ".join(q.id for q in planned if q is not p) or None}
+            row |= got | {
+                "timeline_trial_id": specs[0].trial_id,
+                "rotated_with": ", ".join(q.id for q in planned if q is not p) or None,
+            }
             seen = summarize_monitor(specs[0].trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
             row |= {k: v for k, v in seen.items() if row.get(k) is None}
     except KeyboardInterrupt:
@@ -316,5 +367,7 @@ def _said(p: Planned, row: dict) -> str:
     lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
     ci = f" (95% interval {lo:+.1%} to {hi:+.1%})" if lo is not None and hi is not None else ""
     unstable = f"; unstable: {row['unstable_reason']}" if row.get("unstable") else ""
-    return (f"  {p.action}: {row['samples_per_s']:,.1f} vs {row['baseline_samples_per_s']:,.1f} samples/s, "
-            f"{row['action_gain_frac']:+.1%}{ci}{unstable}")
+    return (
+        f"  {p.action}: {row['samples_per_s']:,.1f} vs {row['baseline_samples_per_s']:,.1f} samples/s, "
+        f"{row['action_gain_frac']:+.1%}{ci}{unstable}"
+    )

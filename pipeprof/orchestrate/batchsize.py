@@ -25,6 +25,7 @@ With several models, precisions or modes each is searched, and the smallest answ
 (the sweep has one batch axis). On a CPU device ``auto`` is the CPU default (``config.resolve``): host
 memory is not what decides a CPU step's batch.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,11 +36,12 @@ import psutil
 import torch
 
 from pipeprof.config import ConfigError
-from pipeprof.trials.heap import release, trial_heap
-from .sweep import expand, run_one
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.columns import is_oom
+from pipeprof.trials.heap import release, trial_heap
 from pipeprof.trials.skeleton import make_step
+
+from .sweep import expand, run_one
 
 START, MOST = 32, 4096
 MULTIPLE = 8  # sizes tried and chosen: tensor cores and most kernels work in multiples of 8
@@ -47,7 +49,7 @@ PRECISION = 8  # stop when the bracket is within 1/PRECISION of the size that fi
 HEADROOM = 0.90  # share of the device's memory a chosen batch's step may hold at its peak
 FALLBACKS = 3  # sizes the confirming trial may step down before the run gives up
 FIT_STEPS = 2
-_MIB = 2 ** 20
+_MIB = 2**20
 
 Fits = Callable[[int], tuple[bool, Optional[float]]]  # batch -> (it ran, peak memory the device held in MiB)
 
@@ -97,8 +99,9 @@ def next_size(tried: list[dict], budget_mb: Optional[float], start: int = START,
     return mid if low < mid < high else None
 
 
-def largest_batch(fits: Fits, start: int = START, most: int = MOST,
-                  budget_mb: Optional[float] = None) -> tuple[int, list[dict]]:
+def largest_batch(
+    fits: Fits, start: int = START, most: int = MOST, budget_mb: Optional[float] = None
+) -> tuple[int, list[dict]]:
     """The largest batch that fits (``fits(b)`` ran, its peak at most ``budget_mb``), to within an eighth,
     when every smaller batch fits too. Returns (that size, or 0 when not even 1 fits; each size tried, in
     order, with its peak, why it did not fit and its seconds)."""
@@ -107,10 +110,20 @@ def largest_batch(fits: Fits, start: int = START, most: int = MOST,
         t0 = time.perf_counter()
         ran, peak = fits(batch)
         over = ran and budget_mb is not None and peak is not None and peak > budget_mb
-        why = None if ran and not over else ("out of memory" if not ran else
-                                             f"peak {peak:,.0f} MiB above the headroom's {budget_mb:,.0f} MiB")
-        tried.append({"batch_size": batch, "fits": ran and not over, "peak_mb": peak, "why": why,
-                      "seconds": time.perf_counter() - t0})
+        why = (
+            None
+            if ran and not over
+            else ("out of memory" if not ran else f"peak {peak:,.0f} MiB above the headroom's {budget_mb:,.0f} MiB")
+        )
+        tried.append(
+            {
+                "batch_size": batch,
+                "fits": ran and not over,
+                "peak_mb": peak,
+                "why": why,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
     return max((t["batch_size"] for t in tried if t["fits"]), default=0), tried
 
 
@@ -146,6 +159,7 @@ def _two_steps(ctx: TrialContext, spec: TrialSpec) -> float:
 def step_fits(ctx: TrialContext, spec: TrialSpec) -> Fits:
     """``fits(batch)``: the step of ``spec`` at that batch ran without running out of memory (and its peak);
     any other failure is raised."""
+
     def fits(batch: int) -> tuple[bool, Optional[float]]:
         # release's collection walks only what this try made, not the whole heap (a full one walks every object
         # the process holds, at each try); on a GPU the garbage already there is freed first (it may hold device
@@ -159,18 +173,24 @@ def step_fits(ctx: TrialContext, spec: TrialSpec) -> Fits:
                 return False, peak_mb(ctx.device)
             finally:
                 release(ctx.device)
+
     return fits
 
 
 def _one_gpu(cfg, batch: int):
     """``cfg`` planning only the one-GPU gpu_ceiling trials, at ``batch``."""
-    return cfg.model_copy(update={"trials": ["gpu_ceiling"],
-                                  "loader": cfg.loader.model_copy(update={"batch_size": [batch]}),
-                                  "distributed": cfg.distributed.model_copy(update={"gpus": [1]})})
+    return cfg.model_copy(
+        update={
+            "trials": ["gpu_ceiling"],
+            "loader": cfg.loader.model_copy(update={"batch_size": [batch]}),
+            "distributed": cfg.distributed.model_copy(update={"gpus": [1]}),
+        }
+    )
 
 
-def auto_batch_size(ctx: TrialContext, cfg, probe, user: bool, log: Callable[[str], None],
-                    most: int = MOST) -> tuple[int, dict]:
+def auto_batch_size(
+    ctx: TrialContext, cfg, probe, user: bool, log: Callable[[str], None], most: int = MOST
+) -> tuple[int, dict]:
     """The batch of a resolved ``cfg`` whose ``loader.batch_size`` is auto (at most ``most``: the dataset's
     samples), and the record of the search (run.json ``batch_size_search``); ConfigError when the step fails
     otherwise, or no batch fits."""
@@ -180,29 +200,49 @@ def auto_batch_size(ctx: TrialContext, cfg, probe, user: bool, log: Callable[[st
         try:
             best, tried = largest_batch(step_fits(ctx, spec), min(START, most), most, budget)
         except Exception as exc:  # noqa: BLE001 - the user's model: say which and why, before any run
-            raise ConfigError(f"loader.batch_size: auto: the step of {spec.model} failed "
-                              f"({type(exc).__name__}: {exc})") from None
-        searches.append({"model": spec.model, "precision": spec.precision, "mode": spec.mode,
-                         "image_size": spec.image_size, "largest": best, "tried": tried,
-                         "seconds": time.perf_counter() - t0})
-        log(f"loader.batch_size auto: {spec.model} {spec.precision} {spec.mode} on {cfg.device}: {best} "
-            f"({len(tried)} sizes tried in {searches[-1]['seconds']:.1f} s: {', '.join(_tried(t) for t in tried)})")
+            raise ConfigError(
+                f"loader.batch_size: auto: the step of {spec.model} failed ({type(exc).__name__}: {exc})"
+            ) from None
+        searches.append(
+            {
+                "model": spec.model,
+                "precision": spec.precision,
+                "mode": spec.mode,
+                "image_size": spec.image_size,
+                "largest": best,
+                "tried": tried,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        log(
+            f"loader.batch_size auto: {spec.model} {spec.precision} {spec.mode} on {cfg.device}: {best} "
+            f"({len(tried)} sizes tried in {searches[-1]['seconds']:.1f} s: {', '.join(_tried(t) for t in tried)})"
+        )
     chosen = min(s["largest"] for s in searches)
     if chosen < 1:
         raise ConfigError("loader.batch_size: auto: not even a batch of 1 fits in the device's memory")
-    return chosen, {"policy": "auto", "start": START, "most": most, "headroom": HEADROOM, "budget_mb": budget,
-                    "precision": f"1/{PRECISION}", "chosen": chosen, "searches": searches,
-                    "basis": f"the largest multiple of {MULTIPLE} (within an eighth) whose step ({FIT_STEPS} steps "
-                             f"on a device-resident batch) ran with its peak under {HEADROOM:.0%} of the device's "
-                             "memory; the smallest over the models, precisions and modes"}
+    return chosen, {
+        "policy": "auto",
+        "start": START,
+        "most": most,
+        "headroom": HEADROOM,
+        "budget_mb": budget,
+        "precision": f"1/{PRECISION}",
+        "chosen": chosen,
+        "searches": searches,
+        "basis": f"the largest multiple of {MULTIPLE} (within an eighth) whose step ({FIT_STEPS} steps "
+        f"on a device-resident batch) ran with its peak under {HEADROOM:.0%} of the device's "
+        "memory; the smallest over the models, precisions and modes",
+    }
 
 
 def _tried(t: dict) -> str:
     return f"{t['batch_size']}{'' if t['fits'] else ' ✗'}"
 
 
-def confirm(ctx: TrialContext, cfg, probe, user: bool, chosen: int,
-            log: Callable[[str], None]) -> tuple[int, list[dict]]:
+def confirm(
+    ctx: TrialContext, cfg, probe, user: bool, chosen: int, log: Callable[[str], None]
+) -> tuple[int, list[dict]]:
     """Run the gpu_ceiling trial at ``chosen`` for each model, precision and mode, as the sweep runs it
     (``sweep.run_one``, under ``ctx.monitor``); on out of memory step down an eighth (to a multiple of 8),
     with a line saying so, at most :data:`FALLBACKS` times. Returns (the batch that ran; each attempt: batch,
@@ -212,18 +252,31 @@ def confirm(ctx: TrialContext, cfg, probe, user: bool, chosen: int,
     while True:
         # as in ``step_fits``: each trial's release walks the objects the trial made, not the whole heap
         with trial_heap(collect_first=ctx.device.type == "cuda"):
-            rows = [run_one(ctx, spec, lambda *a: {}) for spec in expand(_one_gpu(cfg, batch), probe,
-                                                                           user_dataset=user)]
-        attempts += [{"batch_size": batch, "trial_id": r["trial_id"], "status": r["status"],
-                      "samples_per_s": r.get("samples_per_s"), "error": r.get("error")} for r in rows]
+            rows = [
+                run_one(ctx, spec, lambda *a: {}) for spec in expand(_one_gpu(cfg, batch), probe, user_dataset=user)
+            ]
+        attempts += [
+            {
+                "batch_size": batch,
+                "trial_id": r["trial_id"],
+                "status": r["status"],
+                "samples_per_s": r.get("samples_per_s"),
+                "error": r.get("error"),
+            }
+            for r in rows
+        ]
         oom = next((r for r in rows if r["status"] == "oom"), None)
         if oom is None:
             return batch, attempts
         smaller = _down(batch - max(1, batch // PRECISION))
         if smaller < 1 or steps == FALLBACKS:
-            raise ConfigError(f"loader.batch_size: auto: {batch} still ran out of memory in the trial that uses it "
-                              f"({oom['trial_id']}) after {steps} step(s) down from {chosen}: set loader.batch_size "
-                              "to a size that fits")
-        log(f"loader.batch_size auto: {batch} ran out of memory in the trial that uses it ({oom['trial_id']}); "
-            f"falling back to {smaller}")
+            raise ConfigError(
+                f"loader.batch_size: auto: {batch} still ran out of memory in the trial that uses it "
+                f"({oom['trial_id']}) after {steps} step(s) down from {chosen}: set loader.batch_size "
+                "to a size that fits"
+            )
+        log(
+            f"loader.batch_size auto: {batch} ran out of memory in the trial that uses it ({oom['trial_id']}); "
+            f"falling back to {smaller}"
+        )
         batch, steps = smaller, steps + 1

@@ -29,6 +29,7 @@ Several machines: every node runs ``pipeprof run`` with the same config and its
 of trials on every node: the ranks check that they were handed the same trial). A node
 records the ranks it ran; ``pipeprof merge`` joins the nodes' folders (see ``merge``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,7 +69,7 @@ def split_cpus(cpus: list[int], parts: int) -> list[list[int]]:
     out, start = [], 0
     for i in range(parts):
         end = start + size + (i < extra)
-        out.append(cpus[start:end] or cpus[i % len(cpus):i % len(cpus) + 1])  # fewer CPUs than ranks: share
+        out.append(cpus[start:end] or cpus[i % len(cpus) : i % len(cpus) + 1])  # fewer CPUs than ranks: share
         start = end
     return out
 
@@ -81,8 +82,12 @@ def launch_command(spec: TrialSpec, job_dir: Path, dist_cfg: dict) -> list[str]:
     if nnodes == 1:
         cmd.append("--standalone")  # a rendezvous on a free local port
     else:
-        cmd += [f"--node-rank={dist_cfg['node_rank']}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={dist_cfg['rdzv_endpoint']}", f"--rdzv-id={rdzv_id(spec)}"]
+        cmd += [
+            f"--node-rank={dist_cfg['node_rank']}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={dist_cfg['rdzv_endpoint']}",
+            f"--rdzv-id={rdzv_id(spec)}",
+        ]
     return cmd + ["-m", "pipeprof.orchestrate.distributed", str(job_dir / JOB_FILE)]
 
 
@@ -127,9 +132,14 @@ class Job:
         self.dir = Path(self.tmp.name)
         me = psutil.Process()
         (self.dir / JOB_FILE).write_text(json.dumps(ctx.job | {"parent": {"pid": me.pid, "started": me.create_time()}}))
-        self.proc = subprocess.Popen(launch_command(spec, self.dir, ctx.job["config"]["distributed"]),
-                                     env=launch_env(spec), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)  # its own group: an overrun kills every rank
+        self.proc = subprocess.Popen(
+            launch_command(spec, self.dir, ctx.job["config"]["distributed"]),
+            env=launch_env(spec),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )  # its own group: an overrun kills every rank
         self.reader = _Reader(self.proc)
 
     def run(self, ctx: TrialContext, spec: TrialSpec) -> dict:
@@ -149,8 +159,10 @@ class Job:
             if failed:
                 raise RuntimeError(f"rank {failed[0]['rank']}: {failed[0].get('error')}")
             tail = "\n".join(self.reader.text().splitlines()[-15:])
-            raise RuntimeError(f"torchrun exited with {self.proc.returncode} ({len(ranks)} of {self.local} local "
-                               f"ranks reported):\n{tail}")
+            raise RuntimeError(
+                f"torchrun exited with {self.proc.returncode} ({len(ranks)} of {self.local} local "
+                f"ranks reported):\n{tail}"
+            )
         return combine_ranks(ranks, spec.gpus) | {"ranks": ranks}
 
     def alive(self) -> bool:
@@ -176,8 +188,9 @@ class Job:
                 if now - tracked >= TRACK_S:  # a walk of /proc: not at every poll, beside the ranks being timed
                     tracked = now
                     with contextlib.suppress(psutil.NoSuchProcess):
-                        ctx.monitor.track_workers([c.pid for c in
-                                                   psutil.Process(self.proc.pid).children(recursive=True)])
+                        ctx.monitor.track_workers(
+                            [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+                        )
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=POLL_S)  # back as soon as the job ends
             # every local rank's result, or the job ended: what its ranks wrote before
@@ -278,6 +291,7 @@ class _Reader:
 
 # ---- inside a rank -----------------------------------------------------------------------------
 
+
 def rank_main(job_path: str) -> int:
     """One rank of an N-GPU job (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE): it joins the
     group once, then runs the trials the parent hands the job (``trial-K.json``), one after another, each
@@ -302,8 +316,17 @@ def rank_main(job_path: str) -> int:
     code = 0
     with trial_heap(collect_first=cuda):  # as the sweep's: each release walks only what its trial made
         for k, spec in enumerate(_handed(folder, job["parent"])):
-            row = {"rank": rank, "local_rank": local, "node": socket.gethostname(), "cpus": _span(cpus),
-                   "cores": len(cpus), "pid": os.getpid(), "job_trial": k, "status": "ok", "error": None}
+            row = {
+                "rank": rank,
+                "local_rank": local,
+                "node": socket.gethostname(),
+                "cpus": _span(cpus),
+                "cores": len(cpus),
+                "pid": os.getpid(),
+                "job_trial": k,
+                "status": "ok",
+                "error": None,
+            }
             try:
                 row |= here.measure(spec)
             except Exception as exc:  # the parent reads it from the rank's file and fails the trial with it
@@ -353,9 +376,11 @@ class _RankContext:
         from pipeprof.data.prepare import build_sources
 
         cfg = self.cfg
-        return {"sources": build_sources(cfg, self.job["folder"], lambda *a: None) if self.job["folder"] else {},
-                "user": {"user_dataset": _user_dataset(cfg), "user_loader": _user_loader(cfg)},
-                "group": dist.new_group(backend="gloo")}
+        return {
+            "sources": build_sources(cfg, self.job["folder"], lambda *a: None) if self.job["folder"] else {},
+            "user": {"user_dataset": _user_dataset(cfg), "user_loader": _user_loader(cfg)},
+            "group": dist.new_group(backend="gloo"),
+        }
 
     def measure(self, spec: TrialSpec) -> dict:
         """The trial in this rank, under its own monitor (its CPU: main process and workers)."""
@@ -372,12 +397,21 @@ class _RankContext:
         lockstep = spec.kind != TrialKind.CPU_PIPELINE.value
         clock = shared_clock(group) if lockstep else time.perf_counter
         with Monitor(hz=self.cfg.monitor_hz, gpu=False) as monitor:
-            ctx = TrialContext.from_config(self.cfg, self.device, monitor, self.built["sources"], self.cores,
-                                           ddp=(self.rank, self.world), clock=clock, **self.built["user"])
+            ctx = TrialContext.from_config(
+                self.cfg,
+                self.device,
+                monitor,
+                self.built["sources"],
+                self.cores,
+                ddp=(self.rank, self.world),
+                clock=clock,
+                **self.built["user"],
+            )
             dist.barrier()  # every rank's loader and step start together
             metrics = run_trial(ctx, spec)
-            own = summarize(monitor.timeline(), spec.trial_id, metrics.get("t_measure_start_s"),
-                            metrics.get("t_measure_end_s"))
+            own = summarize(
+                monitor.timeline(), spec.trial_id, metrics.get("t_measure_start_s"), metrics.get("t_measure_end_s")
+            )
         keep = ("main_cpu_pct_mean", "workers_cpu_pct_mean", "cpu_util_pct_mean", "rss_mb_max", "pss_mb_steady")
         return metrics | {k: own.get(k) for k in keep if k in own}
 
@@ -394,6 +428,7 @@ def shared_clock(group) -> Callable[[], float]:
         buf[0] = time.perf_counter()
         dist.broadcast(buf, src=0, group=group)
         return float(buf[0])
+
     return clock
 
 

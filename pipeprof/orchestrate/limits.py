@@ -15,6 +15,7 @@ limit (a ConfigError: exit 2 on the command line, before the run folder exists).
 :func:`check_workers` runs as soon as the config is resolved (nothing is made before it);
 :func:`check_plan` once the trials are planned and the dataset's size is known.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -31,8 +32,12 @@ from pipeprof.schema import TrialKind
 WORKERS_PER_CORE = 8
 SHM = "/dev/shm"
 # the kinds whose loaders hold decoded batches in flight (storage_fetch holds encoded bytes)
-LOADER_KINDS = {TrialKind.CPU_PIPELINE.value, TrialKind.END_TO_END.value, TrialKind.HANDOFF.value,
-                TrialKind.MONITOR_OVERHEAD.value}
+LOADER_KINDS = {
+    TrialKind.CPU_PIPELINE.value,
+    TrialKind.END_TO_END.value,
+    TrialKind.HANDOFF.value,
+    TrialKind.MONITOR_OVERHEAD.value,
+}
 
 
 def check_workers(cfg, usable_cores: int) -> None:
@@ -40,9 +45,11 @@ def check_workers(cfg, usable_cores: int) -> None:
     most = WORKERS_PER_CORE * max(1, int(usable_cores))
     over = [w for w in cfg.loader.num_workers if w > most]
     if over:
-        raise ConfigError(f"loader.num_workers: {max(over)} is above pipeprof's cap of {most} "
-                          f"({WORKERS_PER_CORE} workers per usable core, a chosen multiple; {int(usable_cores)} usable "
-                          "cores here): each worker is a process of its own, and past the cores they only take turns")
+        raise ConfigError(
+            f"loader.num_workers: {max(over)} is above pipeprof's cap of {most} "
+            f"({WORKERS_PER_CORE} workers per usable core, a chosen multiple; {int(usable_cores)} usable "
+            "cores here): each worker is a process of its own, and past the cores they only take turns"
+        )
 
 
 def batch_bytes(spec, dtype: str, channels: int = 3) -> int:
@@ -64,17 +71,20 @@ def shm_free() -> Optional[int]:
         return None
 
 
-def check_plan(cfg, specs: list, probe, samples: Optional[int], available_bytes: Optional[float],
-               shm_bytes: Optional[int]) -> None:
+def check_plan(
+    cfg, specs: list, probe, samples: Optional[int], available_bytes: Optional[float], shm_bytes: Optional[int]
+) -> None:
     """Refuse batch sizes above the dataset's ``samples`` (None: unknown, an IterableDataset) and loader
     trials whose batches in flight exceed ``shm_bytes`` free in /dev/shm or ``available_bytes`` of memory.
     ``probe(preset, side) -> (dtype, side)`` says what the loader's images are (``sweep.expand``'s)."""
     sizes = [s.batch_size for s in specs if s.batch_size and s.kind != TrialKind.GPU_CEILING.value]  # the ceiling's
     # batch is synthetic, made on the device: only the trials that read the dataset are bound by its size
     if samples is not None and sizes and max(sizes) > samples:
-        raise ConfigError(f"loader.batch_size: {max(sizes)} is more than the dataset's {samples} samples: every "
-                          f"batch would hold samples twice; at most {samples}, or a larger dataset"
-                          f"{' (data.images)' if cfg.data.kind == 'synthetic' else ''}")
+        raise ConfigError(
+            f"loader.batch_size: {max(sizes)} is more than the dataset's {samples} samples: every "
+            f"batch would hold samples twice; at most {samples}, or a larger dataset"
+            f"{' (data.images)' if cfg.data.kind == 'synthetic' else ''}"
+        )
     loaders = [s for s in specs if s.kind in LOADER_KINDS and s.image_size and s.augment_device in (None, "cpu")]
     if not loaders:
         return
@@ -83,12 +93,15 @@ def check_plan(cfg, specs: list, probe, samples: Optional[int], available_bytes:
     worst = max(loaders, key=flight.get)
     one = batch_bytes(worst, probe(worst.preset, worst.image_size)[0])
     # the workers' batches wait in shared memory; the main process's is its own
-    for wanted, have, where in ((flight[worst] - one, shm_bytes if worst.num_workers else None, f"{SHM} has {{}} MB free"),
-                                (flight[worst], available_bytes, "the machine has {} MB available (or its cgroup allows)")):
+    for wanted, have, where in (
+        (flight[worst] - one, shm_bytes if worst.num_workers else None, f"{SHM} has {{}} MB free"),
+        (flight[worst], available_bytes, "the machine has {} MB available (or its cgroup allows)"),
+    ):
         if have is not None and wanted > have:
             raise ConfigError(
                 f"loader.num_workers, loader.batch_size, loader.prefetch_factor: {worst.num_workers} workers × "
                 f"{prefetch} batches in flight of {worst.batch_size} images ({one / 1e6:,.0f} MB each, "
                 f"{worst.image_size}² px) need {wanted / 1e6:,.0f} MB, but {where.format(f'{have / 1e6:,.0f}')}; use "
                 "fewer workers, a smaller batch or prefetch_factor"
-                + (", or a larger /dev/shm (docker run --shm-size)" if where.startswith(SHM) else ""))
+                + (", or a larger /dev/shm (docker run --shm-size)" if where.startswith(SHM) else "")
+            )

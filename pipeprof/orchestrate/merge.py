@@ -6,14 +6,16 @@ merged folder holds every node's ranks and each N-GPU row rebuilt from all of th
 function that built it (``trials.columns.combine_ranks``); one-GPU rows and the monitor timeline
 are node 0's (the first folder given). The analysis is run again on the merged rows.
 """
+
 from __future__ import annotations
 
 import pandas as pd
 
 from pipeprof.analysis import analyse
 from pipeprof.results import Run, load_run, new_run_dir
-from .runner import judge
 from pipeprof.trials.columns import combine_ranks
+
+from .runner import judge
 
 #: config fields that differ between the nodes of one job by design
 NODE_FIELDS = {("distributed", "node_rank"), ("out_dir",)}
@@ -40,14 +42,20 @@ def merge_runs(paths: list[str], out_dir: str) -> Run:
     if not ranks.empty:
         ranks = ranks.drop_duplicates(["trial_id", "rank"])
     merged = Run(new_run_dir(out_dir, f"{first.meta['config']['name']}-merged"))
-    merged.meta = first.meta | {"merged_from": [str(r.path) for r in runs],
-                                "nodes": [r.meta.get("machine", {}).get("hostname") for r in runs],
-                                "status": _status([r.meta.get("status") for r in runs])}
+    merged.meta = first.meta | {
+        "merged_from": [str(r.path) for r in runs],
+        "nodes": [r.meta.get("machine", {}).get("hostname") for r in runs],
+        "status": _status([r.meta.get("status") for r in runs]),
+    }
     merged.save_trials(_rebuild(first.trials, ranks))
     merged.save_timeline(first.timeline)
     cfg = first.meta["config"]
-    merged.meta["analysis"] = analyse(merged.trials, cores=sum(r.meta["machine"]["cores"]["usable"] for r in runs),
-                                      device=cfg["device"], storage=first.meta.get("storage"))
+    merged.meta["analysis"] = analyse(
+        merged.trials,
+        cores=sum(r.meta["machine"]["cores"]["usable"] for r in runs),
+        device=cfg["device"],
+        storage=first.meta.get("storage"),
+    )
     judge(merged)  # the nodes' rows together may still hold no answer: said as for one run
     merged.save_meta()
     return merged

@@ -6,6 +6,7 @@ usable cores, GPU names), for the same kind of dataset, and when no process of i
 that ended ``ok`` are kept, matched to the trials planned now by their settings (``trials.spec_key``);
 the others (error, failed, timeout, oom) run again.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,15 +36,23 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def config_differences(stored: dict, now: dict) -> list[str]:
     """``field: X in the run, Y now`` for each field of the resolved configs that differs."""
     old, new = (_flat({k: v for k, v in _plain(c).items() if k not in IGNORED}) for c in (stored, now))
-    return [f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now" for k in sorted(old.keys() | new.keys())
-            if old.get(k) != new.get(k)]
+    return [
+        f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k) != new.get(k)
+    ]
 
 
 def machine_facts(machine: dict) -> dict:
     """What must be the same for two sessions' trials to be comparable."""
-    return _plain({"hostname": machine.get("hostname"), "CPU model": machine.get("cpu_model"),
-                   "usable cores": (machine.get("cores") or {}).get("usable"),
-                   "GPUs": [g.get("name") for g in machine.get("gpus") or []]})
+    return _plain(
+        {
+            "hostname": machine.get("hostname"),
+            "CPU model": machine.get("cpu_model"),
+            "usable cores": (machine.get("cores") or {}).get("usable"),
+            "GPUs": [g.get("name") for g in machine.get("gpus") or []],
+        }
+    )
 
 
 def differences(meta: dict, config: dict, machine: dict, dataset_kind: Optional[str], pid: int) -> list[str]:
@@ -56,8 +65,10 @@ def differences(meta: dict, config: dict, machine: dict, dataset_kind: Optional[
         return out + ["run.json holds no config"]
     diff = config_differences(meta["config"], config)
     if diff:
-        out.append("the config differs (" + "; ".join(diff) + "): give the config file and --set overrides "
-                   "the run was started with")
+        out.append(
+            "the config differs (" + "; ".join(diff) + "): give the config file and --set overrides "
+            "the run was started with"
+        )
     old, new = machine_facts(meta.get("machine") or {}), machine_facts(machine)
     out += [f"the machine differs: {k} {old[k]!r} in the run, {new[k]!r} here" for k in old if old[k] != new[k]]
     was = (meta.get("dataset") or {}).get("kind")
@@ -74,5 +85,8 @@ def kept_rows(run: Run) -> dict:
     if len(run.ranks):
         for r in run.ranks.astype(object).where(run.ranks.notna(), None).to_dict("records"):
             ranks.setdefault(r["trial_id"], []).append(r)
-    return {spec_key(r): r | ({"ranks": ranks[r["trial_id"]]} if r["trial_id"] in ranks else {})
-            for r in rows if r.get("status") == "ok"}
+    return {
+        spec_key(r): r | ({"ranks": ranks[r["trial_id"]]} if r["trial_id"] in ranks else {})
+        for r in rows
+        if r.get("status") == "ok"
+    }

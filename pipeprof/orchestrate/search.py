@@ -22,6 +22,7 @@ Planning is the pure function :func:`next_workers`, tested with workloads of kno
 :func:`run_adaptive` runs the trials it asks for through the sweep's ``run_one``. This is the
 default (``sweep: adaptive``); ``sweep: exhaustive`` / ``--exhaustive`` runs the whole grid.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ from typing import Callable, NamedTuple, Optional
 from pipeprof.analysis.advice import NEAR_BEST, TIE_FLOOR
 from pipeprof.config import default_workers
 from pipeprof.schema import TrialKind
-from .sweep import expand, run_one
 from pipeprof.trials import KINDS, TrialSpec, spec_key
+
+from .sweep import expand, run_one
 
 MAX_POINTS = 8  # worker counts one group may measure: the grid up to 128 cores has 9
 # bisection stops when the bracket is within an eighth of the count: at 16 workers, 14 vs 15 moves
@@ -156,13 +158,23 @@ def _point(row: dict) -> Optional[Point]:
     rate, n = row.get("samples_per_s"), row.get("gpus") or 1
     if row.get("status") != "ok" or rate is None:
         return None
-    return Point(int(row["num_workers"]), rate / n, (row.get("samples_per_s_ci95_low") or rate) / n,
-                 (row.get("samples_per_s_ci95_high") or rate) / n)
+    return Point(
+        int(row["num_workers"]),
+        rate / n,
+        (row.get("samples_per_s_ci95_low") or rate) / n,
+        (row.get("samples_per_s_ci95_high") or rate) / n,
+    )
 
 
-def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: float, cores: int,
-                  skipped: list, ends_at: Optional[float] = None,
-                  clock: Callable[[], float] = time.time) -> tuple[dict[int, Point], Optional[dict]]:
+def _search_group(
+    run: Callable[[TrialSpec], dict],
+    specs: dict,
+    step_rate: float,
+    cores: int,
+    skipped: list,
+    ends_at: Optional[float] = None,
+    clock: Callable[[], float] = time.time,
+) -> tuple[dict[int, Point], Optional[dict]]:
     """One group's search; ``specs`` maps kind -> its spec at 1 worker (per rank). Rates are per GPU
     and ``cores`` a rank's share, so N GPUs search the workers of one rank like one GPU does.
 
@@ -189,8 +201,11 @@ def _search_group(run: Callable[[TrialSpec], dict], specs: dict, step_rate: floa
         points[step.workers] = p
         step = plan_next(points, step_rate, per_worker, cores)
     zero = zero_workers_rate(per_worker, step_rate)
-    if points and specs[TrialKind.END_TO_END.value].gpus == 1 and zero >= NEAR_BEST * max(
-            p.rate for p in points.values()):
+    if (
+        points
+        and specs[TrialKind.END_TO_END.value].gpus == 1
+        and zero >= NEAR_BEST * max(p.rate for p in points.values())
+    ):
         # 0 workers is implied only when clearly slower: where loading is cheap beside the step (a CPU
         # step that gets every core back without workers) it may be the answer, so it is measured
         p = _point(run(_at(specs[TrialKind.END_TO_END.value], 0)))  # the loader alone at 0 adds nothing here
@@ -213,9 +228,13 @@ def _measure_at(run, specs: dict, w: int, per_worker: float, storage_done: bool,
         got = run(_at(fetch, w))
         if (got.get("samples_per_s") or 0) >= STORAGE_FAST * per_worker * max(w, 1):
             specs.pop(TrialKind.STORAGE_FETCH.value)
-            skipped.append({"trial": f"storage_fetch at other worker counts ({fetch.source})",
-                            "reason": f"raw reads ran {got['samples_per_s']:,.0f} samples/s at {w} workers, over "
-                                      f"{STORAGE_FAST:g}x the pipeline's one-worker rate x workers: storage cannot bind"})
+            skipped.append(
+                {
+                    "trial": f"storage_fetch at other worker counts ({fetch.source})",
+                    "reason": f"raw reads ran {got['samples_per_s']:,.0f} samples/s at {w} workers, over "
+                    f"{STORAGE_FAST:g}x the pipeline's one-worker rate x workers: storage cannot bind",
+                }
+            )
     if TrialKind.CPU_PIPELINE.value in specs:  # for the curve that sizing reads (run() measures a spec once)
         run(_at(specs[TrialKind.CPU_PIPELINE.value], w))
     return run(_at(specs[TrialKind.END_TO_END.value], w))
@@ -224,8 +243,12 @@ def _measure_at(run, specs: dict, w: int, per_worker: float, storage_done: bool,
 def _groups(cfg, probe, user: bool, user_loader: bool) -> tuple[list[TrialSpec], list[dict], list[TrialSpec]]:
     """The ceilings; per end-to-end setting its specs at 1 worker by kind (the loader kinds that
     share its pipeline and storage); and the once-per-pipeline checks (overheads)."""
-    at_one = expand(cfg.model_copy(update={"loader": cfg.loader.model_copy(update={"num_workers": [1]})}),
-                    probe, user_dataset=user, user_loader=user_loader)
+    at_one = expand(
+        cfg.model_copy(update={"loader": cfg.loader.model_copy(update={"num_workers": [1]})}),
+        probe,
+        user_dataset=user,
+        user_loader=user_loader,
+    )
 
     def of(kind: TrialKind) -> list[TrialSpec]:
         return [s for s in at_one if s.kind == kind.value and s.stage_timing is None]
@@ -233,9 +256,14 @@ def _groups(cfg, probe, user: bool, user_loader: bool) -> tuple[list[TrialSpec],
     groups = []
     for e2e in of(TrialKind.END_TO_END):
         specs = {TrialKind.END_TO_END.value: e2e}
-        specs |= {TrialKind.CPU_PIPELINE.value: s for s in of(TrialKind.CPU_PIPELINE) if _pipe(s) == _pipe(e2e)}
-        specs |= {TrialKind.STORAGE_FETCH.value: s for s in of(TrialKind.STORAGE_FETCH) if e2e.gpus == 1 and
-                  (s.source, s.cache_state, s.batch_size) == (e2e.source, e2e.cache_state, e2e.batch_size)}
+        # one bound trial of each kind per group: the last that matches is the one kept
+        specs |= {TrialKind.CPU_PIPELINE.value: s for s in of(TrialKind.CPU_PIPELINE) if _pipe(s) == _pipe(e2e)}  # noqa: B035
+        specs |= {
+            TrialKind.STORAGE_FETCH.value: s  # noqa: B035 (as above)
+            for s in of(TrialKind.STORAGE_FETCH)
+            if e2e.gpus == 1
+            and (s.source, s.cache_state, s.batch_size) == (e2e.source, e2e.cache_state, e2e.batch_size)
+        }
         groups.append(specs)
     once = [s for s in at_one if KINDS[TrialKind(s.kind)].once or s.stage_timing is not None]
     return of(TrialKind.GPU_CEILING), groups, once
@@ -249,9 +277,17 @@ def _step_key(s: TrialSpec) -> tuple:
     return s.model, s.precision, s.mode, s.batch_size, s.gpus, s.p2p
 
 
-def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_row: Callable = lambda rows: None,
-                 user_loader: bool = False, kept: Optional[dict] = None,
-                 started: Optional[float] = None) -> tuple[list[dict], bool, dict]:
+def run_adaptive(
+    ctx,
+    cfg,
+    probe,
+    user: bool,
+    summarize_monitor: Callable,
+    on_row: Callable = lambda rows: None,
+    user_loader: bool = False,
+    kept: Optional[dict] = None,
+    started: Optional[float] = None,
+) -> tuple[list[dict], bool, dict]:
     """Search every end-to-end setting; returns (rows, interrupted, the search record for run.json).
 
     ``started`` (this session's ``time.time()``): the k-th group's bisection ends by ``k × answer_max_s``.
@@ -285,8 +321,15 @@ def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_ro
             step, cores = steps.get(_step_key(e2e), math.inf), max(ctx.cores // e2e.gpus, 1)
             ends_at = started + k * budget if started is not None and budget else None
             points, cut = _search_group(run, dict(specs), step, cores, record["skipped"], ends_at)
-            _record_group(record, e2e, points, done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}), step, cores,
-                          cut and cut | {"budget_s": k * budget})
+            _record_group(
+                record,
+                e2e,
+                points,
+                done.get(specs.get(TrialKind.CPU_PIPELINE.value), {}),
+                step,
+                cores,
+                cut and cut | {"budget_s": k * budget},
+            )
             most[_pipe(e2e)] = max([most.get(_pipe(e2e), 1), *points])
         for spec in once:  # the overhead checks, at the most workers measured for their pipeline
             run(_at(spec, most.get(_pipe(spec), 1)))
@@ -295,8 +338,9 @@ def run_adaptive(ctx, cfg, probe, user: bool, summarize_monitor: Callable, on_ro
     return rows, False, record
 
 
-def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, step: float, cores: int,
-                  cut: Optional[dict] = None) -> None:
+def _record_group(
+    record: dict, e2e: TrialSpec, points: dict, one_worker: dict, step: float, cores: int, cut: Optional[dict] = None
+) -> None:
     """What the search measured for one group, what it skipped (and why), and what it inferred; ``cut``:
     the bisection step the answer's time budget left out (:func:`_search_group`)."""
     label = _label(e2e)
@@ -306,43 +350,74 @@ def _record_group(record: dict, e2e: TrialSpec, points: dict, one_worker: dict, 
     floor = floor_of(points, per)
     stopped = None
     if cut:
-        stopped = (f"not measured: the bisection toward the smallest count within 5% of the best stopped before "
-                   f"{cut['workers']} workers, which would have ended past the answer's time budget "
-                   f"(measure.answer_max_s: {cut['budget_s']:g} s into the run; {cut['left_s']:.0f} s were left, "
-                   f"the step before took {cut['step_s']:.0f} s); the answer's re-draws give the counts the "
-                   "measurements allow")
+        stopped = (
+            f"not measured: the bisection toward the smallest count within 5% of the best stopped before "
+            f"{cut['workers']} workers, which would have ended past the answer's time budget "
+            f"(measure.answer_max_s: {cut['budget_s']:g} s into the run; {cut['left_s']:.0f} s were left, "
+            f"the step before took {cut['step_s']:.0f} s); the answer's re-draws give the counts the "
+            "measurements allow"
+        )
         record.setdefault("stopped", []).append({"group": label, "next_workers": cut["workers"], "reason": stopped})
     upper = smallest_good(points) if points else 0
-    record["skipped"] += [{"trial": f"end_to_end at {w} workers ({label})",
-                           "reason": stopped if stopped and floor < w < upper else _why_not(w, floor, per, points)}
-                          for w in sorted({*default_workers(cores), *([cut["workers"]] if cut else [])})
-                          if w not in points]
+    record["skipped"] += [
+        {
+            "trial": f"end_to_end at {w} workers ({label})",
+            "reason": stopped if stopped and floor < w < upper else _why_not(w, floor, per, points),
+        }
+        for w in sorted({*default_workers(cores), *([cut["workers"]] if cut else [])})
+        if w not in points
+    ]
     if 0 not in points and r1 and e2e.gpus == 1:
         rate = zero_workers_rate(r1, step)
-        record["inferred"].append({"group": label, "trial_kind": TrialKind.END_TO_END.value, "model": e2e.model,
-                                   "precision": e2e.precision, "preset": e2e.preset, "batch_size": e2e.batch_size,
-                                   "source": e2e.source, "cache_state": e2e.cache_state, "num_workers": 0,
-                                   "samples_per_s": rate,
-                                   "basis": f"1 / (1/{r1:,.1f} + 1/{step:,.1f}): the one-worker loader rate and "
-                                            "the step ceiling, taking turns in one process"})
+        record["inferred"].append(
+            {
+                "group": label,
+                "trial_kind": TrialKind.END_TO_END.value,
+                "model": e2e.model,
+                "precision": e2e.precision,
+                "preset": e2e.preset,
+                "batch_size": e2e.batch_size,
+                "source": e2e.source,
+                "cache_state": e2e.cache_state,
+                "num_workers": 0,
+                "samples_per_s": rate,
+                "basis": f"1 / (1/{r1:,.1f} + 1/{step:,.1f}): the one-worker loader rate and "
+                "the step ceiling, taking turns in one process",
+            }
+        )
 
 
 def _why_not(workers: int, floor: int, r1: float, points: dict) -> str:
     if workers == 0:
-        return ("0 workers: loading and the step take turns in one process, so its rate follows from the "
-                "one-worker loader rate and the step ceiling (1 / (1/r1 + 1/step)), more than 5% below the "
-                "best measured; not measured")
+        return (
+            "0 workers: loading and the step take turns in one process, so its rate follows from the "
+            "one-worker loader rate and the step ceiling (1 / (1/r1 + 1/step)), more than 5% below the "
+            "best measured; not measured"
+        )
     if workers <= floor:
         best = max(p.rate for p in points.values())
-        return (f"cannot be the answer: {workers} worker{'s' if workers != 1 else ''} at {PER_WORKER_SLACK:g}x the "
-                f"one-worker rate ({r1:,.1f}/s) each "
-                f"reach at most {workers * PER_WORKER_SLACK * r1:,.0f} samples/s, below {TIE_FLOOR:.0%} of the best "
-                f"measured ({best:,.0f})")
+        return (
+            f"cannot be the answer: {workers} worker{'s' if workers != 1 else ''} at {PER_WORKER_SLACK:g}x the "
+            f"one-worker rate ({r1:,.1f}/s) each "
+            f"reach at most {workers * PER_WORKER_SLACK * r1:,.0f} samples/s, below {TIE_FLOOR:.0%} of the best "
+            f"measured ({best:,.0f})"
+        )
     return "not needed: the counts measured located the answer"
 
 
 def _label(spec: TrialSpec) -> str:
-    return " ".join(str(p) for p in (spec.model, spec.precision, spec.mode, spec.preset,
-                                     "gpu-augment" if spec.augment_device else None, f"bs{spec.batch_size}",
-                                     spec.source, f"{spec.gpus} GPUs" if spec.gpus > 1 else None,
-                                     "p2p off" if spec.p2p is False else None) if p is not None)
+    return " ".join(
+        str(p)
+        for p in (
+            spec.model,
+            spec.precision,
+            spec.mode,
+            spec.preset,
+            "gpu-augment" if spec.augment_device else None,
+            f"bs{spec.batch_size}",
+            spec.source,
+            f"{spec.gpus} GPUs" if spec.gpus > 1 else None,
+            "p2p off" if spec.p2p is False else None,
+        )
+        if p is not None
+    )

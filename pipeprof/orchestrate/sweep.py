@@ -11,6 +11,7 @@ row has the memory held then) or 'timeout' (it ran past its cap: the row has the
 stack; see ``trials.watchdog``); Ctrl-C (and SIGTERM under ``pipeprof run``) stops the sweep and
 keeps what was measured.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,16 +22,17 @@ from typing import Callable, Optional
 
 import torch
 
-from pipeprof.measure import noise
 from pipeprof.data.augment import load_preset, output_dtype
-from .distributed import close_job, run_job
 from pipeprof.env import usable_cores
+from pipeprof.measure import noise
 from pipeprof.models import input_size
 from pipeprof.schema import TrialKind
 from pipeprof.trials import KINDS, TrialContext, TrialSpec, run_trial, spec_key
 from pipeprof.trials.columns import is_oom, oom_columns
 from pipeprof.trials.heap import release
 from pipeprof.trials.watchdog import Leash, TrialTimeout, run_bounded
+
+from .distributed import close_job, run_job
 
 #: a trial's cap beyond measure.max_trial_s: its set-up (model, workers, page cache) and the last window
 SETUP_MARGIN_S = 30.0
@@ -44,8 +46,9 @@ def preset_probe(preset: str, size: int) -> tuple[str, int]:
 
 def storage_points(cfg) -> list[tuple[str, str]]:
     """(source label, cache state) pairs of a config, in config order."""
-    return [(spec.label, state) for spec in cfg.data.source
-            for state in (cfg.data.cache if spec.file_backed else ["n/a"])]
+    return [
+        (spec.label, state) for spec in cfg.data.source for state in (cfg.data.cache if spec.file_backed else ["n/a"])
+    ]
 
 
 def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> bool:
@@ -53,8 +56,13 @@ def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> 
     asked; the hand-off trial by default only where a GPU is fed (on a CPU the step shares the cores,
     which bind first), and wherever ``trials`` names it."""
     default_off = k == TrialKind.HANDOFF and cfg.device != "cuda" and "trials" not in cfg.model_fields_set
-    return (k in set(cfg.trials) and not (user_dataset and kind.own_source) and not (user_loader and kind.own_samples)
-            and kind.check <= cfg.overhead_checks and not default_off)
+    return (
+        k in set(cfg.trials)
+        and not (user_dataset and kind.own_source)
+        and not (user_loader and kind.own_samples)
+        and kind.check <= cfg.overhead_checks
+        and not default_off
+    )
 
 
 def augment_devices(cfg, user_dataset: bool) -> list:
@@ -63,8 +71,12 @@ def augment_devices(cfg, user_dataset: bool) -> list:
     return [None] if user_dataset else [None if d == "cpu" else d for d in cfg.augment.device]
 
 
-def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
-           user_dataset: bool = False, user_loader: bool = False) -> list[TrialSpec]:
+def expand(
+    cfg,
+    probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
+    user_dataset: bool = False,
+    user_loader: bool = False,
+) -> list[TrialSpec]:
     """All trials of a resolved config, deduplicated, in run order, planned from each kind's
     registry entry (``trials.KINDS``): step kinds once per model × precision × preset × batch,
     loader kinds per storage point × worker count.
@@ -80,31 +92,55 @@ def expand(cfg, probe: Optional[Callable[[str, int], tuple[str, int]]] = None,
     presets = [None] if user_dataset else cfg.augment.preset
     storage = [(None, None)] if user_dataset else storage_points(cfg)
     devices = augment_devices(cfg, user_dataset)
-    for model, precision, mode, preset, bs in product(cfg.model.name, cfg.model.precision, cfg.model.mode, presets,
-                                                      cfg.loader.batch_size):
+    for model, precision, mode, preset, bs in product(
+        cfg.model.name, cfg.model.precision, cfg.model.mode, presets, cfg.loader.batch_size
+    ):
         dtype, size = probe(preset, input_size(model))
         step = dict(model=model, precision=precision, mode=mode)
-        specs += [TrialSpec(k.value, batch_size=bs, image_size=size, input_dtype=dtype, **step)
-                  for k, kind in kinds.items() if not kind.loader]
+        specs += [
+            TrialSpec(k.value, batch_size=bs, image_size=size, input_dtype=dtype, **step)
+            for k, kind in kinds.items()
+            if not kind.loader
+        ]
 
-        def pipe_at(source, cache_state, device=None) -> dict:
-            return dict(batch_size=bs, preset=preset, decoder=None if user_dataset else cfg.data.decoder,
-                        pin_memory=None if user_loader else cfg.loader.pin_memory, image_size=size, source=source,
-                        cache_state=cache_state, augment_device=device)
+        def pipe_at(source, cache_state, device=None, bs=bs, preset=preset, size=size) -> dict:
+            return dict(
+                batch_size=bs,
+                preset=preset,
+                decoder=None if user_dataset else cfg.data.decoder,
+                pin_memory=None if user_loader else cfg.loader.pin_memory,
+                image_size=size,
+                source=source,
+                cache_state=cache_state,
+                augment_device=device,
+            )
 
         for (source, cache_state), w, dev in product(storage, cfg.loader.num_workers, devices):
             pipe = pipe_at(source, cache_state, dev)
             bare = dict(batch_size=bs, source=source, cache_state=cache_state)
-            specs += [TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
-                      for k, kind in kinds.items() if kind.loader and not kind.once]
+            specs += [
+                TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
+                for k, kind in kinds.items()
+                if kind.loader and not kind.once
+            ]
         # once-per-pipeline kinds (the hand-off limit, an overhead check): most workers, first storage point
-        specs += [TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0], dev))
-                  for k, kind in kinds.items() if kind.once for dev in devices]
+        specs += [
+            TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0], dev))
+            for k, kind in kinds.items()
+            if kind.once
+            for dev in devices
+        ]
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on
             # and off between windows: their cost (once per preset; it does not depend on the storage)
-            specs.append(TrialSpec(TrialKind.CPU_PIPELINE.value, num_workers=max(cfg.loader.num_workers),
-                                   stage_timing=False, **pipe_at(*storage[0])))
+            specs.append(
+                TrialSpec(
+                    TrialKind.CPU_PIPELINE.value,
+                    num_workers=max(cfg.loader.num_workers),
+                    stage_timing=False,
+                    **pipe_at(*storage[0]),
+                )
+            )
     one_gpu = specs if 1 in cfg.distributed.gpus else []  # distributed.gpus: [2] runs the 2-GPU form only
     return list(dict.fromkeys(one_gpu + distributed_specs(cfg, specs)))
 
@@ -123,11 +159,19 @@ def distributed_specs(cfg, specs: list[TrialSpec]) -> list[TrialSpec]:
     cores = int(usable_cores()["usable"])
     for n in (g for g in cfg.distributed.gpus if g > 1):
         local = max(n // cfg.distributed.nnodes, 1)  # ranks on this machine share its cores
-        mine = [s for s in specs if s.kind in DISTRIBUTED_KINDS and s.stage_timing is None
-                and not (s.num_workers is not None and s.num_workers * local > max(cores, local))]
+        mine = [
+            s
+            for s in specs
+            if s.kind in DISTRIBUTED_KINDS
+            and s.stage_timing is None
+            and not (s.num_workers is not None and s.num_workers * local > max(cores, local))
+        ]
         for i, p2p in enumerate(cfg.distributed.p2p):
-            out += [replace(s, gpus=n, p2p=None if s.kind == TrialKind.CPU_PIPELINE.value else p2p == "on")
-                    for s in mine if i == 0 or s.kind != TrialKind.CPU_PIPELINE.value]
+            out += [
+                replace(s, gpus=n, p2p=None if s.kind == TrialKind.CPU_PIPELINE.value else p2p == "on")
+                for s in mine
+                if i == 0 or s.kind != TrialKind.CPU_PIPELINE.value
+            ]
     return out
 
 
@@ -158,17 +202,21 @@ def bounded_trial(ctx: TrialContext, spec: TrialSpec) -> dict:
     """``run_trial`` under the watchdog (``trials.watchdog``): at most measure.max_trial_s + SETUP_MARGIN_S."""
     leash = Leash(ctx.monitor, ctx.clock)
     watched = replace(ctx, monitor=leash, clock=leash.clock)
-    return run_bounded(lambda: run_trial(watched, spec), leash, ctx.measure.max_trial_s + SETUP_MARGIN_S,
-                       f"trial {spec.trial_id}")
+    return run_bounded(
+        lambda: run_trial(watched, spec), leash, ctx.measure.max_trial_s + SETUP_MARGIN_S, f"trial {spec.trial_id}"
+    )
 
 
 def _no_window(metrics: dict, cap_s: float) -> dict:
     """A trial whose warm-up left no time for a single window measured nothing: failed, and why."""
     if metrics.get("windows") != 0:
         return {}
-    return {"status": "failed", "error": f"no timed window fitted in measure.max_trial_s ({cap_s:g} s): the "
-                                         f"warm-up alone took {metrics.get('warmup_s') or 0:.1f} s (a slow first batch: cuDNN "
-                                         "autotuning, slow reads); raise measure.max_trial_s"}
+    return {
+        "status": "failed",
+        "error": f"no timed window fitted in measure.max_trial_s ({cap_s:g} s): the "
+        f"warm-up alone took {metrics.get('warmup_s') or 0:.1f} s (a slow first batch: cuDNN "
+        "autotuning, slow reads); raise measure.max_trial_s",
+    }
 
 
 def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> dict:
@@ -200,10 +248,14 @@ def run_one(ctx: TrialContext, spec: TrialSpec, summarize_monitor: Callable) -> 
     return row
 
 
-def run_sweep(ctx: TrialContext, specs: list[TrialSpec], summarize_monitor: Callable,
-              on_row: Callable[[list[dict]], None] = lambda rows: None,
-              progress: Callable[[TrialSpec, int, int], None] = lambda spec, i, n: None,
-              kept: Optional[dict] = None) -> tuple[list[dict], bool]:
+def run_sweep(
+    ctx: TrialContext,
+    specs: list[TrialSpec],
+    summarize_monitor: Callable,
+    on_row: Callable[[list[dict]], None] = lambda rows: None,
+    progress: Callable[[TrialSpec, int, int], None] = lambda spec, i, n: None,
+    kept: Optional[dict] = None,
+) -> tuple[list[dict], bool]:
     """Run every trial; ``on_row`` gets all rows so far after each. Returns (rows, interrupted).
 
     ``kept``: rows of an earlier session of this run by ``spec_key`` (``--resume``): they come first

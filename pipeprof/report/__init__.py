@@ -9,6 +9,7 @@ May import: the nouns, ``results`` and ``analysis``' stored records; never ``mea
 A renderer is ``render(run) -> str``. To add one, write it in a module here and add one entry
 to :data:`RENDERERS` (``pipeprof report RUN --format NAME`` then offers it).
 """
+
 from __future__ import annotations
 
 import importlib

@@ -4,6 +4,7 @@ The main table is one per group (model, precision, preset, batch): a row per
 worker count with the end-to-end figures beside the bounds measured in isolation
 at the same settings (``analysis.curves``).
 """
+
 from __future__ import annotations
 
 import math
@@ -12,34 +13,48 @@ import pandas as pd
 
 from pipeprof.analysis import groups
 from pipeprof.answer import Answer, CoresNeeded
+
 from .summary import answer_lines, at_trial_words, gain_interval, gpu_count, group_answers, shape
 
 TEXT_HEADERS = {"kind", "setting", "verdict", "!"}
 # (header, column, format): units are in the headers, fractions print as %
 CURVE_COLUMNS = [
-    ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
-    ("CV", "samples_per_s_cv", "{:.1%}"), ("wait", "data_wait_frac", "{:.0%}"),
-    ("GPU%", "gpu_util_pct_mean", "{:.0f}"), ("CPU%", "cpu_util_pct_mean", "{:.0f}"),
-    ("RAM MB", "pss_mb_steady", "{:,.0f}"), ("CPU/s", "cpu_bound_samples_per_s", "si"),
-    ("I/O/s", "io_bound_samples_per_s", "si"), ("GPU/s", "step_bound_samples_per_s", "si"),
-    ("pred/s", "predicted_samples_per_s", "si"), ("err", "prediction_error_frac", "{:+.0%}"),
+    ("w", "num_workers", "{:d}"),
+    ("samples/s", "samples_per_s", "si"),
+    ("CV", "samples_per_s_cv", "{:.1%}"),
+    ("wait", "data_wait_frac", "{:.0%}"),
+    ("GPU%", "gpu_util_pct_mean", "{:.0f}"),
+    ("CPU%", "cpu_util_pct_mean", "{:.0f}"),
+    ("RAM MB", "pss_mb_steady", "{:,.0f}"),
+    ("CPU/s", "cpu_bound_samples_per_s", "si"),
+    ("I/O/s", "io_bound_samples_per_s", "si"),
+    ("GPU/s", "step_bound_samples_per_s", "si"),
+    ("pred/s", "predicted_samples_per_s", "si"),
+    ("err", "prediction_error_frac", "{:+.0%}"),
     ("verdict", "verdict", "{}"),
 ]
 ISOLATION_COLUMNS = [
-    ("kind", "kind", "{}"), ("setting", "setting", "{}"), ("bs", "batch_size", "{:d}"),
-    ("w", "num_workers", "{:d}"), ("samples/s", "samples_per_s", "si"),
-    ("CV", "samples_per_s_cv", "{:.1%}"), ("MB/s", "read_mb_s", "si"),
-    ("p50 ms", "read_latency_ms_p50", "si"), ("p99 ms", "read_latency_ms_p99", "si"),
+    ("kind", "kind", "{}"),
+    ("setting", "setting", "{}"),
+    ("bs", "batch_size", "{:d}"),
+    ("w", "num_workers", "{:d}"),
+    ("samples/s", "samples_per_s", "si"),
+    ("CV", "samples_per_s_cv", "{:.1%}"),
+    ("MB/s", "read_mb_s", "si"),
+    ("p50 ms", "read_latency_ms_p50", "si"),
+    ("p99 ms", "read_latency_ms_p99", "si"),
     ("disk", "disk_read_frac", "{:.0%}"),
 ]
-LEGEND = ("w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
-          "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
-          "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s: the loader "
-          "alone, the raw reads alone and the step alone, at the same settings · pred/s: predicted from those "
-          "bounds (err: prediction − measured, relative) · verdict: the bound the trial sits on, from its own data "
-          "wait and busy cores first · p50/p99 ms: per-read latency of the raw reads · disk: share of the bytes "
-          "read that came from the disk, not the page cache · (emulated): a throttled source's speed is imposed, "
-          "not measured")
+LEGEND = (
+    "w: DataLoader workers · samples/s: median of the timed windows · CV: spread across windows · "
+    "wait: share of wall time blocked on next(loader) · GPU%/CPU%: mean utilisation in the windows · "
+    "RAM MB: main + workers at steady state (PSS: shared pages counted once) · CPU/s, I/O/s, GPU/s: the loader "
+    "alone, the raw reads alone and the step alone, at the same settings · pred/s: predicted from those "
+    "bounds (err: prediction − measured, relative) · verdict: the bound the trial sits on, from its own data "
+    "wait and busy cores first · p50/p99 ms: per-read latency of the raw reads · disk: share of the bytes "
+    "read that came from the disk, not the page cache · (emulated): a throttled source's speed is imposed, "
+    "not measured"
+)
 
 
 def legend(device: str) -> str:
@@ -74,8 +89,11 @@ def curve_columns(device: str) -> list:
     """The curve table's columns; on a machine without a GPU the step's words, and no GPU%."""
     if device == "cuda":
         return CURVE_COLUMNS
-    return [("step/s", col, fmt) if col == "step_bound_samples_per_s" else (h, col, fmt)
-            for h, col, fmt in CURVE_COLUMNS if col != "gpu_util_pct_mean"]
+    return [
+        ("step/s", col, fmt) if col == "step_bound_samples_per_s" else (h, col, fmt)
+        for h, col, fmt in CURVE_COLUMNS
+        if col != "gpu_util_pct_mean"
+    ]
 
 
 def note_of(r) -> str:
@@ -83,8 +101,11 @@ def note_of(r) -> str:
     if r.get("status") != "ok":
         return f"{r.get('status')}: {r.get('error')}"
     text = lambda key: r.get(key) if isinstance(r.get(key), str) else None  # noqa: E731
-    notes = [f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else None,
-             text("cache_note"), f"bounds disagree: {text('disagreement')}" if text("disagreement") else None]
+    notes = [
+        f"unstable: {r.get('unstable_reason')}" if r.get("unstable") is True else None,
+        text("cache_note"),
+        f"bounds disagree: {text('disagreement')}" if text("disagreement") else None,
+    ]
     return "; ".join(n for n in notes if n)
 
 
@@ -108,9 +129,11 @@ def _storage(r) -> list:
 
 
 def _setting(r) -> str:
-    parts = {"gpu_ceiling": [r.get("model"), r.get("precision")],
-             "cpu_pipeline": [r.get("preset"), r.get("decoder"), *_storage(r)],
-             "storage_fetch": _storage(r)}.get(r["kind"], [])
+    parts = {
+        "gpu_ceiling": [r.get("model"), r.get("precision")],
+        "cpu_pipeline": [r.get("preset"), r.get("decoder"), *_storage(r)],
+        "storage_fetch": _storage(r),
+    }.get(r["kind"], [])
     text = " ".join(str(p) for p in parts if p is not None and p == p)
     return f"{text} ({shape(r)})" if shape(r) else text
 
@@ -119,8 +142,11 @@ def _group_title(key: dict, curve: pd.DataFrame, device: str) -> str:
     ceiling = curve["step_bound_samples_per_s"].dropna()
     what = "GPU" if device == "cuda" else "step (on CPU)"
     tail = f" — {what} ceiling {ceiling.iloc[0]:,.1f} samples/s" if len(ceiling) else ""
-    where = " ".join(str(p) for p in _storage(key | {"emulated": bool(curve.get("emulated", pd.Series([False])).any())})
-                     if p is not None and p == p)
+    where = " ".join(
+        str(p)
+        for p in _storage(key | {"emulated": bool(curve.get("emulated", pd.Series([False])).any())})
+        if p is not None and p == p
+    )
     where = f" · {where}" if where else ""
     extra = f" · {shape(key)}" if shape(key) else ""
     return f"{key['model']} {key['precision']} · {key['preset']} · batch {key['batch_size']}{where}{extra}{tail}"
@@ -157,10 +183,13 @@ def recommendation_lines(run) -> list[str]:
     lines += _page_cache_lines(run.meta.get("storage") or {}, analysis)
     lines += [e["text"] for e in analysis.get("epochs", [])]
     lines += _trust_lines(analysis) + data_lines(analysis)
-    lines += [_overhead_line(o) for o in analysis.get("stage_timing_overhead", [])
-              if "on_samples_per_s" in o]  # without it: a run from before the alternating measurement
-    lines += [_overhead_line(o, "the 10 Hz monitor", ("monitored", "unmonitored"))
-              for o in analysis.get("monitor_overhead", [])]
+    lines += [
+        _overhead_line(o) for o in analysis.get("stage_timing_overhead", []) if "on_samples_per_s" in o
+    ]  # without it: a run from before the alternating measurement
+    lines += [
+        _overhead_line(o, "the 10 Hz monitor", ("monitored", "unmonitored"))
+        for o in analysis.get("monitor_overhead", [])
+    ]
     ref = reference_line(run.meta.get("cpu_reference"))
     return lines + ([ref] if ref else [])
 
@@ -171,20 +200,28 @@ def _group_lines(a: Answer) -> list[str]:
     (:func:`print_answer`): these lines do not say it again."""
     where = " ".join(str(p) for p in _storage(a.key) if p is not None and p == p)
     k = a.key
-    head = f"{k['model']} {k['precision']} {k['preset']} bs{k['batch_size']}" + (f" {where}" if where else "") + (
-        f" ({shape(k)})" if shape(k) else "")
+    head = (
+        f"{k['model']} {k['precision']} {k['preset']} bs{k['batch_size']}"
+        + (f" {where}" if where else "")
+        + (f" ({shape(k)})" if shape(k) else "")
+    )
     tied = [w for w in a.tied_with_best if w != a.workers]
     tie = f"; tied within noise: {', '.join(map(str, tied))}" if tied else ""
     best = f"{a.best_workers} worker{'' if a.best_workers == 1 else 's'}"
-    lines = [f"{head}: num_workers={a.workers} is the {a.criterion} (best {a.best_samples_per_s:,.1f} samples/s "
-             f"at {best}{tie})"]
+    lines = [
+        f"{head}: num_workers={a.workers} is the {a.criterion} (best {a.best_samples_per_s:,.1f} samples/s "
+        f"at {best}{tie})"
+    ]
     if a.cores_needed is not None:
         lines.append(_cores_line(head, a.cores_needed, gpu_count(k)))
     if a.cpu_figures_skipped:
         lines.append(f"{head}: no cores-per-GPU or what-if: {a.cpu_figures_skipped}")
     lines += [line for x in a.actions[:3] if (line := _action_line(head, x))]
-    skipped = [f"{x['action']} ({x['why_not_tried']})" for x in a.actions[3:]
-               if x.get("tried") is False and x.get("why_not_tried") and x.get("gain_frac") is None]
+    skipped = [
+        f"{x['action']} ({x['why_not_tried']})"
+        for x in a.actions[3:]
+        if x.get("tried") is False and x.get("why_not_tried") and x.get("gain_frac") is None
+    ]
     return lines + ([f"{head}: not tried: {'; '.join(skipped)}"] if skipped else [])
 
 
@@ -209,8 +246,10 @@ def _action_line(head: str, a: dict) -> str | None:
         return None
     noise = ", within the measured noise: not shown to help" if a.get("within_noise") else ""
     tried = f"; a prediction, not tried: {a['why_not_tried']}" if a.get("why_not_tried") else ""
-    return (f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s predicted "
-            f"({a['gain_frac']:+.0%}{noise}; {a['basis']}{tried})")
+    return (
+        f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s predicted "
+        f"({a['gain_frac']:+.0%}{noise}; {a['basis']}{tried})"
+    )
 
 
 def _measured_line(head: str, a: dict) -> str:
@@ -220,12 +259,15 @@ def _measured_line(head: str, a: dict) -> str:
     ci = gain_interval(a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high"))
     ci = f", {ci}" if ci else ", one pair: no interval"
     verdict = ("verified" if a.get("verified") else "not shown to help") + (
-        f"; unstable: {a['unstable_reason']}" if a.get("unstable") else "")
+        f"; unstable: {a['unstable_reason']}" if a.get("unstable") else ""
+    )
     rebased = at_trial_words(a.get("gain_frac"), a.get("predicted_gain_at_trial_frac"))
     predicted = f"; predicted {a['gain_frac']:+.0%}{rebased} ({a['basis']})" if a.get("gain_frac") is not None else ""
-    return (f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
-            f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}"
-            f"{_worker_cost(a)}")
+    return (
+        f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
+        f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}"
+        f"{_worker_cost(a)}"
+    )
 
 
 def _worker_cost(a: dict) -> str:
@@ -234,15 +276,22 @@ def _worker_cost(a: dict) -> str:
     now, was = a.get("worker_us_per_sample"), a.get("baseline_worker_us_per_sample")
     if a.get("agrees") is not False or not (now and was):
         return ""
-    return (f"; outside the measured interval: in the trial a sample cost the workers {now:,.0f} µs against "
-            f"{was:,.0f} µs ({now / was - 1:+.0%})")
+    return (
+        f"; outside the measured interval: in the trial a sample cost the workers {now:,.0f} µs against "
+        f"{was:,.0f} µs ({now / was - 1:+.0%})"
+    )
 
 
 def _page_cache_lines(storage: dict, analysis: dict) -> list[str]:
-    if storage.get("fits_in_page_cache") and (len(storage.get("sources", {})) > 1 or analysis.get("epochs")
-                                               or set(storage.get("cache_states", ["warm"])) != {"warm"}):
-        return [f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
-                f"{storage['fits_in_page_cache']['reason']}"]
+    if storage.get("fits_in_page_cache") and (
+        len(storage.get("sources", {})) > 1
+        or analysis.get("epochs")
+        or set(storage.get("cache_states", ["warm"])) != {"warm"}
+    ):
+        return [
+            f"dataset {storage['dataset_total_mb']:,.1f} MB, {storage['dataset_samples']} samples: "
+            f"{storage['fits_in_page_cache']['reason']}"
+        ]
     return []
 
 
@@ -251,35 +300,49 @@ def _trust_lines(analysis: dict) -> list[str]:
     lines = []
     if analysis.get("unstable_trials"):
         causes = ", ".join(f"{c}: {n}" for c, n in analysis.get("unstable_causes", {}).items())
-        lines.append(f"{analysis['unstable_trials']} of {analysis['trials']} trials unstable (95% interval wider "
-                     f"than ±5% of the median){f' — likely causes: {causes}' if causes else ''}")
+        lines.append(
+            f"{analysis['unstable_trials']} of {analysis['trials']} trials unstable (95% interval wider "
+            f"than ±5% of the median){f' — likely causes: {causes}' if causes else ''}"
+        )
     err = analysis.get("prediction_error_abs_median")
     if err is not None:
-        lines.append(f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
-                     f"{len(analysis.get('verdicts', []))} end-to-end trials")
+        lines.append(
+            f"prediction accuracy: median |predicted − measured| / measured = {err:.1%} over "
+            f"{len(analysis.get('verdicts', []))} end-to-end trials"
+        )
     return lines
 
 
 def data_lines(analysis: dict) -> list[str]:
     """Per trial, the bad samples skipped and the outsize images met, with the first paths."""
-    lines = [f"{r['trial_id']}: skipped {r['bad_samples']} sample(s) that could not be read or decoded "
-             f"({r.get('bad_samples_frac') or 0:.1%}{'; trial failed' if r.get('status') != 'ok' else ''}), first: "
-             f"{r.get('bad_samples_first')}" for r in analysis.get("bad_samples", [])]
+    lines = [
+        f"{r['trial_id']}: skipped {r['bad_samples']} sample(s) that could not be read or decoded "
+        f"({r.get('bad_samples_frac') or 0:.1%}{'; trial failed' if r.get('status') != 'ok' else ''}), first: "
+        f"{r.get('bad_samples_first')}"
+        for r in analysis.get("bad_samples", [])
+    ]
     for r in analysis.get("large_images", []):
         cost = r.get("large_images_cost_frac")
         share = f", {cost:.0%} of the workers' clocked time" if cost is not None else ""
-        lines.append(f"{r['trial_id']}: {r['large_images']} outsize image(s) above data.max_pixels{share}, first: "
-                     f"{r.get('large_images_first')}")
+        lines.append(
+            f"{r['trial_id']}: {r['large_images']} outsize image(s) above data.max_pixels{share}, first: "
+            f"{r.get('large_images_first')}"
+        )
     return lines
 
 
 def _overhead_line(o: dict, what: str = "stage clocks", modes: tuple = ("clocked", "unclocked")) -> str:
     verdict = "" if o.get("resolved") else ": not distinguishable from zero"
-    interval = "one pair of windows: no interval" if o["overhead_ci95_low"] is None else \
-        f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
-    return (f"{what} cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
-            f"{o['num_workers']} workers ({o['on_samples_per_s']:,.1f} {modes[0]} vs {o['off_samples_per_s']:,.1f} "
-            f"{modes[1]} samples/s, windows alternated on one loader)")
+    interval = (
+        "one pair of windows: no interval"
+        if o["overhead_ci95_low"] is None
+        else f"95% interval {o['overhead_ci95_low']:+.1%} to {o['overhead_ci95_high']:+.1%}{verdict}"
+    )
+    return (
+        f"{what} cost {o['overhead_frac']:+.1%} ({interval}) of the {o['preset']} pipeline rate at "
+        f"{o['num_workers']} workers ({o['on_samples_per_s']:,.1f} {modes[0]} vs {o['off_samples_per_s']:,.1f} "
+        f"{modes[1]} samples/s, windows alternated on one loader)"
+    )
 
 
 def reference_line(ref: dict) -> str | None:
@@ -288,14 +351,19 @@ def reference_line(ref: dict) -> str | None:
         return None
 
     def fmt(m: dict) -> str:
-        return ", ".join(f"{p['processes']} proc {p['decodes_per_s']:,.0f}/s"
-                         + (f" ({p['per_process_min']:,.0f}–{p['per_process_max']:,.0f} per proc)"
-                            if p["processes"] > 1 else "") for p in m["points"])
+        return ", ".join(
+            f"{p['processes']} proc {p['decodes_per_s']:,.0f}/s"
+            + (f" ({p['per_process_min']:,.0f}–{p['per_process_max']:,.0f} per proc)" if p["processes"] > 1 else "")
+            for p in m["points"]
+        )
+
     text = f"machine CPU reference (fixed JPEG decode): start {fmt(ref['start'])}"
     d = ref.get("drift", {}).get("largest_frac")
     if "end" in ref and d is not None:
-        text += (f"; end {fmt(ref['end'])}; drift {d:+.1%} (CPU-bound rates of two runs that differ by no "
-                 "more than the machine moved do not show a change in the pipeline)")
+        text += (
+            f"; end {fmt(ref['end'])}; drift {d:+.1%} (CPU-bound rates of two runs that differ by no "
+            "more than the machine moved do not show a change in the pipeline)"
+        )
     return text
 
 
@@ -346,8 +414,11 @@ def render_console(run, console=None, answer: bool = True) -> None:
     for title, headers, rows in tables:
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
         for h in headers:
-            t.add_column(h, justify="left" if h in TEXT_HEADERS else "right",
-                         overflow="fold" if h in TEXT_HEADERS else "ellipsis")
+            t.add_column(
+                h,
+                justify="left" if h in TEXT_HEADERS else "right",
+                overflow="fold" if h in TEXT_HEADERS else "ellipsis",
+            )
         for row in rows:
             t.add_row(*row)
         console.print(t)

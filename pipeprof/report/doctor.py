@@ -1,4 +1,5 @@
 """``pipeprof doctor``: the machine snapshot (``env.snapshot``) as readable tables."""
+
 from __future__ import annotations
 
 
@@ -16,8 +17,18 @@ def _flat(prefix: str, value, out: list) -> None:
 
 def doctor_rows(snap: dict) -> list[tuple[str, list[tuple[str, str]]]]:
     """(section, [(field, value)]) in reading order; a machine without GPUs says so."""
-    order = ["cpu_model", "cores", "memory", "gpus", "torch", "libraries", "pillow_jpeg",
-             "dataset_filesystem", "platform", "hostname"]
+    order = [
+        "cpu_model",
+        "cores",
+        "memory",
+        "gpus",
+        "torch",
+        "libraries",
+        "pillow_jpeg",
+        "dataset_filesystem",
+        "platform",
+        "hostname",
+    ]
     sections = []
     for key in order:
         rows: list = []

@@ -5,6 +5,7 @@ e.g. no second precision), so the page leaves out what does not apply. Every fig
 ``id`` the tests and links use. Nothing here analyses: the curves, bounds, intervals and the
 recommended count are the stored values; the figures only select rows and draw them.
 """
+
 from __future__ import annotations
 
 import io
@@ -13,6 +14,7 @@ from typing import NamedTuple
 
 import matplotlib
 import pandas as pd
+
 # the object API, not pyplot: no backend is switched or GUI touched in the caller's process (a notebook
 # keeps its own), and SVG is written by matplotlib's own renderer
 from matplotlib.figure import Figure as Canvas
@@ -24,15 +26,35 @@ from pipeprof.analysis.bounds import matching
 from .summary import group_answers, group_label, rate
 
 # one colour per meaning, the same in every figure
-COLOURS = {"end_to_end": "#1f77b4", "cpu_pipeline": "#ff7f0e", "storage_fetch": "#2ca02c", "step": "#d62728",
-           "predicted": "#7f7f7f", "gpu_ceiling": "#d62728", "monitor_overhead": "#9467bd"}
+COLOURS = {
+    "end_to_end": "#1f77b4",
+    "cpu_pipeline": "#ff7f0e",
+    "storage_fetch": "#2ca02c",
+    "step": "#d62728",
+    "predicted": "#7f7f7f",
+    "gpu_ceiling": "#d62728",
+    "monitor_overhead": "#9467bd",
+}
 SPLIT = [("data wait", "#ff7f0e"), ("host→device copy", "#9467bd"), ("compute", "#1f77b4")]
 # (panel title, per-GPU columns or not, monitor field): a panel appears where the timeline has values
-TIMELINE = [("GPU util %", "gpu", "util_pct"), ("SM clock MHz", "gpu", "sm_clock_mhz"),
-            ("GPU temp °C", "gpu", "temp_c"), ("GPU power W", "gpu", "power_w"), ("CPU util %", None, "cpu_util_pct"),
-            ("disk read MB/s", None, "disk_read_mb_s")]
-STYLE = {"svg.fonttype": "none", "font.family": "sans-serif", "font.size": 10, "axes.spines.top": False,
-         "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False}
+TIMELINE = [
+    ("GPU util %", "gpu", "util_pct"),
+    ("SM clock MHz", "gpu", "sm_clock_mhz"),
+    ("GPU temp °C", "gpu", "temp_c"),
+    ("GPU power W", "gpu", "power_w"),
+    ("CPU util %", None, "cpu_util_pct"),
+    ("disk read MB/s", None, "disk_read_mb_s"),
+]
+STYLE = {
+    "svg.fonttype": "none",
+    "font.family": "sans-serif",
+    "font.size": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.frameon": False,
+}
 
 
 class Figure(NamedTuple):
@@ -50,8 +72,8 @@ def to_svg(fig, fig_id: str) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r'<metadata>.*?</metadata>', "", text, flags=re.S)
+    text = text[text.index("<svg") :]
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     text = re.sub(r'\bid="([^"]+)"', rf'id="{fig_id}-\1"', text)
     return re.sub(r'(url\(#|href="#)([^")]+)', rf"\g<1>{fig_id}-\2", text)
 
@@ -72,8 +94,14 @@ def _band(ax, df: pd.DataFrame, colour: str, label: str, **line) -> None:
     """A rate against workers with its 95% interval shaded (where the rows recorded one)."""
     ax.plot(df["num_workers"], df["samples_per_s"], color=colour, label=label, **line)
     if "samples_per_s_ci95_low" in df and df["samples_per_s_ci95_low"].notna().any():
-        ax.fill_between(df["num_workers"], df["samples_per_s_ci95_low"].astype(float),
-                        df["samples_per_s_ci95_high"].astype(float), color=colour, alpha=0.15, linewidth=0)
+        ax.fill_between(
+            df["num_workers"],
+            df["samples_per_s_ci95_low"].astype(float),
+            df["samples_per_s_ci95_high"].astype(float),
+            color=colour,
+            alpha=0.15,
+            linewidth=0,
+        )
 
 
 def _skipped(run, g: dict) -> list[int]:
@@ -100,9 +128,16 @@ def _storage_line(ax, io_: pd.DataFrame, top: float) -> None:
     if io_["samples_per_s"].min() <= 3 * top:
         _band(ax, io_, COLOURS["storage_fetch"], "storage alone", marker="^", markersize=4, linewidth=1.2)
         return
-    ax.text(0.01, 0.97, f"storage alone: {rate(io_['samples_per_s'].min())}–{rate(io_['samples_per_s'].max())} "
-            "samples/s, far above this scale", transform=ax.transAxes, va="top", fontsize=9,
-            color=COLOURS["storage_fetch"])
+    ax.text(
+        0.01,
+        0.97,
+        f"storage alone: {rate(io_['samples_per_s'].min())}–{rate(io_['samples_per_s'].max())} "
+        "samples/s, far above this scale",
+        transform=ax.transAxes,
+        va="top",
+        fontsize=9,
+        color=COLOURS["storage_fetch"],
+    )
 
 
 def _curve_axes(ax, run, g: dict, e2e: pd.DataFrame) -> None:
@@ -114,25 +149,53 @@ def _curve_axes(ax, run, g: dict, e2e: pd.DataFrame) -> None:
         like = first.iloc[0] if len(first) else like
     cpu = _bound_rows(trials, "cpu_pipeline", like)
     io_ = _bound_rows(trials, "storage_fetch", like)
-    top = _top((e2e, "samples_per_s_ci95_high"), (e2e, "samples_per_s"), (e2e, "step_bound_samples_per_s"),
-               (e2e, "predicted_samples_per_s"), (cpu, "samples_per_s"))
+    top = _top(
+        (e2e, "samples_per_s_ci95_high"),
+        (e2e, "samples_per_s"),
+        (e2e, "step_bound_samples_per_s"),
+        (e2e, "predicted_samples_per_s"),
+        (cpu, "samples_per_s"),
+    )
     if len(cpu):
         _band(ax, cpu, COLOURS["cpu_pipeline"], "CPU pipeline alone", marker="s", markersize=4, linewidth=1.2)
     _storage_line(ax, io_, top)
     step = e2e["step_bound_samples_per_s"].dropna()
     if len(step):
-        ax.axhline(float(step.iloc[0]), color=COLOURS["step"], linestyle="--", linewidth=1.2,
-                   label=f"step ceiling {rate(float(step.iloc[0]))}/s")
+        ax.axhline(
+            float(step.iloc[0]),
+            color=COLOURS["step"],
+            linestyle="--",
+            linewidth=1.2,
+            label=f"step ceiling {rate(float(step.iloc[0]))}/s",
+        )
     if "predicted_samples_per_s" in e2e and e2e["predicted_samples_per_s"].notna().any():
-        ax.plot(e2e["num_workers"], e2e["predicted_samples_per_s"].astype(float), linestyle=":", marker="o",
-                markerfacecolor="white", color=COLOURS["predicted"], label="predicted from the bounds (inferred)")
+        ax.plot(
+            e2e["num_workers"],
+            e2e["predicted_samples_per_s"].astype(float),
+            linestyle=":",
+            marker="o",
+            markerfacecolor="white",
+            color=COLOURS["predicted"],
+            label="predicted from the bounds (inferred)",
+        )
     inferred = e2e["inferred"].fillna(False).astype(bool) if "inferred" in e2e else pd.Series(False, index=e2e.index)
     _band(ax, e2e, COLOURS["end_to_end"], "end to end", linewidth=2)
-    ax.scatter(e2e.loc[~inferred, "num_workers"], e2e.loc[~inferred, "samples_per_s"], color=COLOURS["end_to_end"],
-               zorder=3, label="measured")
+    ax.scatter(
+        e2e.loc[~inferred, "num_workers"],
+        e2e.loc[~inferred, "samples_per_s"],
+        color=COLOURS["end_to_end"],
+        zorder=3,
+        label="measured",
+    )
     if inferred.any():
-        ax.scatter(e2e.loc[inferred, "num_workers"], e2e.loc[inferred, "samples_per_s"], facecolor="white",
-                   edgecolor=COLOURS["end_to_end"], zorder=3, label="inferred")
+        ax.scatter(
+            e2e.loc[inferred, "num_workers"],
+            e2e.loc[inferred, "samples_per_s"],
+            facecolor="white",
+            edgecolor=COLOURS["end_to_end"],
+            zorder=3,
+            label="inferred",
+        )
     ax.set_xticks(sorted(set(e2e["num_workers"].astype(int)) | set(cpu.get("num_workers", pd.Series()).astype(int))))
 
 
@@ -148,17 +211,31 @@ def curve_figures(run) -> list[Figure]:
             fig, ax = _subplots(figsize=(7.5, 3.6))
             _curve_axes(ax, run, a.key, e2e.astype({"samples_per_s": float}))
             w = a.workers
-            ax.scatter([w], [a.samples_per_s], s=220, marker="*", color="#ffbf00",
-                       edgecolor="black", zorder=4, label=f"recommended: {w} worker{'' if w == 1 else 's'}")
+            ax.scatter(
+                [w],
+                [a.samples_per_s],
+                s=220,
+                marker="*",
+                color="#ffbf00",
+                edgecolor="black",
+                zorder=4,
+                label=f"recommended: {w} worker{'' if w == 1 else 's'}",
+            )
             skipped = _skipped(run, a.key)
             if skipped:
                 ax.scatter(skipped, [0] * len(skipped), marker="x", color="grey", label="not measured (search)")
             ax.set(xlabel="num_workers", ylabel="samples/s", ylim=(0, None))
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
             fid = f"fig-curve-{i}"
-            out.append(Figure(fid, f"samples/s against num_workers — {group_label(a.key)}", to_svg(fig, fid),
-                              "Shaded: 95% interval of each trial's windows. Filled dots: measured end to end; "
-                              "hollow dots: predicted from the bounds measured alone."))
+            out.append(
+                Figure(
+                    fid,
+                    f"samples/s against num_workers — {group_label(a.key)}",
+                    to_svg(fig, fid),
+                    "Shaded: 95% interval of each trial's windows. Filled dots: measured end to end; "
+                    "hollow dots: predicted from the bounds measured alone.",
+                )
+            )
     return out
 
 
@@ -183,15 +260,20 @@ def step_split_figure(run) -> list[Figure]:
             ms = ms.fillna(0.0).astype(float)
             ax.barh(labels, ms, left=left, color=colour, label=name, height=0.6)
             left += ms
-        ax.scatter(e2e["batch_ms_mean"], labels, marker="|", s=200, color="black", zorder=3,
-                   label="wall time per step")
+        ax.scatter(e2e["batch_ms_mean"], labels, marker="|", s=200, color="black", zorder=3, label="wall time per step")
         ax.set(xlabel="ms per step")
         ax.grid(axis="y", visible=False)
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=4, fontsize=9)
-        return [Figure("fig-step-split", "Where a step's time goes", to_svg(fig, "fig-step-split"),
-                       "Data wait: share of wall time blocked on next(loader) × time per step; copy and compute: "
-                       "mean copy and median step time. On a GPU they overlap the wait (the loop is asynchronous), "
-                       "so the bars can pass the wall time.")]
+        return [
+            Figure(
+                "fig-step-split",
+                "Where a step's time goes",
+                to_svg(fig, "fig-step-split"),
+                "Data wait: share of wall time blocked on next(loader) × time per step; copy and compute: "
+                "mean copy and median step time. On a GPU they overlap the wait (the loop is asynchronous), "
+                "so the bars can pass the wall time.",
+            )
+        ]
 
 
 def _timeline_series(tl: pd.DataFrame) -> list[tuple[str, list[str]]]:
@@ -210,8 +292,9 @@ def _shade_trials(ax, tl: pd.DataFrame, t0: float, kinds: dict) -> None:
     measured = tl[tl["phase"] == "measure"] if "phase" in tl else tl
     for tid, rows in measured.dropna(subset=["trial_id"]).groupby("trial_id"):
         kind = kinds.get(tid, "")
-        ax.axvspan(rows["t_s"].min() - t0, rows["t_s"].max() - t0, color=COLOURS.get(kind, "grey"), alpha=0.12,
-                   linewidth=0)
+        ax.axvspan(
+            rows["t_s"].min() - t0, rows["t_s"].max() - t0, color=COLOURS.get(kind, "grey"), alpha=0.12, linewidth=0
+        )
 
 
 def timeline_figure(run) -> list[Figure]:
@@ -236,15 +319,28 @@ def timeline_figure(run) -> list[Figure]:
             if len(cols) > 1:  # beside the panel: inside it would cover the lines
                 ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
         axes[-1, 0].set_xlabel("seconds since the monitor started")
-        handles = [Rectangle((0, 0), 1, 1, color=COLOURS[k], alpha=0.3) for k in sorted(set(kinds.values()))
-                   if k in COLOURS]
+        handles = [
+            Rectangle((0, 0), 1, 1, color=COLOURS[k], alpha=0.3) for k in sorted(set(kinds.values())) if k in COLOURS
+        ]
         height = fig.get_figheight()
         fig.subplots_adjust(top=1 - 0.45 / height)  # room for the kinds' legend, no more
-        fig.legend(handles, [k for k in sorted(set(kinds.values())) if k in COLOURS], loc="upper center",
-                   ncol=5, fontsize=8, bbox_to_anchor=(0.5, 1.0))
-        return [Figure("fig-timeline", "Monitor timeline", to_svg(fig, "fig-timeline"),
-                       "10 Hz monitor samples over the run; shaded: each trial's measured windows, coloured by "
-                       "its kind (warm-up clear).")]
+        fig.legend(
+            handles,
+            [k for k in sorted(set(kinds.values())) if k in COLOURS],
+            loc="upper center",
+            ncol=5,
+            fontsize=8,
+            bbox_to_anchor=(0.5, 1.0),
+        )
+        return [
+            Figure(
+                "fig-timeline",
+                "Monitor timeline",
+                to_svg(fig, "fig-timeline"),
+                "10 Hz monitor samples over the run; shaded: each trial's measured windows, coloured by "
+                "its kind (warm-up clear).",
+            )
+        ]
 
 
 def stage_figure(run) -> list[Figure]:
@@ -255,8 +351,9 @@ def stage_figure(run) -> list[Figure]:
         return []
     per = cpu.groupby("preset")[cols].median().dropna(axis=1, how="all")
     with matplotlib.rc_context(STYLE):
-        fig, axes = _subplots(1, len(per), figsize=(3.8 * len(per) + 0.5, 0.8 + 0.3 * per.shape[1]),
-                                 sharey=True, squeeze=False)
+        fig, axes = _subplots(
+            1, len(per), figsize=(3.8 * len(per) + 0.5, 0.8 + 0.3 * per.shape[1]), sharey=True, squeeze=False
+        )
         names = [c.split(".", 1)[1] for c in per.columns][::-1]
         for ax, (preset, row) in zip(axes[0], per.iterrows()):
             values = (row.values / 1e3)[::-1]
@@ -266,9 +363,15 @@ def stage_figure(run) -> list[Figure]:
                     ax.text(v, y, f" {v:.2f}", va="center", fontsize=8)
             ax.set(title=str(preset), xlabel="ms CPU per sample")
             ax.grid(axis="y", visible=False)
-        return [Figure("fig-stages", "CPU cost per sample, by stage", to_svg(fig, "fig-stages"),
-                       "Worker CPU time per sample for read, decode, each transform and collate, timed inside "
-                       "the workers (median over the cpu_pipeline trials of each preset).")]
+        return [
+            Figure(
+                "fig-stages",
+                "CPU cost per sample, by stage",
+                to_svg(fig, "fig-stages"),
+                "Worker CPU time per sample for read, decode, each transform and collate, timed inside "
+                "the workers (median over the cpu_pipeline trials of each preset).",
+            )
+        ]
 
 
 def _bar_axes(labels: list[str], series: dict[str, list[float]], fmt: str = "{:,.0f}", colours: dict = None):
@@ -281,8 +384,9 @@ def _bar_axes(labels: list[str], series: dict[str, list[float]], fmt: str = "{:,
         xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
         bars = ax.bar(xs, values, width=width * 0.95, label=name, color=(colours or {}).get(name, f"C{i}"))
         ax.bar_label(bars, labels=["" if v != v else fmt.format(v) for v in values], fontsize=8, padding=2)
-    ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0, ha="right" if len(labels) > 4
-                  else "center")
+    ax.set_xticks(
+        range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center"
+    )
     ax.grid(axis="x", visible=False)
     values = [v for vs in series.values() for v in vs if v == v and v > 0]
     if values and max(values) > 20 * min(values):
@@ -312,16 +416,23 @@ def precision_figure(run) -> list[Figure]:
     other = ceil[ceil["precision"] != "fp32"].merge(fp32, on=keys)
     if other.empty:
         return []
-    other = other.assign(speedup=other["samples_per_s"] / other["fp32"],
-                         label=other[keys].astype(str).agg(" ".join, axis=1))
+    other = other.assign(
+        speedup=other["samples_per_s"] / other["fp32"], label=other[keys].astype(str).agg(" ".join, axis=1)
+    )
     table = other.pivot_table(index="label", columns="precision", values="speedup")
     labels, series = list(table.index), {p: table[p].astype(float).tolist() for p in table.columns}
     with matplotlib.rc_context(STYLE):
         fig, ax = _bar_axes(labels, series, "{:.2f}×")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set(ylabel="step rate ÷ FP32", title=None if len(series) > 1 else f"{next(iter(series))} ÷ fp32")
-        return [Figure("fig-precision", "Precision: step speed-up over FP32", to_svg(fig, "fig-precision"),
-                       "The step alone (gpu_ceiling) at each precision over the same model's FP32 step.")]
+        return [
+            Figure(
+                "fig-precision",
+                "Precision: step speed-up over FP32",
+                to_svg(fig, "fig-precision"),
+                "The step alone (gpu_ceiling) at each precision over the same model's FP32 step.",
+            )
+        ]
 
 
 def mode_figure(run) -> list[Figure]:
@@ -334,8 +445,14 @@ def mode_figure(run) -> list[Figure]:
     with matplotlib.rc_context(STYLE):
         fig, ax = _bar_axes(labels, {mode: table[mode].astype(float).tolist() for mode in table.columns})
         ax.set(ylabel="samples/s (step alone)")
-        return [Figure("fig-mode", "Train against inference", to_svg(fig, "fig-mode"),
-                       "The step alone (gpu_ceiling) in train and in inference mode.")]
+        return [
+            Figure(
+                "fig-mode",
+                "Train against inference",
+                to_svg(fig, "fig-mode"),
+                "The step alone (gpu_ceiling) in train and in inference mode.",
+            )
+        ]
 
 
 def storage_figure(run) -> list[Figure]:
@@ -344,18 +461,30 @@ def storage_figure(run) -> list[Figure]:
     rows = pd.concat([ok(run.trials, k) for k in kinds])
     if rows.empty or "source" not in rows:
         return []
-    rows = rows.assign(where=rows["source"].astype(str) + " " + rows.get("cache_state", pd.Series("", index=rows.index))
-                       .fillna("").replace("n/a", "").astype(str))
+    rows = rows.assign(
+        where=rows["source"].astype(str)
+        + " "
+        + rows.get("cache_state", pd.Series("", index=rows.index)).fillna("").replace("n/a", "").astype(str)
+    )
     if rows["where"].nunique() < 2:
         return []
     best = rows.groupby(["where", "kind"])["samples_per_s"].max().unstack("kind")
     labels = [str(w).strip() for w in best.index]
     with matplotlib.rc_context(STYLE):
-        fig, ax = _bar_axes(labels, {k.replace("_", " "): best[k].astype(float).tolist() for k in kinds if k in best},
-                            colours={k.replace("_", " "): COLOURS[k] for k in kinds})
+        fig, ax = _bar_axes(
+            labels,
+            {k.replace("_", " "): best[k].astype(float).tolist() for k in kinds if k in best},
+            colours={k.replace("_", " "): COLOURS[k] for k in kinds},
+        )
         ax.set(ylabel="best samples/s over workers")
-        return [Figure("fig-storage", "Storage: sources and cache states", to_svg(fig, "fig-storage"),
-                       "The best rate over the worker counts measured, per source and page-cache state.")]
+        return [
+            Figure(
+                "fig-storage",
+                "Storage: sources and cache states",
+                to_svg(fig, "fig-storage"),
+                "The best rate over the worker counts measured, per source and page-cache state.",
+            )
+        ]
 
 
 def scaling_figure(run) -> list[Figure]:
@@ -376,14 +505,22 @@ def scaling_figure(run) -> list[Figure]:
                 ax.plot(g["gpus"], g["gpus"] * float(one.iloc[0]), linestyle="--", color=line.get_color(), alpha=0.6)
         ax.set(xlabel="GPUs", ylabel="samples/s", ylim=(0, None))
         ax.legend(fontsize=9)
-        return [Figure("fig-scaling", "GPU-count scaling against linear", to_svg(fig, "fig-scaling"),
-                       "Solid: best measured rate at each GPU count; dashed: N × the one-GPU rate (linear).")]
+        return [
+            Figure(
+                "fig-scaling",
+                "GPU-count scaling against linear",
+                to_svg(fig, "fig-scaling"),
+                "Solid: best measured rate at each GPU count; dashed: N × the one-GPU rate (linear).",
+            )
+        ]
 
 
 def _group_key(row: pd.Series) -> tuple:
     """A curve row's group as text, the same across runs: missing is '' (a run without the column included)."""
-    return tuple("" if v is None or v != v else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
-                 for v in (row.get(k) for k in GROUP_KEYS))
+    return tuple(
+        "" if v is None or v != v else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+        for v in (row.get(k) for k in GROUP_KEYS)
+    )
 
 
 def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
@@ -396,7 +533,7 @@ def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
         for key, rows in df.groupby(df.apply(_group_key, axis=1), sort=False):
             keyed.setdefault(key, []).append((label, rows.sort_values("num_workers")))
     out = []
-    for i, (key, entries) in enumerate(item for item in keyed.items() if len(item[1]) > 1):
+    for i, entries in enumerate(v for v in keyed.values() if len(v) > 1):
         first = entries[0][1].iloc[0]
         with matplotlib.rc_context(STYLE):
             fig, ax = _subplots(figsize=(7.5, 3.4))
@@ -406,6 +543,12 @@ def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
             ax.set_xticks(sorted({int(w) for _, rows in entries for w in rows["num_workers"]}))
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
             fid = f"fig-compare-{i}"
-            out.append(Figure(fid, f"end to end — {group_label(first.to_dict())}", to_svg(fig, fid),
-                              "Each run's end-to-end rate with its 95% interval shaded."))
+            out.append(
+                Figure(
+                    fid,
+                    f"end to end — {group_label(first.to_dict())}",
+                    to_svg(fig, fid),
+                    "Each run's end-to-end rate with its 95% interval shaded.",
+                )
+            )
     return out

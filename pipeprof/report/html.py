@@ -5,6 +5,7 @@ no script and nothing is fetched. Every string that comes from the user or the f
 (paths, names, error texts, config values) goes through :func:`esc`. The page reads the stored
 run only: the answer and actions from ``summary``, the tables from ``console.sections``.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,26 @@ import yaml
 
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
-from .summary import (actions, answers, at_trial_words, best_action_line, confidence_line, gain_interval,
-                      group_answers, rate, review_table, why)
+from .summary import (
+    actions,
+    answers,
+    at_trial_words,
+    best_action_line,
+    confidence_line,
+    gain_interval,
+    group_answers,
+    rate,
+    review_table,
+    why,
+)
 
 REPORT = "report.html"
 CSS = """
 body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2329;
   background:#f6f7f9;margin:0}
 main{max-width:1120px;margin:0 auto;padding:24px 28px 48px;background:#fff;min-height:100vh}
-h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;margin:36px 0 10px;border-bottom:2px solid #e3e6ea;padding-bottom:4px}
+h1{font-size:26px;margin:0 0 4px}
+h2{font-size:20px;margin:36px 0 10px;border-bottom:2px solid #e3e6ea;padding-bottom:4px}
 h3{font-size:16px;margin:22px 0 6px}.sub{color:#5b6670;margin:0}
 .answer{background:#eef5ff;border-left:5px solid #1f77b4;padding:12px 18px;margin:18px 0;font-size:17px}
 .answer p{margin:6px 0}.answer .group{display:block;font-size:13px;color:#5b6670}
@@ -49,18 +61,21 @@ def esc(value) -> str:
 
 def page(title: str, body: str) -> str:
     """A complete offline page around ``body`` (already escaped HTML)."""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main></body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n</main></body></html>\n"
+    )
 
 
 def table_html(headers: list[str], rows: list[list], table_id: str = "", text_cols: frozenset = frozenset()) -> str:
     """A table of escaped cells; ``text_cols`` (header names) align left."""
     ident = f' id="{esc(table_id)}"' if table_id else ""
-    cls = ['t' if h in text_cols else "" for h in headers]
+    cls = ["t" if h in text_cols else "" for h in headers]
     head = "".join(f'<th class="{c}">{esc(h)}</th>' for h, c in zip(headers, cls))
-    body = "".join("<tr>" + "".join(f'<td class="{c}">{esc(v)}</td>' for v, c in zip(row, cls)) + "</tr>"
-                   for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{c}">{esc(v)}</td>' for v, c in zip(row, cls)) + "</tr>" for row in rows
+    )
     return f'<div class="wrap"><table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -69,41 +84,64 @@ def _header(run) -> str:
     cfg, data = meta.get("config", {}), meta.get("config", {}).get("data", {})
     gpus = ", ".join(g.get("name", "?") for g in machine.get("gpus", []) if isinstance(g, dict)) or "no GPU"
     dataset = meta.get("dataset") or {}
-    facts = [f"{dataset['images']} images" if dataset.get("images") else None,
-             f"{dataset['mean_kb']:.0f} KB mean" if dataset.get("mean_kb") else None]
+    facts = [
+        f"{dataset['images']} images" if dataset.get("images") else None,
+        f"{dataset['mean_kb']:.0f} KB mean" if dataset.get("mean_kb") else None,
+    ]
     where = data.get("path") or data.get("factory")
-    return (f"<h1>pipeprof report</h1><p class=\"sub\">run <b>{esc(run.path.name)}</b> · {esc(meta.get('status'))}"
-            f" · device {esc(cfg.get('device'))} · {esc(machine.get('cpu_model'))}, "
-            f"{esc(machine.get('cores', {}).get('usable'))} usable cores · {esc(gpus)}</p>"
-            f"<p class=\"sub\">data: {esc(data.get('kind'))}{f' <code>{esc(where)}</code>' if where else ''}"
-            f"{''.join(f' · {esc(f)}' for f in facts if f)}</p>")
+    return (
+        f'<h1>pipeprof report</h1><p class="sub">run <b>{esc(run.path.name)}</b> · {esc(meta.get("status"))}'
+        f" · device {esc(cfg.get('device'))} · {esc(machine.get('cpu_model'))}, "
+        f"{esc(machine.get('cores', {}).get('usable'))} usable cores · {esc(gpus)}</p>"
+        f'<p class="sub">data: {esc(data.get("kind"))}{f" <code>{esc(where)}</code>" if where else ""}'
+        f"{''.join(f' · {esc(f)}' for f in facts if f)}</p>"
+    )
 
 
 def _answer(run) -> str:
     pairs = answers(run)
     failed = run.meta.get("analysis", {}).get("failures") or {}  # analysis.failures: why, and what it rests on
     if not pairs:
-        why_not = failed.get("no_answer") or "No answer: no end-to-end trial finished, or the run stopped before " \
-                                             "its analysis."
+        why_not = (
+            failed.get("no_answer")
+            or "No answer: no end-to-end trial finished, or the run stopped before its analysis."
+        )
         return f'<section id="answer" class="answer"><p>{esc(why_not)}</p></section>'
-    items = "".join(f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
-                    + "".join(f'<p class="small">{esc(x)}</p>'
-                              for x in (best_action_line(a), confidence_line(a), why(a)) if x)
-                    for (label, text), a in zip(pairs, group_answers(run)))
+    items = "".join(
+        f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
+        + "".join(f'<p class="small">{esc(x)}</p>' for x in (best_action_line(a), confidence_line(a), why(a)) if x)
+        for (label, text), a in zip(pairs, group_answers(run))
+    )
     rests = f'<p class="small">{esc(failed["rests_on"])}</p>' if failed.get("rests_on") else ""
     return f'<section id="answer" class="answer">{items}{rests}</section>'
 
 
-ACTION_HEADERS = ["group", "action", "predicted samples/s", "predicted gain", "measured samples/s (baseline)",
-                  "measured gain", "verified", "basis; why not tried"]
+ACTION_HEADERS = [
+    "group",
+    "action",
+    "predicted samples/s",
+    "predicted gain",
+    "measured samples/s (baseline)",
+    "measured gain",
+    "verified",
+    "basis; why not tried",
+]
 
 
 def _action_row(a) -> list:
     """One row of "What would help": the prediction beside the measurement, or labelled a prediction."""
     finding = a.gain_frac is None and not a.tried and not a.why_not_tried  # "the GPU is the limit"
-    predicted = "finding" if finding else (
-        "–" if a.gain_frac is None else f"{a.gain_frac:+.0%}" + at_trial_words(a.gain_frac, a.gain_at_trial)
-        + (" (within noise)" if a.within_noise else ""))
+    predicted = (
+        "finding"
+        if finding
+        else (
+            "–"
+            if a.gain_frac is None
+            else f"{a.gain_frac:+.0%}"
+            + at_trial_words(a.gain_frac, a.gain_at_trial)
+            + (" (within noise)" if a.within_noise else "")
+        )
+    )
     if a.measured:
         measured = f"{rate(a.measured_samples_per_s)} ({rate(a.baseline_samples_per_s)})"
         gain = f"{a.measured_gain_frac:+.0%} ({gain_interval(*a.measured_gain_ci95) or 'one pair: no interval'})"
@@ -121,20 +159,28 @@ def _actions(run) -> str:
     rows = [_action_row(a) for a in actions(run)]
     if not rows:
         return ""
-    return ('<h2>What would help, ranked</h2>' + table_html(
-        ACTION_HEADERS, rows, "table-actions", frozenset({"group", "action", "basis; why not tried"}))
+    return (
+        "<h2>What would help, ranked</h2>"
+        + table_html(ACTION_HEADERS, rows, "table-actions", frozenset({"group", "action", "basis; why not tried"}))
         + '<p class="small">Predicted gain: the change over the measured rate with the same model as the verdicts '
-          '("within noise": not larger than the trial\'s own 95% interval). Measured: an action trial, the change '
-          'and its baseline in alternating windows on one step at the recommended worker count; verified: the whole '
-          '95% interval of the gain lies above zero. A row not tried stays a prediction and says why.</p>')
+        '("within noise": not larger than the trial\'s own 95% interval). Measured: an action trial, the change '
+        "and its baseline in alternating windows on one step at the recommended worker count; verified: the whole "
+        "95% interval of the gain lies above zero. A row not tried stays a prediction and says why.</p>"
+    )
 
 
-REVIEW_HEADERS = {"model": "model", "precision": "precision", "gpus": "GPUs",
-                  "train_samples_per_s": "train img/s (step alone)",
-                  "inference_samples_per_s": "inference img/s (step alone)",
-                  "end_to_end_samples_per_s": "end to end img/s (best workers)",
-                  "train_over_fp32": "train ÷ FP32", "inference_over_fp32": "inference ÷ FP32",
-                  "train_scaling": "train scaling (1 = linear)", "inference_scaling": "inference scaling (1 = linear)"}
+REVIEW_HEADERS = {
+    "model": "model",
+    "precision": "precision",
+    "gpus": "GPUs",
+    "train_samples_per_s": "train img/s (step alone)",
+    "inference_samples_per_s": "inference img/s (step alone)",
+    "end_to_end_samples_per_s": "end to end img/s (best workers)",
+    "train_over_fp32": "train ÷ FP32",
+    "inference_over_fp32": "inference ÷ FP32",
+    "train_scaling": "train scaling (1 = linear)",
+    "inference_scaling": "inference scaling (1 = linear)",
+}
 
 
 def _review_cell(col: str, value, precision: str) -> str:
@@ -153,26 +199,40 @@ def _review(run) -> str:
         return ""
     cols = [c for c in REVIEW_HEADERS if c in table]
     rows = [[_review_cell(c, r[c], r["precision"]) for c in cols] for _, r in table.iterrows()]
-    return ("<h2>Images per second, model × precision</h2>"
-            + table_html([REVIEW_HEADERS[c] for c in cols], rows, "table-review", frozenset({"model", "precision"}))
-            + '<p class="small">Step alone: the train (or inference) step on a batch already on the device '
-              '(gpu_ceiling). End to end: the best rate over the worker counts measured, the pipeline feeding the '
-              'step. ÷ FP32: the same model, mode and GPU count in FP32.</p>')
+    return (
+        "<h2>Images per second, model × precision</h2>"
+        + table_html([REVIEW_HEADERS[c] for c in cols], rows, "table-review", frozenset({"model", "precision"}))
+        + '<p class="small">Step alone: the train (or inference) step on a batch already on the device '
+        "(gpu_ceiling). End to end: the best rate over the worker counts measured, the pipeline feeding the "
+        "step. ÷ FP32: the same model, mode and GPU count in FP32.</p>"
+    )
 
 
 def _figures(run) -> str:
     out = []
-    for build in (F.curve_figures, F.step_split_figure, F.timeline_figure, F.stage_figure, F.precision_figure,
-                  F.mode_figure, F.storage_figure, F.scaling_figure):
+    for build in (
+        F.curve_figures,
+        F.step_split_figure,
+        F.timeline_figure,
+        F.stage_figure,
+        F.precision_figure,
+        F.mode_figure,
+        F.storage_figure,
+        F.scaling_figure,
+    ):
         out += build(run)
-    return "".join(f'<figure id="{esc(f.id)}"><h3>{esc(f.title)}</h3>{f.svg}<figcaption>{esc(f.caption)}'
-                   f"</figcaption></figure>" for f in out)
+    return "".join(
+        f'<figure id="{esc(f.id)}"><h3>{esc(f.title)}</h3>{f.svg}<figcaption>{esc(f.caption)}</figcaption></figure>'
+        for f in out
+    )
 
 
 def _trial_tables(run) -> str:
     tables, notes = sections(run)
-    parts = [f"<h3>{esc(title)}</h3>" + table_html(headers, rows, text_cols=frozenset({"kind", "setting", "verdict"}))
-             for title, headers, rows in tables]
+    parts = [
+        f"<h3>{esc(title)}</h3>" + table_html(headers, rows, text_cols=frozenset({"kind", "setting", "verdict"}))
+        for title, headers, rows in tables
+    ]
     parts += [f'<p class="small">{esc(n)}</p>' for n in notes]
     device = run.meta.get("config", {}).get("device", "cuda")
     return "<h2>Trials</h2>" + "".join(parts) + f'<p class="small">{esc(legend(device))}</p>'
@@ -181,24 +241,45 @@ def _trial_tables(run) -> str:
 def _details(run) -> str:
     meta = run.meta
     machine = {k: v for k, v in meta.get("machine", {}).items() if k != "libraries"}
-    versions = {"pipeprof": meta.get("pipeprof_version"), "schema": meta.get("schema_version"),
-                **meta.get("machine", {}).get("libraries", {})}
-    blocks = [("Machine snapshot", json.dumps(machine, indent=2, default=str)),
-              ("Resolved config", yaml.safe_dump(meta.get("config", {}), sort_keys=False)),
-              ("Versions", yaml.safe_dump(versions, sort_keys=False)),
-              ("CPU reference", "\n\n".join(filter(None, [reference_line(meta.get("cpu_reference")),
-                                                          json.dumps(meta.get("cpu_reference"), indent=2)]))),
-              ("What each timer measured", yaml.safe_dump(meta.get("timed_regions", {}), sort_keys=False)),
-              ("Adaptive search", json.dumps(meta.get("search"), indent=2) if meta.get("search") else None)]
+    versions = {
+        "pipeprof": meta.get("pipeprof_version"),
+        "schema": meta.get("schema_version"),
+        **meta.get("machine", {}).get("libraries", {}),
+    }
+    blocks = [
+        ("Machine snapshot", json.dumps(machine, indent=2, default=str)),
+        ("Resolved config", yaml.safe_dump(meta.get("config", {}), sort_keys=False)),
+        ("Versions", yaml.safe_dump(versions, sort_keys=False)),
+        (
+            "CPU reference",
+            "\n\n".join(
+                filter(
+                    None, [reference_line(meta.get("cpu_reference")), json.dumps(meta.get("cpu_reference"), indent=2)]
+                )
+            ),
+        ),
+        ("What each timer measured", yaml.safe_dump(meta.get("timed_regions", {}), sort_keys=False)),
+        ("Adaptive search", json.dumps(meta.get("search"), indent=2) if meta.get("search") else None),
+    ]
     return '<h2 id="details">Run details</h2>' + "".join(
-        f"<details><summary>{esc(title)}</summary><pre>{esc(text)}</pre></details>" for title, text in blocks if text)
+        f"<details><summary>{esc(title)}</summary><pre>{esc(text)}</pre></details>" for title, text in blocks if text
+    )
 
 
 def render_html(run) -> str:
     """The whole report of a stored run as one HTML page."""
     notes = "".join(f"<li>{esc(line)}</li>" for line in recommendation_lines(run))
-    body = [_header(run), _answer(run), _actions(run), _review(run), "<h2>Figures</h2>", _figures(run),
-            _trial_tables(run), f'<h2>Notes</h2><ul class="notes">{notes}</ul>' if notes else "", _details(run)]
+    body = [
+        _header(run),
+        _answer(run),
+        _actions(run),
+        _review(run),
+        "<h2>Figures</h2>",
+        _figures(run),
+        _trial_tables(run),
+        f'<h2>Notes</h2><ul class="notes">{notes}</ul>' if notes else "",
+        _details(run),
+    ]
     return page(f"pipeprof · {run.path.name}", "\n".join(body))
 
 
@@ -209,4 +290,3 @@ def write_report(run, path: str | Path | None = None) -> Path:
     tmp.write_text(render_html(run), encoding="utf-8")
     os.replace(tmp, path)
     return path
-

@@ -6,6 +6,7 @@ in :func:`answer`. Nothing here analyses again: every number is a stored value (
 ``answer.Answer`` in ``run.meta["analysis"]["groups"]``, ``run.trials``), and the only arithmetic is a
 ratio of two stored rates (FP16 over FP32, N GPUs over one).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -16,16 +17,38 @@ from pipeprof.analysis import GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
 from pipeprof.answer import Answer
 
-VERDICT_WORDS = {"cpu-bound": "CPU-bound", "gpu-bound": "GPU-bound", "io-bound": "I/O-bound",
-                 "step-bound": "Step-bound", "cores-bound": "Cores-bound", "loader-bound": "Loader-bound",
-                 "input-bound": "Input-bound", "balanced": "Balanced", "unknown": "Verdict unknown"}
-ANSWER_WORDS = {("input", "cores"): "Input-bound, cores full", ("input", "workers"): "Input-bound, too few workers",
-                ("input", "handoff"): "Input-bound at the loader's hand-off", ("input", "storage"): "Input-bound, storage",
-                ("input", "unattributed"): "Input-bound", ("step", "gpu"): "GPU-bound", ("step", "gpu-pipeline"): "GPU-bound, its decode/augment share",
-                ("step", "step"): "Step-bound",
-                ("step", "cores"): "Step-bound, its host side short of cores"}
-RESOURCE_WORDS = {"cores": "cores", "workers": "workers", "handoff": "the hand-off", "storage": "storage",
-                  "gpu": "the GPU", "gpu-pipeline": "the GPU's decode/augment", "step": "the step", "unattributed": "unattributed"}
+VERDICT_WORDS = {
+    "cpu-bound": "CPU-bound",
+    "gpu-bound": "GPU-bound",
+    "io-bound": "I/O-bound",
+    "step-bound": "Step-bound",
+    "cores-bound": "Cores-bound",
+    "loader-bound": "Loader-bound",
+    "input-bound": "Input-bound",
+    "balanced": "Balanced",
+    "unknown": "Verdict unknown",
+}
+ANSWER_WORDS = {
+    ("input", "cores"): "Input-bound, cores full",
+    ("input", "workers"): "Input-bound, too few workers",
+    ("input", "handoff"): "Input-bound at the loader's hand-off",
+    ("input", "storage"): "Input-bound, storage",
+    ("input", "unattributed"): "Input-bound",
+    ("step", "gpu"): "GPU-bound",
+    ("step", "gpu-pipeline"): "GPU-bound, its decode/augment share",
+    ("step", "step"): "Step-bound",
+    ("step", "cores"): "Step-bound, its host side short of cores",
+}
+RESOURCE_WORDS = {
+    "cores": "cores",
+    "workers": "workers",
+    "handoff": "the hand-off",
+    "storage": "storage",
+    "gpu": "the GPU",
+    "gpu-pipeline": "the GPU's decode/augment",
+    "step": "the step",
+    "unattributed": "unattributed",
+}
 REVIEW_KEYS = ["model", "precision", "gpus"]  # the reviews' rows (``gpus`` when the run swept GPU counts)
 
 
@@ -48,9 +71,11 @@ def shape(g: dict) -> str:
     """What sets a trial or group apart beyond its pipeline: inference, N GPUs (batch and workers per GPU),
     the GPUs' peer-to-peer link off; '' for one GPU training."""
     gpus = g.get("gpus")
-    parts = ["inference" if g.get("mode") == "inference" else "",
-             f"{int(gpus)} GPUs" if gpus is not None and gpus == gpus and gpus > 1 else "",
-             "p2p off" if g.get("p2p") is False else ""]
+    parts = [
+        "inference" if g.get("mode") == "inference" else "",
+        f"{int(gpus)} GPUs" if gpus is not None and gpus == gpus and gpus > 1 else "",
+        "p2p off" if g.get("p2p") is False else "",
+    ]
     return ", ".join(p for p in parts if p)
 
 
@@ -91,12 +116,17 @@ def _cores_clause(a: Answer, device: str) -> str:
     them = "this GPU" if n == 1 else f"these {n} GPUs"
     if need.cores is None:
         loaders = "one loader hands" if n == 1 else f"{n} loaders (one per GPU) hand"
-        return (f"; no core count keeps {them} busy in {precision}: {loaders} off at most (measured) "
-                f"{rate(need.handoff_limit)} samples/s (about {need.cores_to_handoff_limit} cores "
-                "reach 95% of that)")
+        return (
+            f"; no core count keeps {them} busy in {precision}: {loaders} off at most (measured) "
+            f"{rate(need.handoff_limit)} samples/s (about {need.cores_to_handoff_limit} cores "
+            "reach 95% of that)"
+        )
     past = ", extrapolated past the workers measured" if need.extrapolated else ""
-    short = (f", if the hand-off (measured up to {rate(need.handoff_limit)} samples/s) does not stop it short"
-             if need.handoff_straddles else "")
+    short = (
+        f", if the hand-off (measured up to {rate(need.handoff_limit)} samples/s) does not stop it short"
+        if need.handoff_straddles
+        else ""
+    )
     return f"; about {need.cores} cores keep {them} busy in {precision}{past}{short}"
 
 
@@ -104,8 +134,9 @@ def verdict_words(a: Answer) -> str:
     """The side and the resource at the recommended count, with how often the re-draws agree, and the
     other resources within their interval of binding: 'Input-bound, cores full (88% of re-draws; also: the
     hand-off)'. Runs stored before the two-level verdict have only its one word."""
-    words = ANSWER_WORDS.get((a.side, a.resource)) or ("Balanced" if a.side == "balanced" else VERDICT_WORDS.get(
-        a.verdict or "unknown", a.verdict))
+    words = ANSWER_WORDS.get((a.side, a.resource)) or (
+        "Balanced" if a.side == "balanced" else VERDICT_WORDS.get(a.verdict or "unknown", a.verdict)
+    )
     sure, notes = a.confidence, []
     if sure is not None and sure.draws:
         notes.append(f"{sure.answer_share:.0%} of {sure.draws} re-draws")
@@ -124,18 +155,23 @@ def confidence_line(a: Answer) -> str:
     counts = f"num_workers {lo}" if lo == hi else f"num_workers {lo}-{hi}"
     side = f"{sure.side} side" if sure.side else "no side"
     res = f", {RESOURCE_WORDS.get(sure.resource, sure.resource)}" if sure.resource and sure.side != "balanced" else ""
-    line = (f"{counts} in {sure.workers_share:.0%} of re-draws of the windows; {side}{res} in "
-            f"{sure.answer_share:.0%}")
+    line = f"{counts} in {sure.workers_share:.0%} of re-draws of the windows; {side}{res} in {sure.answer_share:.0%}"
     if sure.holds:
         return f"{line}: the answer holds."
     load = sure.disturbed
     if load:
-        return (f"{line}, but the answer does not hold: other processes used up to {load['foreign_cores_max']:.2f} "
-                f"cores of the run's CPUs in {load['trials']} of its {load['of']} end-to-end trials; run it again "
-                "with the machine quiet.")
-    alt = "; ".join(f"{a['side']} side, {RESOURCE_WORDS.get(a['resource'], a['resource'])} {a['share']:.0%}"
-                    for a in sure.alternatives if a.get("side"))
-    return f"{line}: the answer does not hold{f' (else {alt})' if alt else ''}; longer windows or a repeat would settle it."
+        return (
+            f"{line}, but the answer does not hold: other processes used up to {load['foreign_cores_max']:.2f} "
+            f"cores of the run's CPUs in {load['trials']} of its {load['of']} end-to-end trials; run it again "
+            "with the machine quiet."
+        )
+    alt = "; ".join(
+        f"{a['side']} side, {RESOURCE_WORDS.get(a['resource'], a['resource'])} {a['share']:.0%}"
+        for a in sure.alternatives
+        if a.get("side")
+    )
+    alt = f" (else {alt})" if alt else ""
+    return f"{line}: the answer does not hold{alt}; longer windows or a repeat would settle it."
 
 
 def answer(run, a: Answer) -> str:
@@ -148,14 +184,19 @@ def answer(run, a: Answer) -> str:
     verdict = verdict_words(a)
     ceiling = row.get("step_bound_samples_per_s")
     n = gpu_count(a.key)  # N GPUs: num_workers is each rank's, the rates and the ceiling the whole job's
-    what = ("the GPU alone takes" if n == 1 else f"the {n} GPUs alone take") if device == "cuda" else \
-        "the step on the CPU alone takes"
+    what = (
+        ("the GPU alone takes" if n == 1 else f"the {n} GPUs alone take")
+        if device == "cuda"
+        else "the step on the CPU alone takes"
+    )
     alone = f"; {what} {rate(ceiling)}" if ceiling is not None and ceiling == ceiling else ""
     per, each = ("", "") if n == 1 else (" per GPU", " in each rank's DataLoader")
     doing = "inference" if a.key.get("mode") == "inference" else "training"
-    return (f"{verdict}: with {w} worker{'' if w == 1 else 's'}{per} {doing} runs at "
-            f"{rate(a.samples_per_s)}{_interval(row)} samples/s{alone}; set num_workers={w}"
-            f"{each}{_cores_clause(a, device)}.")
+    return (
+        f"{verdict}: with {w} worker{'' if w == 1 else 's'}{per} {doing} runs at "
+        f"{rate(a.samples_per_s)}{_interval(row)} samples/s{alone}; set num_workers={w}"
+        f"{each}{_cores_clause(a, device)}."
+    )
 
 
 def answers(run) -> list[tuple[str, str]]:
@@ -212,13 +253,29 @@ def at_trial_words(gain: Optional[float], at: Optional[float]) -> str:
 
 def actions(run) -> list[Action]:
     """Every group's stored actions, in the analysis's rank order (findings first, then what was measured)."""
-    return [Action(group_label(g.key), a["action"], a.get("predicted_samples_per_s"), a.get("gain_frac"),
-                   bool(a.get("within_noise")), a.get("basis", ""), a.get("tried"), bool(a.get("measured")),
-                   a.get("measured_samples_per_s"), a.get("baseline_samples_per_s"), a.get("measured_gain_frac"),
-                   (a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")), a.get("verified"),
-                   a.get("why_not_tried"), a.get("error") and f"{a.get('status')}: {a.get('error')}",
-                   a.get("unstable_reason") if a.get("unstable") else None, a.get("predicted_gain_at_trial_frac"))
-            for g in group_answers(run) for a in g.actions]
+    return [
+        Action(
+            group_label(g.key),
+            a["action"],
+            a.get("predicted_samples_per_s"),
+            a.get("gain_frac"),
+            bool(a.get("within_noise")),
+            a.get("basis", ""),
+            a.get("tried"),
+            bool(a.get("measured")),
+            a.get("measured_samples_per_s"),
+            a.get("baseline_samples_per_s"),
+            a.get("measured_gain_frac"),
+            (a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high")),
+            a.get("verified"),
+            a.get("why_not_tried"),
+            a.get("error") and f"{a.get('status')}: {a.get('error')}",
+            a.get("unstable_reason") if a.get("unstable") else None,
+            a.get("predicted_gain_at_trial_frac"),
+        )
+        for g in group_answers(run)
+        for a in g.actions
+    ]
 
 
 def gain_interval(low: Optional[float], high: Optional[float]) -> str:
@@ -233,9 +290,11 @@ def best_action_line(a: Answer) -> str:
     if not best:
         return ""
     ci = gain_interval(best.get("measured_gain_ci95_low"), best.get("measured_gain_ci95_high"))
-    figures = (f"{best['measured_gain_frac']:+.0%}{f' ({ci})' if ci else ''}: {rate(best['measured_samples_per_s'])}"
-               f" against {rate(best['baseline_samples_per_s'])} samples/s, alternating windows at "
-               f"{best.get('num_workers')} worker{'' if best.get('num_workers') == 1 else 's'}")
+    figures = (
+        f"{best['measured_gain_frac']:+.0%}{f' ({ci})' if ci else ''}: {rate(best['measured_samples_per_s'])}"
+        f" against {rate(best['baseline_samples_per_s'])} samples/s, alternating windows at "
+        f"{best.get('num_workers')} worker{'' if best.get('num_workers') == 1 else 's'}"
+    )
     predicted = f"; predicted {best['gain_frac']:+.0%}" if best.get("gain_frac") is not None else ""
     if best.get("verified"):
         return f"Best measured change: {best['action']}, {figures}{predicted}."

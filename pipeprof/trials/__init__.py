@@ -10,8 +10,8 @@ and ``variants`` builds each action's variant by the builder its entry in ``pipe
 
 May import: the nouns, ``data`` and ``measure``.
 """
+
 from .kinds import KINDS, Kind, one_pass_plan, run_trial, timed_regions
 from .spec import TrialContext, TrialSpec, spec_key
 
-__all__ = ["KINDS", "Kind", "TrialContext", "TrialSpec", "one_pass_plan", "run_trial", "spec_key",
-           "timed_regions"]
+__all__ = ["KINDS", "Kind", "TrialContext", "TrialSpec", "one_pass_plan", "run_trial", "spec_key", "timed_regions"]

@@ -26,6 +26,7 @@ them instead.
 Which variants run, and how each is built from an action's entry, is ``trials.variants``; this module only
 measures the sides it is given.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,31 +36,34 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from pipeprof.measure.loader import PAUSABLE, Pause, prefetch_depth, shutdown, worker_pids
 from pipeprof.measure.windows import rotating, summarize_rates
+
 from .columns import stage_columns
 from .device_side import passthrough
 from .skeleton import make_step, open_loader
 from .spec import TrialContext, TrialSpec
 
 ACTION_KIND = "action"
-TIMED_REGION = ("one or two end-to-end variants and their baseline on one step, each with its own running loader, "
-                "in ABBA windows (two variants: A1 B A2 | A2 B A1 cycles, rotation_variants 2, rotated_with the other "
-                "action, the cycle's baseline window paired with both; the monitor's samples under "
-                "timeline_trial_id) (next(loader) + the training process's decode/augment if any + copy + step; "
-                "windows closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
-                "each side first runs untimed alone (its prefetch depth and one worker round; the variant's, the "
-                "windows' warm-up, warmup_batches more); "
-                "after each switch drain_batches run untimed (one worker round, for what the switch adds: a stopped "
-                "side goes on where it was; without SIGSTOP, its prefetch depth and enough more rounds to outlast the "
-                "other side's last fills, sized from one round of each side timed before the windows, a pace and "
-                "not a figure); windows of at least measure.action_window_s, "
-                "pairs (cycles) added until every variant's gain's 95% CI is within ± measure.ci_target, up to "
-                "measure.action_max_pairs, and none started that would end past max_trial_s from the trial's start "
-                "(the sides' loaders opened and started included; the orchestrator gives it what is left of "
-                "measure.actions_max_s and measure.run_max_s); "
-                "gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
-                "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
-                "[baseline_]stage_us_per_sample.* and worker_us_per_sample: each side's worker stage clocks (collate "
-                "included) over its batches after warm-up, per sample")
+TIMED_REGION = (
+    "one or two end-to-end variants and their baseline on one step, each with its own running loader, "
+    "in ABBA windows (two variants: A1 B A2 | A2 B A1 cycles, rotation_variants 2, rotated_with the other "
+    "action, the cycle's baseline window paired with both; the monitor's samples under "
+    "timeline_trial_id) (next(loader) + the training process's decode/augment if any + copy + step; "
+    "windows closed by device sync); the side not timed has its workers stopped (SIGSTOP; paused_workers true); "
+    "each side first runs untimed alone (its prefetch depth and one worker round; the variant's, the "
+    "windows' warm-up, warmup_batches more); "
+    "after each switch drain_batches run untimed (one worker round, for what the switch adds: a stopped "
+    "side goes on where it was; without SIGSTOP, its prefetch depth and enough more rounds to outlast the "
+    "other side's last fills, sized from one round of each side timed before the windows, a pace and "
+    "not a figure); windows of at least measure.action_window_s, "
+    "pairs (cycles) added until every variant's gain's 95% CI is within ± measure.ci_target, up to "
+    "measure.action_max_pairs, and none started that would end past max_trial_s from the trial's start "
+    "(the sides' loaders opened and started included; the orchestrator gives it what is left of "
+    "measure.actions_max_s and measure.run_max_s); "
+    "gain = variant / baseline - 1 per pair of windows, mean and 95% CI; "
+    "samples_per_s is the variant's windows' median, baseline_samples_per_s the baseline's; "
+    "[baseline_]stage_us_per_sample.* and worker_us_per_sample: each side's worker stage clocks (collate "
+    "included) over its batches after warm-up, per sample"
+)
 
 
 class Variant(NamedTuple):
@@ -76,8 +80,13 @@ class Variant(NamedTuple):
 
 
 def _open(ctx: TrialContext, spec: TrialSpec, v: Variant):
-    return open_loader(replace(ctx, prefetch_factor=v.prefetch_factor, user_loader=v.loader),
-                       replace(spec, pin_memory=v.pin_memory), v.dataset, v.collate, v.knobs)
+    return open_loader(
+        replace(ctx, prefetch_factor=v.prefetch_factor, user_loader=v.loader),
+        replace(spec, pin_memory=v.pin_memory),
+        v.dataset,
+        v.collate,
+        v.knobs,
+    )
 
 
 def action_trial(ctx: TrialContext, spec: TrialSpec, base: Variant, alt: Variant) -> dict:
@@ -105,17 +114,32 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
         ctx.monitor.track_workers([pid for it in its.values() for pid in worker_pids(it)])
         turns = _Turns(sides, its, step, depth)
         drain = _start(turns.one, turns.switch, turns.pauses, spec, depth, pf, step.clock.sync, len(alts))
-        rotated = rotating(turns.one, turns.switch, len(alts), action_policy(ctx.measure, depth), clock=ctx.clock,
-                           drain_batches=drain, batch_multiple=max(spec.num_workers or 1, 1),
-                           sync=step.clock.sync, on_phase=lambda p: _phase(ctx, spec, turns, p),
-                           half_width=ctx.measure.ci_target, started=started)
+        rotated = rotating(
+            turns.one,
+            turns.switch,
+            len(alts),
+            action_policy(ctx.measure, depth),
+            clock=ctx.clock,
+            drain_batches=drain,
+            batch_multiple=max(spec.num_workers or 1, 1),
+            sync=step.clock.sync,
+            on_phase=lambda p: _phase(ctx, spec, turns, p),
+            half_width=ctx.measure.ci_target,
+            started=started,
+        )
     finally:
         _close(ctx, its, turns.pauses if turns is not None else {})
     clocks = turns.clocks
     shared = {"drain_batches": drain, "paused_workers": PAUSABLE, "rotation_variants": len(alts)} | clocks[0].columns(
-        "baseline_")
-    return [paired_columns(rotated.paired(k), ctx.measure.max_trial_s, ctx.measure.ci_target) | _side_columns(v.side)
-            | shared | clocks[k].columns() for k, v in enumerate(alts, 1)]
+        "baseline_"
+    )
+    return [
+        paired_columns(rotated.paired(k), ctx.measure.max_trial_s, ctx.measure.ci_target)
+        | _side_columns(v.side)
+        | shared
+        | clocks[k].columns()
+        for k, v in enumerate(alts, 1)
+    ]
 
 
 class _Turns:
@@ -179,7 +203,8 @@ class _StageSums:
             return {}
         cols = stage_columns(self.names, self.sums, self.samples)
         return {f"{prefix}{k}": v for k, v in cols.items() if k.startswith("stage_us_per_sample.")} | {
-            f"{prefix}worker_us_per_sample": float(self.sums.sum()) / self.samples * 1e6}
+            f"{prefix}worker_us_per_sample": float(self.sums.sum()) / self.samples * 1e6
+        }
 
 
 def action_policy(measure, depth: int = 0):
@@ -188,10 +213,14 @@ def action_policy(measure, depth: int = 0):
     ``action_max_pairs`` (and ``max_trial_s``) while the gain's 95% interval is wider than ± ``ci_target``;
     the variant's warm-up ``depth`` batches longer, as long as the baseline's start (``_start``)."""
     window_s = measure.action_window_s if measure.action_window_s is not None else 4 * measure.window_s
-    return measure.model_copy(update={"warmup_batches": measure.warmup_batches + depth,
-                                      "window_s": max(measure.window_s, window_s),
-                                      "windows": 2 * measure.action_pairs,
-                                      "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs)})
+    return measure.model_copy(
+        update={
+            "warmup_batches": measure.warmup_batches + depth,
+            "window_s": max(measure.window_s, window_s),
+            "windows": 2 * measure.action_pairs,
+            "max_windows": 2 * max(measure.action_max_pairs, measure.action_pairs),
+        }
+    )
 
 
 def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync, variants: int = 1) -> int:
@@ -248,14 +277,29 @@ def paired_columns(paired, max_trial_s: float, ci_target: Optional[float] = None
     reasons = paired.reasons(max_trial_s)
     half = (cost["cost_ci95_high"] - cost["cost_ci95_low"]) / 2 if cost["cost_ci95_low"] is not None else None
     if ci_target is not None and half is not None and half > ci_target:
-        reasons.append(f"the gain's 95% interval is ±{half:.1%}, wider than ±{ci_target:.0%}, after {cost['pairs']} "
-                       f"pairs (max_trial_s {round(max_trial_s, 1):g} s or measure.action_max_pairs reached)")
-    flip = {"action_gain_frac": "cost_frac", "action_gain_ci95_low": "cost_ci95_high",
-            "action_gain_ci95_high": "cost_ci95_low"}
-    return a | {k: (-cost[c] if cost[c] is not None else None) for k, c in flip.items()} | {
-        "baseline_samples_per_s": b["samples_per_s"], "baseline_ci95_low": b["samples_per_s_ci95_low"],
-        "baseline_ci95_high": b["samples_per_s_ci95_high"], "pairs": cost["pairs"], "windows": len(windows),
-        "window_rates": [w.rate for w in paired.a], "baseline_window_rates": [w.rate for w in paired.b],
-        "t_measure_start_s": min((w.t_start for w in windows), default=None),
-        "t_measure_end_s": max((w.t_end for w in windows), default=None),
-        "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
+        reasons.append(
+            f"the gain's 95% interval is ±{half:.1%}, wider than ±{ci_target:.0%}, after {cost['pairs']} "
+            f"pairs (max_trial_s {round(max_trial_s, 1):g} s or measure.action_max_pairs reached)"
+        )
+    flip = {
+        "action_gain_frac": "cost_frac",
+        "action_gain_ci95_low": "cost_ci95_high",
+        "action_gain_ci95_high": "cost_ci95_low",
+    }
+    return (
+        a
+        | {k: (-cost[c] if cost[c] is not None else None) for k, c in flip.items()}
+        | {
+            "baseline_samples_per_s": b["samples_per_s"],
+            "baseline_ci95_low": b["samples_per_s_ci95_low"],
+            "baseline_ci95_high": b["samples_per_s_ci95_high"],
+            "pairs": cost["pairs"],
+            "windows": len(windows),
+            "window_rates": [w.rate for w in paired.a],
+            "baseline_window_rates": [w.rate for w in paired.b],
+            "t_measure_start_s": min((w.t_start for w in windows), default=None),
+            "t_measure_end_s": max((w.t_end for w in windows), default=None),
+            "unstable": bool(reasons),
+            "unstable_reason": "; ".join(reasons) or None,
+        }
+    )

@@ -1,4 +1,5 @@
 """Pure row builders: the columns a trial adds from what it recorded (no I/O, no timing)."""
+
 from __future__ import annotations
 
 import os
@@ -39,20 +40,27 @@ def sample_columns(tally, policy) -> dict:
     tried = tally.samples + tally.bad
     frac = tally.bad / tried if tried else 0.0
     first = "; ".join(f"{where}: {why}" for where, why in tally.bad_first) or None
-    cols = {"bad_samples": tally.bad, "bad_samples_frac": frac, "bad_samples_first": first,
-            "large_images": tally.large,
-            "large_images_first": "; ".join(f"{w} ({p / 1e6:.0f} MP)" for w, p in tally.large_first) or None,
-            # their share of the workers' clocked time; None when the clocks were off for any of them
-            "large_images_cost_frac": tally.large_s / tally.stage_s if tally.large and tally.large_timed
-            and tally.stage_s > 0 else None}
+    cols = {
+        "bad_samples": tally.bad,
+        "bad_samples_frac": frac,
+        "bad_samples_first": first,
+        "large_images": tally.large,
+        "large_images_first": "; ".join(f"{w} ({p / 1e6:.0f} MP)" for w, p in tally.large_first) or None,
+        # their share of the workers' clocked time; None when the clocks were off for any of them
+        "large_images_cost_frac": tally.large_s / tally.stage_s
+        if tally.large and tally.large_timed and tally.stage_s > 0
+        else None,
+    }
     if frac > policy.max_bad_frac:
-        cols |= {"status": "failed",
-                 "error": f"{tally.bad} of {tried} samples ({frac:.1%}) could not be read or decoded, more than "
-                          f"data.max_bad_frac ({policy.max_bad_frac:.1%}); first: {first}"}
+        cols |= {
+            "status": "failed",
+            "error": f"{tally.bad} of {tried} samples ({frac:.1%}) could not be read or decoded, more than "
+            f"data.max_bad_frac ({policy.max_bad_frac:.1%}); first: {first}",
+        }
     return cols
 
 
-_MIB = 2 ** 20
+_MIB = 2**20
 #: what an allocator says when memory ran out: CUDA's "out of memory", the CPU allocator's "can't allocate memory"
 OOM_WORDS = re.compile(r"out of memory|(?:could not|can't|cannot|unable to|failed to) allocate", re.IGNORECASE)
 
@@ -68,8 +76,10 @@ def oom_columns(device) -> dict:
     """The memory held when a trial ran out of it, read at once (before the sweep releases anything): the
     device's allocated and peak bytes since the trial began on CUDA, the process's RSS on a CPU device."""
     if device.type == "cuda":
-        return {"oom_allocated_mb": torch.cuda.memory_allocated(device) / _MIB,
-                "oom_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / _MIB}
+        return {
+            "oom_allocated_mb": torch.cuda.memory_allocated(device) / _MIB,
+            "oom_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / _MIB,
+        }
     return {"oom_rss_mb": psutil.Process().memory_info().rss / _MIB}
 
 
@@ -91,15 +101,22 @@ def step_columns(step, records: list, m) -> dict:
     measured = m.t_measure_end - m.t_measure_start
     h2d = np.array([step.clock.elapsed_ms(r.marks[0], r.marks[1]) for r in records])
     compute = np.array([step.clock.elapsed_ms(r.marks[1], r.marks[2]) for r in records])
-    cols = {"tf32": step.settings["tf32"], "cudnn_benchmark": step.settings["cudnn_benchmark"],
-            "h2d_ms_mean": float(h2d.mean()), "compute_ms_p50": float(np.median(compute)),
-            "compute_ms_p95": float(np.percentile(compute, 95)),
-            "device_busy_frac": float((h2d.sum() + compute.sum()) / 1e3 / measured),
-            "batch_ms_mean": float(measured / len(records) * 1e3)}
+    cols = {
+        "tf32": step.settings["tf32"],
+        "cudnn_benchmark": step.settings["cudnn_benchmark"],
+        "h2d_ms_mean": float(h2d.mean()),
+        "compute_ms_p50": float(np.median(compute)),
+        "compute_ms_p95": float(np.percentile(compute, 95)),
+        "device_busy_frac": float((h2d.sum() + compute.sum()) / 1e3 / measured),
+        "batch_ms_mean": float(measured / len(records) * 1e3),
+    }
     if records[0].wait_s is not None:  # gpu_ceiling has no loader, so no wait to report
         wait = np.array([r.wait_s for r in records])
-        cols |= {"data_wait_frac": float(wait.sum() / measured), "data_wait_ms_p50": float(np.median(wait) * 1e3),
-                 "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3)} | window_waits(wait, m.windows)
+        cols |= {
+            "data_wait_frac": float(wait.sum() / measured),
+            "data_wait_ms_p50": float(np.median(wait) * 1e3),
+            "data_wait_ms_p95": float(np.percentile(wait, 95) * 1e3),
+        } | window_waits(wait, m.windows)
     return cols
 
 
@@ -110,7 +127,7 @@ def window_waits(wait: np.ndarray, windows: list) -> dict:
     for w in windows:
         n = w.batches
         if n and w.t_end > w.t_start and start + n <= len(wait):
-            shares.append(float(wait[start:start + n].sum() / (w.t_end - w.t_start)))
+            shares.append(float(wait[start : start + n].sum() / (w.t_end - w.t_start)))
         start += n
     lo, hi = mean_ci95(shares)
     return {"window_data_wait": shares, "data_wait_frac_ci95_low": lo, "data_wait_frac_ci95_high": hi}
@@ -120,14 +137,21 @@ def stage_totals(dataset, records: list, m) -> dict:
     stage = [r.stage_s for r in records if r.stage_s is not None]
     if not stage or not getattr(dataset, "stage_timing", False):
         return {}
-    return stage_columns(dataset.stage_names, np.sum([s.numpy() for s in stage], axis=0),
-                         m.stats()["samples_measured"])
+    return stage_columns(dataset.stage_names, np.sum([s.numpy() for s in stage], axis=0), m.stats()["samples_measured"])
 
 
 # ---- N-GPU trials: the job's row from its ranks' rows ------------------------------------------
 
-RANK_SUMMED = ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high", "samples_per_s_min",
-               "samples_per_s_max", "main_cpu_pct_mean", "workers_cpu_pct_mean", "pss_mb_steady")
+RANK_SUMMED = (
+    "samples_per_s",
+    "samples_per_s_ci95_low",
+    "samples_per_s_ci95_high",
+    "samples_per_s_min",
+    "samples_per_s_max",
+    "main_cpu_pct_mean",
+    "workers_cpu_pct_mean",
+    "pss_mb_steady",
+)
 RANK_MEAN = ("data_wait_frac", "samples_per_s_cv")
 
 
@@ -151,20 +175,34 @@ def combine_ranks(ranks: list[dict], gpus: int) -> dict:
         vals = [r[k] for r in ranks if r.get(k) is not None]
         row[k] = sum(vals) / len(vals) if vals else None
     row["unstable"] = any(bool(r.get("unstable")) for r in ranks)
-    row["unstable_reason"] = "; ".join(f"rank {r['rank']}: {r['unstable_reason']}" for r in ranks
-                                       if r.get("unstable_reason")) or None
+    row["unstable_reason"] = (
+        "; ".join(f"rank {r['rank']}: {r['unstable_reason']}" for r in ranks if r.get("unstable_reason")) or None
+    )
     low = min(r.get("samples_per_s") or 0 for r in ranks)
     tied = [r for r in ranks if (r.get("samples_per_s") or 0) <= low * 1.005]  # within 0.5%: equal
     slow = max(tied, key=lambda r: r.get("data_wait_frac") or 0)
     total = row["samples_per_s"]
-    partial = (f"this node's {len(ranks)} of {gpus} ranks only: rates and CPU count them alone; "
-               "`pipeprof merge` joins the nodes' run folders into the whole job") if len(ranks) < gpus else None
-    return row | {"gpus": gpus, "partial_job": partial, "ranks_reported": len(ranks), "nodes_reported": len({r["node"] for r in ranks}),
-                  "samples_per_s_per_gpu": None if total is None else total / len(ranks),
-                  "cores": sum(r.get("cores") or 0 for r in ranks),
-                  "slowest_rank": slow["rank"], "slowest_rank_samples_per_s": slow.get("samples_per_s"),
-                  "slowest_rank_data_wait_frac": slow.get("data_wait_frac"),
-                  "slowest_rank_cpu_pct": _cpu(slow), "slowest_rank_why": _why_slow(slow)}
+    partial = (
+        (
+            f"this node's {len(ranks)} of {gpus} ranks only: rates and CPU count them alone; "
+            "`pipeprof merge` joins the nodes' run folders into the whole job"
+        )
+        if len(ranks) < gpus
+        else None
+    )
+    return row | {
+        "gpus": gpus,
+        "partial_job": partial,
+        "ranks_reported": len(ranks),
+        "nodes_reported": len({r["node"] for r in ranks}),
+        "samples_per_s_per_gpu": None if total is None else total / len(ranks),
+        "cores": sum(r.get("cores") or 0 for r in ranks),
+        "slowest_rank": slow["rank"],
+        "slowest_rank_samples_per_s": slow.get("samples_per_s"),
+        "slowest_rank_data_wait_frac": slow.get("data_wait_frac"),
+        "slowest_rank_cpu_pct": _cpu(slow),
+        "slowest_rank_why": _why_slow(slow),
+    }
 
 
 def _cpu(rank: dict) -> Optional[float]:

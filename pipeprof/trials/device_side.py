@@ -12,6 +12,7 @@ the marks bracket the pipeline's own device time, not the host's. Without it (th
 device waits for the host inside the marks, and its time alone overstates what it adds end to end, where a
 batch costs the step's time plus the pipeline's own device time (docs/measured.md, "The GPU pipeline").
 """
+
 from __future__ import annotations
 
 import time
@@ -28,8 +29,7 @@ from pipeprof.measure.step import DeviceClock
 class DeviceSide:
     """``side(batch, measuring) -> batch`` with ``"image"`` decoded and augmented on ``device``."""
 
-    def __init__(self, preset: str, size: Optional[int], device: torch.device, seed: int = 0,
-                 stand_in_s: float = 0.0):
+    def __init__(self, preset: str, size: Optional[int], device: torch.device, seed: int = 0, stand_in_s: float = 0.0):
         self.pipe = for_preset(preset, size, device, seed)
         self.clock = DeviceClock(device)
         self.marks: list[tuple] = []
@@ -60,10 +60,14 @@ class DeviceSide:
             return {}
         decode = np.array([self.clock.elapsed_ms(a, b) for a, b, _ in self.marks])
         augment = np.array([self.clock.elapsed_ms(b, c) for _, b, c in self.marks])
-        return {"device_decode_ms_mean": float(decode.mean()), "device_augment_ms_mean": float(augment.mean()),
-                "device_pipeline_host_ms_mean": float(np.mean(self.host_s) * 1e3),
-                "device_pipeline_frac": float((decode.sum() + augment.sum()) / 1e3 / measured_s)
-                if measured_s > 0 else None} | (self.stand_in.columns() if self.stand_in is not None else {})
+        return {
+            "device_decode_ms_mean": float(decode.mean()),
+            "device_augment_ms_mean": float(augment.mean()),
+            "device_pipeline_host_ms_mean": float(np.mean(self.host_s) * 1e3),
+            "device_pipeline_frac": float((decode.sum() + augment.sum()) / 1e3 / measured_s)
+            if measured_s > 0
+            else None,
+        } | (self.stand_in.columns() if self.stand_in is not None else {})
 
 
 class StandIn:
@@ -92,8 +96,10 @@ class StandIn:
 
     def columns(self) -> dict:
         done = [a.elapsed_time(b) for a, b in self.marks if b.query()] if self.cuda else []
-        return {"stand_in_step_ms": self.seconds * 1e3,
-                "stand_in_step_device_ms": float(np.median(done)) if done else None}
+        return {
+            "stand_in_step_ms": self.seconds * 1e3,
+            "stand_in_step_device_ms": float(np.median(done)) if done else None,
+        }
 
 
 def _cycles_per_s() -> float:

@@ -2,6 +2,7 @@
 and what outlives it set aside from the garbage collector (:func:`release` inside :func:`trial_heap`). Used
 by the sweep in the run's process, by each rank of a kept torchrun job between the trials it is handed,
 and by the batch-size search between the sizes it tries."""
+
 from __future__ import annotations
 
 import contextlib

@@ -12,6 +12,7 @@ To add a kind: write ``fn(ctx, spec) -> dict`` here and add one :class:`Kind` en
 :data:`KINDS` (its timed region, and which axes of the sweep it takes); ``sweep.expand``
 plans it from the entry and run.json's ``timed_regions`` lists it.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,16 +24,32 @@ import numpy as np
 import torch
 
 from pipeprof.data.augment import load_preset
+from pipeprof.data.dataset import (
+    PipelineDataset,
+    PrebuiltDataset,
+    RawBytesDataset,
+    SampleTally,
+    TimingSwitch,
+    collate_bytes,
+    collate_pipeline,
+)
 from pipeprof.measure.confounders import step_threads, torch_threads
-from pipeprof.data.dataset import (PipelineDataset, PrebuiltDataset, RawBytesDataset, SampleTally, TimingSwitch,
-                                   collate_bytes, collate_pipeline)
 from pipeprof.measure.loader import prefetch_depth
 from pipeprof.measure.windows import alternating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
-from .device_side import device_side, passthrough
+
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
-from .skeleton import (close_loader, collate_for, loader_columns, loader_trial, loop_with, make_step, open_loader,
-                       pipeline_dataset)
+from .device_side import device_side, passthrough
+from .skeleton import (
+    close_loader,
+    collate_for,
+    loader_columns,
+    loader_trial,
+    loop_with,
+    make_step,
+    open_loader,
+    pipeline_dataset,
+)
 from .spec import TrialContext, TrialSpec
 
 
@@ -110,25 +127,34 @@ def handoff(ctx: TrialContext, spec: TrialSpec) -> dict:
 
     m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_for(real))
     image = sample[0]
-    return m.stats() | extra | {"sample_kb": torch.as_tensor(image).element_size() * torch.as_tensor(image).numel()
-                                / 1e3}
+    return (
+        m.stats() | extra | {"sample_kb": torch.as_tensor(image).element_size() * torch.as_tensor(image).numel() / 1e3}
+    )
 
 
 def clock_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
     """What the stage clocks cost: one loader, clocks switched on and off between windows."""
     switch = TimingSwitch(True)
-    dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch,
-                              ctx.sample_policy)
-    return _paired_trial(ctx, spec, dataset, collate_pipeline, switch.set,
-                         ("clocked", "stage_clock_overhead", "clocked/unclocked"))
+    dataset = PipelineDataset(
+        ctx.source_for(spec), spec.decoder, load_preset(spec.preset, spec.image_size), switch, ctx.sample_policy
+    )
+    return _paired_trial(
+        ctx, spec, dataset, collate_pipeline, switch.set, ("clocked", "stage_clock_overhead", "clocked/unclocked")
+    )
 
 
 def monitor_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
     """What the monitor's sampling costs: one loader, sampling paused and resumed between windows."""
     dataset = pipeline_dataset(ctx, spec)
     try:
-        return _paired_trial(ctx, spec, dataset, collate_for(dataset), lambda on: ctx.monitor.pause(not on),
-                             ("monitored", "monitor_overhead", "monitored/unmonitored"))
+        return _paired_trial(
+            ctx,
+            spec,
+            dataset,
+            collate_for(dataset),
+            lambda on: ctx.monitor.pause(not on),
+            ("monitored", "monitor_overhead", "monitored/unmonitored"),
+        )
     finally:
         ctx.monitor.pause(False)
 
@@ -143,9 +169,14 @@ def _paired_trial(ctx: TrialContext, spec: TrialSpec, dataset, collate, set_mode
         ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
     try:
-        paired = alternating(lambda: next(tally)["image"].shape[0], set_mode, ctx.measure, on_phase=on_phase,
-                             drain_batches=prefetch_depth(spec.num_workers, ctx.prefetch_factor) + rounds,
-                             batch_multiple=rounds)
+        paired = alternating(
+            lambda: next(tally)["image"].shape[0],
+            set_mode,
+            ctx.measure,
+            on_phase=on_phase,
+            drain_batches=prefetch_depth(spec.num_workers, ctx.prefetch_factor) + rounds,
+            batch_multiple=rounds,
+        )
         how = loader_columns(ctx, it) | sample_columns(tally, ctx.sample_policy)
     finally:
         close_loader(ctx, it)
@@ -157,16 +188,28 @@ def _paired_columns(paired, max_trial_s: float, names: tuple) -> dict:
     cost, windows = paired.cost(), paired.a + paired.b
     reasons = paired.reasons(max_trial_s, what)
     return summarize_rates([w.rate for w in paired.b]) | {
-        "windows": len(windows), "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
+        "windows": len(windows),
+        "t_measure_start_s": min(w.t_start for w in windows) if windows else None,
         "t_measure_end_s": max(w.t_end for w in windows) if windows else None,
         f"{on}_samples_per_s": summarize_rates([w.rate for w in paired.a])["samples_per_s"],
-        f"{cost_name}_frac": cost["cost_frac"], f"{cost_name}_ci95_low": cost["cost_ci95_low"],
+        f"{cost_name}_frac": cost["cost_frac"],
+        f"{cost_name}_ci95_low": cost["cost_ci95_low"],
         f"{cost_name}_ci95_high": cost["cost_ci95_high"],
-        "unstable": bool(reasons), "unstable_reason": "; ".join(reasons) or None}
+        "unstable": bool(reasons),
+        "unstable_reason": "; ".join(reasons) or None,
+    }
 
 
-def one_pass_plan(samples: int, batch_size: int, workers: int, depth: int, windows: int,
-                  window_batches: int, warm_rate: Optional[float], window_s: float) -> dict:
+def one_pass_plan(
+    samples: int,
+    batch_size: int,
+    workers: int,
+    depth: int,
+    windows: int,
+    window_batches: int,
+    warm_rate: Optional[float],
+    window_s: float,
+) -> dict:
     """Window sizes (in batches) that keep a cold measurement inside the first pass over the dataset.
 
     Batches consumed in warm-up and windows, plus the ``depth`` batches the workers have
@@ -193,6 +236,7 @@ def _cold_loop(ctx: TrialContext, spec: TrialSpec, samples: int, depth: int, pla
     """The steady-state loop of a cold storage_fetch: the cache is cold only until each file has been
     read once, so warm up by hand, size the windows from the warm-up's rate and the batches left in
     this pass, then measure (``plan`` receives the sizes)."""
+
     def loop(one, phase, check, it):
         if not check.cold:
             return loop_with(ctx, spec, one, phase, lambda: None, depth + 2, check=check, it=it)
@@ -201,24 +245,43 @@ def _cold_loop(ctx: TrialContext, spec: TrialSpec, samples: int, depth: int, pla
         for _ in range(depth + max(spec.num_workers or 1, 1)):
             n += one()
         warm_s = time.perf_counter() - t0
-        plan.update(one_pass_plan(samples, spec.batch_size, spec.num_workers, depth, ctx.measure.windows,
-                                  ctx.measure.window_batches, n / warm_s if warm_s > 0 else None,
-                                  ctx.measure.window_s))
-        policy = ctx.measure.model_copy(update={"warmup_batches": 0, "warmup_s": 0.0, "warmup_max_s": 0.0,
-                                                "window_s": 0.0, "window_batches": plan["window_batches"],
-                                                "windows": plan["windows"],
-                                                "max_windows": plan["windows"]})  # more would leave the pass
+        plan.update(
+            one_pass_plan(
+                samples,
+                spec.batch_size,
+                spec.num_workers,
+                depth,
+                ctx.measure.windows,
+                ctx.measure.window_batches,
+                n / warm_s if warm_s > 0 else None,
+                ctx.measure.window_s,
+            )
+        )
+        policy = ctx.measure.model_copy(
+            update={
+                "warmup_batches": 0,
+                "warmup_s": 0.0,
+                "warmup_max_s": 0.0,
+                "window_s": 0.0,
+                "window_batches": plan["window_batches"],
+                "windows": plan["windows"],
+                "max_windows": plan["windows"],
+            }
+        )  # more would leave the pass
         m = loop_with(ctx, spec, one, phase, lambda: None, 0, policy=policy, check=check, it=it)
         m.warmup_batches, m.warmup_s = plan["warmup_batches"], warm_s
         return m
+
     return loop
 
 
 def _read_columns(totals: dict, times: list, measured: float) -> dict:
     """Read rate, bytes and latency percentiles of the measured windows' raw reads."""
     lat = np.asarray(times) * 1e3
-    cols = {"read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
-            "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3}
+    cols = {
+        "read_latency_ms_mean": totals["read_s"] / max(totals["n"], 1) * 1e3,
+        "mean_sample_kb": totals["bytes"] / max(totals["n"], 1) / 1e3,
+    }
     if measured > 0:  # no window fits when warm-up spent the whole budget: the row says unstable, no rate
         cols |= {"read_mb_s": totals["bytes"] / 1e6 / measured, "reads_s": totals["n"] / measured}
     if len(lat):
@@ -243,14 +306,17 @@ def storage_fetch(ctx: TrialContext, spec: TrialSpec) -> dict:
         return batch["n"]
 
     depth, plan = prefetch_depth(spec.num_workers, ctx.prefetch_factor), {}
-    m, extra = loader_trial(ctx, spec, dataset, one_batch, collate=collate_bytes,
-                            loop=_cold_loop(ctx, spec, len(dataset), depth, plan))
+    m, extra = loader_trial(
+        ctx, spec, dataset, one_batch, collate=collate_bytes, loop=_cold_loop(ctx, spec, len(dataset), depth, plan)
+    )
     out = m.stats() | _read_columns(totals, times, m.t_measure_end - m.t_measure_start) | extra
     if plan:
         out["in_first_pass"] = plan["in_first_pass"]
     if plan and not plan["in_first_pass"]:
-        note = (f"dataset too small for a cold measurement within one pass ({len(dataset)} samples, batch "
-                f"{spec.batch_size}, {depth} batches in flight): part of the windows re-read cached files")
+        note = (
+            f"dataset too small for a cold measurement within one pass ({len(dataset)} samples, batch "
+            f"{spec.batch_size}, {depth} batches in flight): part of the windows re-read cached files"
+        )
         out["cache_note"] = "; ".join(filter(None, [out.get("cache_note"), note]))
     return out
 
@@ -271,34 +337,68 @@ class Kind:
 
 
 KINDS: dict[TrialKind, Kind] = {
-    TrialKind.GPU_CEILING: Kind(gpu_ceiling, "train/inference step on a device-resident synthetic batch, same shape "
-                                "and dtype as the loader's; windows closed by device sync", step=True, loader=False),
-    TrialKind.STORAGE_FETCH: Kind(storage_fetch, "next(loader) over a dataset that reads each sample's bytes and "
-                                  "nothing else; same worker count. With cache_state cold/cold-system the page cache "
-                                  "only stays cold for the first pass over the dataset, so warm-up (prefetch depth + "
-                                  "one round of workers) and windows are counted in batches such that warm-up + "
-                                  "windows + the batches in flight stay within one pass (samples_read vs "
-                                  "dataset_samples, in_first_pass); windows then aim at window_s from the warm-up's "
-                                  "rate", step=False, loader=True, own_source=True),
-    TrialKind.CPU_PIPELINE: Kind(cpu_pipeline, "next(loader) only: read, decode, augment, collate in workers (or main "
-                                 "when 0 workers), plus pinning when pin_memory is on; no model (augment_device "
-                                 "cuda: the workers read bytes and the training process decodes and augments on the "
-                                 "device, windows closed by device sync; for the GPU pipeline's prediction a spin "
-                                 "kernel of stand_in_step_ms is queued before each batch, standing in for the step)",
-                                 step=False,
-                                 loader=True, pipeline=True),
-    TrialKind.MONITOR_OVERHEAD: Kind(monitor_overhead, "cpu_pipeline at the most workers on one loader, the "
-                                     "monitor's sampling paused and resumed between windows (ABBA; the batches in "
-                                     "flight after each switch run untimed): 1 - monitored rate / unmonitored rate "
-                                     "per pair, mean and 95% CI; samples_per_s is the unmonitored windows' median",
-                                     step=False, loader=True, pipeline=True, once=True, check=True),
-    TrialKind.HANDOFF: Kind(handoff, "next(loader) over one real sample built once and returned for every index "
-                            "(no read, decode or augment): collate in the workers, receive, unpickle and pin in "
-                            "the main process; same workers, batch, collate and pinning as the pipeline, at the "
-                            "most workers measured", step=False, loader=True, pipeline=True, once=True,
-                            own_samples=True),
-    TrialKind.END_TO_END: Kind(end_to_end, "next(loader) [data wait] + host->device copy + train/inference step; "
-                               "windows closed by device sync", step=True, loader=True, pipeline=True),
+    TrialKind.GPU_CEILING: Kind(
+        gpu_ceiling,
+        "train/inference step on a device-resident synthetic batch, same shape "
+        "and dtype as the loader's; windows closed by device sync",
+        step=True,
+        loader=False,
+    ),
+    TrialKind.STORAGE_FETCH: Kind(
+        storage_fetch,
+        "next(loader) over a dataset that reads each sample's bytes and "
+        "nothing else; same worker count. With cache_state cold/cold-system the page cache "
+        "only stays cold for the first pass over the dataset, so warm-up (prefetch depth + "
+        "one round of workers) and windows are counted in batches such that warm-up + "
+        "windows + the batches in flight stay within one pass (samples_read vs "
+        "dataset_samples, in_first_pass); windows then aim at window_s from the warm-up's "
+        "rate",
+        step=False,
+        loader=True,
+        own_source=True,
+    ),
+    TrialKind.CPU_PIPELINE: Kind(
+        cpu_pipeline,
+        "next(loader) only: read, decode, augment, collate in workers (or main "
+        "when 0 workers), plus pinning when pin_memory is on; no model (augment_device "
+        "cuda: the workers read bytes and the training process decodes and augments on the "
+        "device, windows closed by device sync; for the GPU pipeline's prediction a spin "
+        "kernel of stand_in_step_ms is queued before each batch, standing in for the step)",
+        step=False,
+        loader=True,
+        pipeline=True,
+    ),
+    TrialKind.MONITOR_OVERHEAD: Kind(
+        monitor_overhead,
+        "cpu_pipeline at the most workers on one loader, the "
+        "monitor's sampling paused and resumed between windows (ABBA; the batches in "
+        "flight after each switch run untimed): 1 - monitored rate / unmonitored rate "
+        "per pair, mean and 95% CI; samples_per_s is the unmonitored windows' median",
+        step=False,
+        loader=True,
+        pipeline=True,
+        once=True,
+        check=True,
+    ),
+    TrialKind.HANDOFF: Kind(
+        handoff,
+        "next(loader) over one real sample built once and returned for every index "
+        "(no read, decode or augment): collate in the workers, receive, unpickle and pin in "
+        "the main process; same workers, batch, collate and pinning as the pipeline, at the "
+        "most workers measured",
+        step=False,
+        loader=True,
+        pipeline=True,
+        once=True,
+        own_samples=True,
+    ),
+    TrialKind.END_TO_END: Kind(
+        end_to_end,
+        "next(loader) [data wait] + host->device copy + train/inference step; windows closed by device sync",
+        step=True,
+        loader=True,
+        pipeline=True,
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """What every loader-driven trial shares: its dataset and step, the loader's lifecycle with the
 monitor told of each phase, and the page-cache state set before and checked after."""
+
 from __future__ import annotations
 
 import os
@@ -9,15 +10,24 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import IterableDataset
 
-from pipeprof.data.augment import load_preset
 from pipeprof.data import cache
+from pipeprof.data.augment import load_preset
 from pipeprof.data.dataset import PipelineDataset, RawBytesDataset, SampleTally, collate_pipeline, stack
 from pipeprof.data.encoded import EncodedDataset, collate_encoded
-from pipeprof.measure.loader import (USER_WORKER_POLICY, EndlessIter, access_order, build_loader, prefetch_depth, shutdown,
-                      user_batch, worker_pids)
+from pipeprof.measure.loader import (
+    USER_WORKER_POLICY,
+    EndlessIter,
+    access_order,
+    build_loader,
+    prefetch_depth,
+    shutdown,
+    user_batch,
+    worker_pids,
+)
+from pipeprof.measure.step import Step
 from pipeprof.measure.windows import steady_state
 from pipeprof.models import build as build_model
-from pipeprof.measure.step import Step
+
 from .columns import memory_columns, pct, sample_columns
 from .spec import TrialContext, TrialSpec
 
@@ -50,8 +60,17 @@ def collate_user(samples):
 def make_step(ctx: TrialContext, spec: TrialSpec) -> Step:
     factory = ctx.models.get(spec.model)
     model = factory() if factory else build_model(spec.model, ctx.num_classes)
-    return Step(model, ctx.device, spec.precision, spec.mode, ctx.channels_last, ctx.num_classes,
-                ctx.cudnn_benchmark, loss_fn=ctx.loss_fn, ddp=ctx.ddp is not None)
+    return Step(
+        model,
+        ctx.device,
+        spec.precision,
+        spec.mode,
+        ctx.channels_last,
+        ctx.num_classes,
+        ctx.cudnn_benchmark,
+        loss_fn=ctx.loss_fn,
+        ddp=ctx.ddp is not None,
+    )
 
 
 def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate, knobs: dict | None = None):
@@ -62,6 +81,7 @@ def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate, knobs: dic
     an IterableDataset. Each new pass has new workers: the monitor is told their PIDs again. ``knobs``: other
     DataLoader settings of pipeprof's loader (an action trial's variant).
     """
+
     def track(it) -> None:
         ctx.monitor.track_workers(worker_pids(it))
 
@@ -69,9 +89,18 @@ def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate, knobs: dic
         it = EndlessIter(ctx.user_loader(spec.num_workers), user_batch, track)
     else:
         # a batch that takes longer than a whole trial may take means the storage stopped answering
-        loader = build_loader(dataset, spec.batch_size, spec.num_workers, collate, bool(spec.pin_memory),
-                              ctx.prefetch_factor, ctx.seed, timeout_s=ctx.measure.max_trial_s, shard=ctx.ddp,
-                              **(knobs or {}))
+        loader = build_loader(
+            dataset,
+            spec.batch_size,
+            spec.num_workers,
+            collate,
+            bool(spec.pin_memory),
+            ctx.prefetch_factor,
+            ctx.seed,
+            timeout_s=ctx.measure.max_trial_s,
+            shard=ctx.ddp,
+            **(knobs or {}),
+        )
         it = EndlessIter(loader, on_pass=track) if isinstance(dataset, IterableDataset) else iter(loader)
     track(it)
     return it
@@ -139,37 +168,50 @@ class CacheCheck:
             self.result = self.probe.stop()
 
     def columns(self, kind: str, samples_read: int, dataset_samples: int, warmup_samples: int = 0) -> dict:
-        cols: dict[str, Any] = {"dataset_samples": dataset_samples, "samples_read": samples_read,
-                                "passes_read": samples_read / dataset_samples if dataset_samples else None}
+        cols: dict[str, Any] = {
+            "dataset_samples": dataset_samples,
+            "samples_read": samples_read,
+            "passes_read": samples_read / dataset_samples if dataset_samples else None,
+        }
         if self.result is None:
             return cols
         frac = self.result["disk_fraction"]
-        cols |= {"disk_read_frac": frac, "disk_read_mb": self.result["read_bytes"] / 1e6,
-                 "read_chars_mb": self.result["read_chars"] / 1e6}
+        cols |= {
+            "disk_read_frac": frac,
+            "disk_read_mb": self.result["read_bytes"] / 1e6,
+            "read_chars_mb": self.result["read_chars"] / 1e6,
+        }
         notes = []
         if self.cold and dataset_samples and warmup_samples >= dataset_samples:
-            notes.append(f"cold holds for the first pass only, and the warm-up alone read {warmup_samples} samples "
-                         f"of {dataset_samples}: the measured windows read from the page cache "
-                         f"({pct(frac)} from the disk); a larger dataset or a smaller batch measures cold reads")
+            notes.append(
+                f"cold holds for the first pass only, and the warm-up alone read {warmup_samples} samples "
+                f"of {dataset_samples}: the measured windows read from the page cache "
+                f"({pct(frac)} from the disk); a larger dataset or a smaller batch measures cold reads"
+            )
         elif self.cold and frac is not None and frac < self.COLD_MIN_DISK_FRAC:
-            notes.append(f"cold requested but data came from cache: {frac:.0%} of the bytes read in the measured "
-                         f"windows came from the disk (page cache held {pct(self.resident_before)} of the files "
-                         "before); the filesystem may keep pages in memory (tmpfs, some network/FUSE mounts) or not "
-                         "count read_bytes")
+            notes.append(
+                f"cold requested but data came from cache: {frac:.0%} of the bytes read in the measured "
+                f"windows came from the disk (page cache held {pct(self.resident_before)} of the files "
+                "before); the filesystem may keep pages in memory (tmpfs, some network/FUSE mounts) or not "
+                "count read_bytes"
+            )
         elif self.cold and kind != "storage_fetch" and cols["passes_read"] and cols["passes_read"] > 1:
-            notes.append(f"cold holds for the first pass only: this trial read {samples_read} samples, "
-                         f"{cols['passes_read']:.1f} passes over {dataset_samples}, so part of its windows read "
-                         f"from the page cache ({pct(frac)} from the disk)")
+            notes.append(
+                f"cold holds for the first pass only: this trial read {samples_read} samples, "
+                f"{cols['passes_read']:.1f} passes over {dataset_samples}, so part of its windows read "
+                f"from the page cache ({pct(frac)} from the disk)"
+            )
         if self.state == "warm" and frac is not None and frac > 0.5:
-            notes.append(f"warm requested but {frac:.0%} of the bytes came from the disk: the dataset does not "
-                         "stay in the page cache")
+            notes.append(
+                f"warm requested but {frac:.0%} of the bytes came from the disk: the dataset does not "
+                "stay in the page cache"
+            )
         if notes:
             cols["cache_note"] = "; ".join(notes)
         return cols
 
 
-def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=lambda: None, collate=None,
-                  loop=None):
+def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=lambda: None, collate=None, loop=None):
     """The shape every loader-driven trial shares: set the cache state, open the loader, run
     the steady-state windows over ``one_batch(it, measuring) -> samples``, take memory, close.
 
@@ -191,8 +233,16 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
         if loop is not None:
             m = loop(one, phase, check, it)
         else:
-            m = loop_with(ctx, spec, one, phase, sync, prefetch_depth(spec.num_workers, ctx.prefetch_factor) + 2,
-                           check=check, it=it)
+            m = loop_with(
+                ctx,
+                spec,
+                one,
+                phase,
+                sync,
+                prefetch_depth(spec.num_workers, ctx.prefetch_factor) + 2,
+                check=check,
+                it=it,
+            )
         memory = memory_columns(it) | loader_columns(ctx, it) | sample_columns(tally, ctx.sample_policy)
     finally:
         check.stop()
@@ -218,6 +268,7 @@ def _storage_columns(dataset, check: CacheCheck, spec: TrialSpec, m, prepared: d
 
 def loop_with(ctx, spec, one, phase, sync, min_warmup, policy=None, check: Optional[CacheCheck] = None, it=None):
     """steady_state with the monitor told each phase; ``check`` counts disk reads over the measured windows."""
+
     def on_phase(p: str) -> None:
         phase["now"] = p
         ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
@@ -228,5 +279,12 @@ def loop_with(ctx, spec, one, phase, sync, min_warmup, policy=None, check: Optio
                 check.stop()
 
     rounds = max(spec.num_workers or 1, 1)  # whole rounds of worker output per window (see steady_state)
-    return steady_state(one, policy or ctx.measure, min_warmup_batches=min_warmup, batch_multiple=rounds,
-                        clock=ctx.clock, sync=sync, on_phase=on_phase)
+    return steady_state(
+        one,
+        policy or ctx.measure,
+        min_warmup_batches=min_warmup,
+        batch_multiple=rounds,
+        clock=ctx.clock,
+        sync=sync,
+        on_phase=on_phase,
+    )

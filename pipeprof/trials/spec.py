@@ -1,4 +1,5 @@
 """A trial's settings (:class:`TrialSpec`) and what every trial of a sweep shares (:class:`TrialContext`)."""
+
 from __future__ import annotations
 
 import math
@@ -39,9 +40,18 @@ class TrialSpec:
     @property
     def trial_id(self) -> str:
         cache_state = None if self.cache_state == "n/a" else self.cache_state  # no '/' inside a part
-        parts = [self.kind, self.model, self.precision, self.preset,
-                 "gpu-augment" if self.augment_device not in (None, "cpu") else None, self.source, cache_state,
-                 f"bs{self.batch_size}", None if self.num_workers is None else f"w{self.num_workers}", self.action]
+        parts = [
+            self.kind,
+            self.model,
+            self.precision,
+            self.preset,
+            "gpu-augment" if self.augment_device not in (None, "cpu") else None,
+            self.source,
+            cache_state,
+            f"bs{self.batch_size}",
+            None if self.num_workers is None else f"w{self.num_workers}",
+            self.action,
+        ]
         if self.stage_timing is False:
             parts.append("untimed")
         if self.gpus > 1:
@@ -108,12 +118,24 @@ class TrialContext:
         """The context of a resolved ``config.RunConfig``: its policies, the sources built from it."""
         from pipeprof.data.prepare import source_info
 
-        return cls(device, next(iter(sources.values()), None), cfg.measure, monitor, stage_timing=cfg.stage_timing,
-                   prefetch_factor=cfg.loader.prefetch_factor, num_classes=cfg.model.num_classes,
-                   channels_last=cfg.model.channels_last, cudnn_benchmark=cfg.model.cudnn_benchmark,
-                   seed=cfg.data.seed, cores=cores, sample_policy=SamplePolicy.of(cfg.data),
-                   step_threads=cfg.model.threads, sources=sources,
-                   source_info=source_info(cfg, sources) if sources else {}, **extra)
+        return cls(
+            device,
+            next(iter(sources.values()), None),
+            cfg.measure,
+            monitor,
+            stage_timing=cfg.stage_timing,
+            prefetch_factor=cfg.loader.prefetch_factor,
+            num_classes=cfg.model.num_classes,
+            channels_last=cfg.model.channels_last,
+            cudnn_benchmark=cfg.model.cudnn_benchmark,
+            seed=cfg.data.seed,
+            cores=cores,
+            sample_policy=SamplePolicy.of(cfg.data),
+            step_threads=cfg.model.threads,
+            sources=sources,
+            source_info=source_info(cfg, sources) if sources else {},
+            **extra,
+        )
 
     def source_for(self, spec: "TrialSpec"):
         """The Source a trial reads: the one its label names, else the sweep's only source."""

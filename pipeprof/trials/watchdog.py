@@ -19,6 +19,7 @@ What no thread contains is code that ends the process (``os._exit``, a crash in 
 parent's CUDA context), and the measurement would change: such a run stops with status ``running``, and
 ``pipeprof report`` says it did not finish and how many trials were done.
 """
+
 from __future__ import annotations
 
 import sys
@@ -111,8 +112,10 @@ def run_bounded(body: Callable[[], T], leash: Leash, limit_s: float, name: str) 
     if not done.is_set():
         stack = stack_of(thread)
         leash.cut()
-        raise TrialTimeout(f"the trial ran past its time cap ({limit_s:g} s) and was abandoned; its thread "
-                           f"stays blocked in (innermost last):\n{stack}")
+        raise TrialTimeout(
+            f"the trial ran past its time cap ({limit_s:g} s) and was abandoned; its thread "
+            f"stays blocked in (innermost last):\n{stack}"
+        )
     if "error" in box:
         raise box["error"]
     return box["result"]

@@ -6,10 +6,10 @@ and merges them into one analysis as run.json stores a sweep's. Verdicts, their 
 prediction and the advice are the analysis' own; this module adds only what a watch has and a sweep
 has not: the slowest rank of each loader and the pause's recommendation (``tune.recommend``).
 """
+
 from __future__ import annotations
 
 import statistics
-
 
 from pipeprof.analysis import analyse
 from pipeprof.analysis.failures import failures
@@ -44,14 +44,26 @@ def slowest_rank(rows: list[dict]) -> dict | None:
     waiting = max(ok, key=lambda r: r["data_wait_frac"])
     others = statistics.median(r["data_wait_frac"] for r in ok if r is not waiting)
     if waiting["data_wait_frac"] > others + 0.05:
-        slow, why = waiting, (f"rank {waiting['rank']} waits for data {waiting['data_wait_frac']:.0%} of the time "
-                              f"against {others:.0%} on the other ranks: its input holds the job back")
+        slow, why = (
+            waiting,
+            (
+                f"rank {waiting['rank']} waits for data {waiting['data_wait_frac']:.0%} of the time "
+                f"against {others:.0%} on the other ranks: its input holds the job back"
+            ),
+        )
     else:
         slow = min(ok, key=lambda r: r["samples_per_s"])
-        why = (f"rank {slow['rank']} runs at {slow['samples_per_s']:,.1f} samples/s and waits for data no more than "
-               "the others: its step is the slower (or the ranks wait for each other in the all-reduce)")
-    return {"rank": slow["rank"], "samples_per_s": slow["samples_per_s"], "data_wait_frac": slow["data_wait_frac"],
-            "others_data_wait_frac_median": others, "why": why}
+        why = (
+            f"rank {slow['rank']} runs at {slow['samples_per_s']:,.1f} samples/s and waits for data no more than "
+            "the others: its step is the slower (or the ranks wait for each other in the all-reduce)"
+        )
+    return {
+        "rank": slow["rank"],
+        "samples_per_s": slow["samples_per_s"],
+        "data_wait_frac": slow["data_wait_frac"],
+        "others_data_wait_frac_median": others,
+        "why": why,
+    }
 
 
 def analyse_loaders(rows: list[dict], cores: float, device: str, draws: int = 60) -> dict:
@@ -67,7 +79,13 @@ def analyse_loaders(rows: list[dict], cores: float, device: str, draws: int = 60
         loaders[label] = {"slowest_rank": slowest_rank(mine)}
     out = _merge(parts)
     # run-wide figures over every loader's rows, not the first loader's (only the tuned one has predictions)
-    errors = [abs(v["prediction_error_frac"]) for v in out["verdicts"] if v.get("prediction_error_frac") is not None
-              and v["prediction_error_frac"] == v["prediction_error_frac"]]
-    return out | {"failures": failures(frame(rows)), "loaders": loaders,
-                  "prediction_error_abs_median": statistics.median(errors) if errors else None}
+    errors = [
+        abs(v["prediction_error_frac"])
+        for v in out["verdicts"]
+        if v.get("prediction_error_frac") is not None and v["prediction_error_frac"] == v["prediction_error_frac"]
+    ]
+    return out | {
+        "failures": failures(frame(rows)),
+        "loaders": loaders,
+        "prediction_error_abs_median": statistics.median(errors) if errors else None,
+    }

@@ -10,6 +10,7 @@ Stdlib only: :class:`Client` runs inside every watched process, loaded by file p
 without) pipeprof's package, which imports torch. A process forked from a connected one (a
 DataLoader worker) never writes on its parent's connection: the client checks its pid.
 """
+
 from __future__ import annotations
 
 import json

@@ -9,6 +9,7 @@ derived from them), ``timeline.parquet`` the monitor. run.json says how the watc
 job raised, each loader's settings and site, and the analysis: the same ``analysis.analyse`` that
 reads a sweep (``answer``).
 """
+
 from __future__ import annotations
 
 import time
@@ -19,6 +20,7 @@ from pipeprof._version import __version__
 from pipeprof.measure.monitors import block_interval, summarize
 from pipeprof.results import Run, new_run_dir
 from pipeprof.schema import SCHEMA_VERSION
+
 from .records import STEP_REGION, WATCH_REGION, loader_identity, loader_row, step_row, warmup_batches, windows
 
 TUNE_REGION = "next() on a copy of the user's loader alone, during the pause (as cpu_pipeline)"
@@ -65,7 +67,8 @@ def loader_rows(session, label: str, loader: dict) -> list[dict]:
         row = loader_row(ident, wins, len(batches), skip, session.ci_target)
         spans = [(w.t_start, w.t_end) for w in wins]
         row |= monitor_columns(session.timeline, "watch", spans) | cpu_columns(
-            session.procs, spans, {proc.get("pid")}, store.workers.get((cid, label), set()))
+            session.procs, spans, {proc.get("pid")}, store.workers.get((cid, label), set())
+        )
         rows.append(row | {"pid": proc.get("pid")})
         per_rank[store.rank(cid)] = wins
     ok = [r for r in rows if r["status"] == "ok" and r["num_workers"] > 0 and r.get("main_cpu_pct_mean") is not None]
@@ -73,8 +76,10 @@ def loader_rows(session, label: str, loader: dict) -> list[dict]:
     if step is not None and ok:  # the training process's CPU per sample, at the step's own rate
         same = [r for r in ok if r.get("rank") == step["rank"]] or ok  # the rank whose step this is
         step["main_cpu_pct_mean"] = same[0]["main_cpu_pct_mean"] / same[0]["samples_per_s"] * step["samples_per_s"]
-        step["main_cpu_pct_basis"] = (f"derived, not measured alone: rank {same[0].get('rank')}'s measured CPU per "
-                                      "sample in the watched loop, times the step's own rate")
+        step["main_cpu_pct_basis"] = (
+            f"derived, not measured alone: rank {same[0].get('rank')}'s measured CPU per "
+            "sample in the watched loop, times the step's own rate"
+        )
     return rows + ([step] if step else [])
 
 
@@ -86,13 +91,35 @@ def tune_rows(session, ident: dict) -> list[dict]:
         pids = {p for t in msgs if t.get("k") == "tune_workers" and t.get("workers") == w for p in t["pids"]}
         spans = [(stats["t_measure_start_s"], stats["t_measure_end_s"])] if stats else []
         main = {session.store.procs.get(m["cid"], {}).get("pid")}
-        keep = {k: ident.get(k) for k in ("model", "precision", "mode", "preset", "loader", "batch_size",
-                                           "pin_memory", "prefetch_factor", "site")}
-        rows.append(keep | stats | {
-            "kind": "cpu_pipeline", "trial_id": f"tune {ident['loader']} w{w}", "num_workers": w,
-            "status": "failed" if m.get("error") else "ok", "error": m.get("error"), "timed_region": TUNE_REGION,
-            "rank": session.store.rank(m["cid"])} | monitor_columns(session.timeline, f"tune w{w}", spans)
-            | cpu_columns(session.procs, spans, main, pids))
+        keep = {
+            k: ident.get(k)
+            for k in (
+                "model",
+                "precision",
+                "mode",
+                "preset",
+                "loader",
+                "batch_size",
+                "pin_memory",
+                "prefetch_factor",
+                "site",
+            )
+        }
+        rows.append(
+            keep
+            | stats
+            | {
+                "kind": "cpu_pipeline",
+                "trial_id": f"tune {ident['loader']} w{w}",
+                "num_workers": w,
+                "status": "failed" if m.get("error") else "ok",
+                "error": m.get("error"),
+                "timed_region": TUNE_REGION,
+                "rank": session.store.rank(m["cid"]),
+            }
+            | monitor_columns(session.timeline, f"tune w{w}", spans)
+            | cpu_columns(session.procs, spans, main, pids)
+        )
     return rows
 
 
@@ -108,22 +135,36 @@ def build_rows(session) -> list[dict]:
 
 def meta(session, status: str, analysis: dict, machine: dict) -> dict:
     o = session.o
-    return {"schema_version": SCHEMA_VERSION, "pipeprof_version": __version__, "kind": "watch", "status": status,
-            "ended_by": session.ended_by, "command": o.command, "exit_status": session.exit_status,
-            "job_wall_s": session.job_wall_s,
-            "started": session.started, "finished": time.time(),
-            "window": {"seconds": o.seconds, "steps": o.steps, "window_s": o.window_s,
-                       "watched_s": session.watched_s()},
-            "config": {"device": session.device(), "measure": {"window_s": o.window_s, "redraws": o.redraws}},
-            "machine": machine, "loaders": session.store.loaders, "processes": list(session.store.procs.values()),
-            "exceptions": session.store.exceptions, "tune": session.tune_result,
-            "timed_regions": {"end_to_end": WATCH_REGION, "gpu_ceiling": STEP_REGION, "cpu_pipeline": TUNE_REGION,
-                              "job_wall_s": "the job's command, Popen to exit, on the watch's clock (polled every 0.1 s)",
-                              "window.watched_s": "the job's first batch to the window's end (--seconds, --steps, "
-                                                  "or the job's exit as the watch saw it)",
-                              "tune.paused_s": "inside the job: the pause's start at a step boundary to the loop's "
-                                               "resumption, on the job's clock"},
-            "analysis": analysis}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "pipeprof_version": __version__,
+        "kind": "watch",
+        "status": status,
+        "ended_by": session.ended_by,
+        "command": o.command,
+        "exit_status": session.exit_status,
+        "job_wall_s": session.job_wall_s,
+        "started": session.started,
+        "finished": time.time(),
+        "window": {"seconds": o.seconds, "steps": o.steps, "window_s": o.window_s, "watched_s": session.watched_s()},
+        "config": {"device": session.device(), "measure": {"window_s": o.window_s, "redraws": o.redraws}},
+        "machine": machine,
+        "loaders": session.store.loaders,
+        "processes": list(session.store.procs.values()),
+        "exceptions": session.store.exceptions,
+        "tune": session.tune_result,
+        "timed_regions": {
+            "end_to_end": WATCH_REGION,
+            "gpu_ceiling": STEP_REGION,
+            "cpu_pipeline": TUNE_REGION,
+            "job_wall_s": "the job's command, Popen to exit, on the watch's clock (polled every 0.1 s)",
+            "window.watched_s": "the job's first batch to the window's end (--seconds, --steps, "
+            "or the job's exit as the watch saw it)",
+            "tune.paused_s": "inside the job: the pause's start at a step boundary to the loop's "
+            "resumption, on the job's clock",
+        },
+        "analysis": analysis,
+    }
 
 
 def write(session, status: str, analysis: dict, rows: list[dict], machine: dict) -> Run:
@@ -131,9 +172,11 @@ def write(session, status: str, analysis: dict, rows: list[dict], machine: dict)
     run.meta = meta(session, status, analysis, machine)
     run.save_trials(rows)
     run.save_timeline(session.timeline)
-    batches = [{"rank": session.store.rank(cid), "loader": label, **b._asdict()}
-               for (cid, label), bs in session.store.batches.items() for b in bs]
+    batches = [
+        {"rank": session.store.rank(cid), "loader": label, **b._asdict()}
+        for (cid, label), bs in session.store.batches.items()
+        for b in bs
+    ]
     pd.DataFrame(batches).to_parquet(run.path / "batches.parquet", index=False)
     run.save_meta()
     return run
-

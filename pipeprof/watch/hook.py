@@ -20,6 +20,7 @@ after it has run, so a process that never loads data never imports torch because
 Stdlib only at import: this module is loaded by file path in processes that may not have pipeprof's
 dependencies until the pause imports them.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -108,12 +109,20 @@ def settings(loader) -> dict:
         length = len(loader.dataset)
     except TypeError:  # an IterableDataset without __len__
         length = None
-    return {"num_workers": loader.num_workers, "batch_size": batch, "pin_memory": bool(loader.pin_memory),
-            "prefetch_factor": loader.prefetch_factor, "persistent_workers": bool(loader.persistent_workers),
-            "drop_last": bool(loader.drop_last), "dataset": _qualname(loader.dataset), "dataset_len": length,
-            "sampler": _qualname(loader.sampler),
-            "batch_sampler": _qualname(loader.batch_sampler) if loader.batch_size is None else None,
-            "collate_fn": _qualname(loader.collate_fn), "worker_init_fn": _qualname(loader.worker_init_fn)}
+    return {
+        "num_workers": loader.num_workers,
+        "batch_size": batch,
+        "pin_memory": bool(loader.pin_memory),
+        "prefetch_factor": loader.prefetch_factor,
+        "persistent_workers": bool(loader.persistent_workers),
+        "drop_last": bool(loader.drop_last),
+        "dataset": _qualname(loader.dataset),
+        "dataset_len": length,
+        "sampler": _qualname(loader.sampler),
+        "batch_sampler": _qualname(loader.batch_sampler) if loader.batch_size is None else None,
+        "collate_fn": _qualname(loader.collate_fn),
+        "worker_init_fn": _qualname(loader.worker_init_fn),
+    }
 
 
 def user_site(loader, torch_dir: str) -> tuple[str, int, list[str]]:
@@ -151,8 +160,13 @@ class Watch:
             return
         self.torch = sys.modules["torch"]
         base, loader = module._BaseDataLoaderIter, module.DataLoader
-        self.orig = {"next": base.__next__, "iter_init": base.__init__, "loader_init": loader.__init__,
-                     "base": base, "loader": loader}
+        self.orig = {
+            "next": base.__next__,
+            "iter_init": base.__init__,
+            "loader_init": loader.__init__,
+            "base": base,
+            "loader": loader,
+        }
         base.__next__ = functools.wraps(base.__next__)(_next)
         base.__init__ = functools.wraps(base.__init__)(_iter_init)
         loader.__init__ = functools.wraps(loader.__init__)(_loader_init)
@@ -172,10 +186,20 @@ class Watch:
         if not self.hello:
             self.hello = True
             env = os.environ
-            self.client.send({"k": "hello", "pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[:8],
-                              "rank": int(env.get("RANK", 0)), "local_rank": int(env.get("LOCAL_RANK", 0)),
-                              "world": int(env.get("WORLD_SIZE", 1)), "t": clock(), "unix": time.time(),
-                              "torch": getattr(self.torch, "__version__", None)})
+            self.client.send(
+                {
+                    "k": "hello",
+                    "pid": os.getpid(),
+                    "ppid": os.getppid(),
+                    "argv": sys.argv[:8],
+                    "rank": int(env.get("RANK", 0)),
+                    "local_rank": int(env.get("LOCAL_RANK", 0)),
+                    "world": int(env.get("WORLD_SIZE", 1)),
+                    "t": clock(),
+                    "unix": time.time(),
+                    "torch": getattr(self.torch, "__version__", None),
+                }
+            )
 
     # -- loaders ----------------------------------------------------------------------------------
     def built(self, loader, args: tuple, kwargs: dict) -> None:
@@ -190,8 +214,18 @@ class Watch:
             label = self.labels[key] = site if n == 1 else f"{site}#{n}"
             self.infos[label] = LoaderInfo(label)
             self._hello()
-            self.client.send({"k": "loader", "label": label, "site": site, "path": file, "line": line,
-                              "stack": stack, "settings": found, "t": clock()})
+            self.client.send(
+                {
+                    "k": "loader",
+                    "label": label,
+                    "site": site,
+                    "path": file,
+                    "line": line,
+                    "stack": stack,
+                    "settings": found,
+                    "t": clock(),
+                }
+            )
         loader._pipeprof_label = label
         loader._pipeprof_args = (args, kwargs)  # the pause re-creates the loader from them
         self.latest[label] = weakref.ref(loader)
@@ -314,9 +348,16 @@ class Watch:
             torch_dir = os.path.dirname(self.torch.__file__) if self.torch is not None else "\0"
             mine = [f for f in frames if not f.filename.startswith(torch_dir)]  # the user's innermost line
             where = (mine or frames)[-1] if frames else None
-            self.client.send({"k": "exc", "type": kind.__name__, "message": str(value)[:500], "t": clock(),
-                              "where": f"{where.filename}:{where.lineno}" if where else None,
-                              "raised_at": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None})
+            self.client.send(
+                {
+                    "k": "exc",
+                    "type": kind.__name__,
+                    "message": str(value)[:500],
+                    "t": clock(),
+                    "where": f"{where.filename}:{where.lineno}" if where else None,
+                    "raised_at": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
+                }
+            )
             self.send_rows(clock(), final=True)
             self.client.flush()
 

@@ -6,6 +6,7 @@ utilisation from the monitor and the loader's workers' CPU. The summary prints w
 each loader's verdict and basis per rank (the analysis' words), the slowest rank, the pause and its
 recommendation, and the run folder.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -32,8 +33,12 @@ def line(session, since: float, now: float) -> list[str]:
 
     gpu = gpu_mean(session.monitor.timeline(since), "util_pct") if session.monitor else None
     for label in store.loaders:
-        recent = [b for (cid, lab), bs in store.batches.items() if lab == label  # in order: search, not scan
-                  for b in bs[bisect.bisect_left(bs, since, key=lambda x: x.t_ret):]]
+        recent = [
+            b
+            for (cid, lab), bs in store.batches.items()
+            if lab == label  # in order: search, not scan
+            for b in bs[bisect.bisect_left(bs, since, key=lambda x: x.t_ret) :]
+        ]
         if not recent:
             continue
         span = now - since
@@ -41,9 +46,11 @@ def line(session, since: float, now: float) -> list[str]:
         wait = sum(b.t_ret - max(b.t_call, since) for b in recent) / span / max(1, _ranks(store, label))
         workers = {p for (cid, lab), s in store.workers.items() if lab == label for p in s}
         cpu = session.procs.mean_pct(workers, [(since, now)]) if workers else None
-        out.append(f"pipeprof watch {now - session.t_start:5.0f}s  {label}: {_rate(samples / span)} samples/s, "
-                   f"data wait {_pct(wait)}, GPU {'–' if gpu is None else f'{gpu:.0f}%'}, workers' CPU "
-                   f"{'–' if cpu is None else f'{cpu:.0f}%'} ({len(workers)} workers)")
+        out.append(
+            f"pipeprof watch {now - session.t_start:5.0f}s  {label}: {_rate(samples / span)} samples/s, "
+            f"data wait {_pct(wait)}, GPU {'–' if gpu is None else f'{gpu:.0f}%'}, workers' CPU "
+            f"{'–' if cpu is None else f'{cpu:.0f}%'} ({len(workers)} workers)"
+        )
     return out
 
 
@@ -54,8 +61,10 @@ def _ranks(store, label: str) -> int:
 def summary(run, tune: Optional[dict]) -> list[str]:
     """The closing lines, read from the stored run."""
     meta, lines = run.meta, []
-    lines.append(f"pipeprof watch: {meta['status']} ({meta.get('ended_by')}), {meta['window']['watched_s']:.1f} s "
-                 f"watched; device {meta['config']['device']}")
+    lines.append(
+        f"pipeprof watch: {meta['status']} ({meta.get('ended_by')}), {meta['window']['watched_s']:.1f} s "
+        f"watched; device {meta['config']['device']}"
+    )
     for exc in meta.get("exceptions", []):
         lines.append(f"  the job raised {exc['type']}: {exc['message']} (rank {exc.get('rank')}, {exc.get('where')})")
     if run.trials.empty:
@@ -74,13 +83,18 @@ def _row_lines(r: pd.Series, v: dict) -> list[str]:
     head = f"  {r['loader']} rank {r['rank']} ({r['num_workers']} workers, batch {r['batch_size']}, {r['mode']})"
     if r["status"] != "ok":
         return [f"{head}: {r.get('error')}"]
-    ci = (f" ({_rate(r['samples_per_s_ci95_low'])}–{_rate(r['samples_per_s_ci95_high'])})"
-          if r.get("samples_per_s_ci95_low") == r.get("samples_per_s_ci95_low") else "")
+    ci = (
+        f" ({_rate(r['samples_per_s_ci95_low'])}–{_rate(r['samples_per_s_ci95_high'])})"
+        if r.get("samples_per_s_ci95_low") == r.get("samples_per_s_ci95_low")
+        else ""
+    )
     gpu = r.get("gpu_util_pct_mean")
-    return [f"{head}: {_rate(r['samples_per_s'])}{ci} samples/s, data wait {_pct(r['data_wait_frac'])}, "
-            f"GPU {'–' if gpu is None or gpu != gpu else f'{gpu:.0f}%'}, workers' CPU "
-            f"{_rate(r.get('workers_cpu_pct_mean'))}%",
-            f"    verdict: {v.get('verdict', 'unknown')}: {v.get('verdict_basis', 'no verdict stored')}"]
+    return [
+        f"{head}: {_rate(r['samples_per_s'])}{ci} samples/s, data wait {_pct(r['data_wait_frac'])}, "
+        f"GPU {'–' if gpu is None or gpu != gpu else f'{gpu:.0f}%'}, workers' CPU "
+        f"{_rate(r.get('workers_cpu_pct_mean'))}%",
+        f"    verdict: {v.get('verdict', 'unknown')}: {v.get('verdict_basis', 'no verdict stored')}",
+    ]
 
 
 def tune_lines(tune: Optional[dict]) -> list[str]:
@@ -90,14 +104,20 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
     if tune.get("error"):
         return [f"  tune: {tune['error']}"]
     from .tune import picked  # pandas: the watch imports it after the job has started
-    points = ", ".join(f"{p['num_workers']} w {_rate(p['loader_alone_samples_per_s'])}/s"
-                       for p in tune.get("predicted", []))
-    out = [f"  tune ({tune['loader']}, paused {tune['paused_s']:.1f} s): the loader alone at {points}; the step "
-           f"alone {_rate(tune.get('step_samples_per_s'))} samples/s"]
+
+    points = ", ".join(
+        f"{p['num_workers']} w {_rate(p['loader_alone_samples_per_s'])}/s" for p in tune.get("predicted", [])
+    )
+    out = [
+        f"  tune ({tune['loader']}, paused {tune['paused_s']:.1f} s): the loader alone at {points}; the step "
+        f"alone {_rate(tune.get('step_samples_per_s'))} samples/s"
+    ]
     pick = picked(tune)
     if pick is not None:
-        out.append(f"  → num_workers={pick.workers} (predicted {_rate(pick.samples_per_s)} samples/s"
-                   f"{_cores_text(CoresNeeded.from_dict(tune.get('cores_needed')))})")
+        out.append(
+            f"  → num_workers={pick.workers} (predicted {_rate(pick.samples_per_s)} samples/s"
+            f"{_cores_text(CoresNeeded.from_dict(tune.get('cores_needed')))})"
+        )
         if tune.get("change"):
             out.append(f"    {tune['change']}")
     return out
@@ -110,4 +130,3 @@ def _cores_text(need: Optional[CoresNeeded]) -> str:
         return ""
     past = ", extrapolated past the counts the pause measured" if need.extrapolated else ""
     return f"; about {need.cores} cores keep the step fed{past}, if the hand-off (not measured here) allows"
-

@@ -4,9 +4,11 @@ The page below is the shared renderer's, drawn from the stored rows and analysis
 watch adds: how the watch ended, each loader's verdict per rank, the slowest rank, the pause and its
 recommendation, the lines the console printed (``live.summary``), escaped.
 """
+
 from __future__ import annotations
 
 from pipeprof.report.html import REPORT, esc
+
 from .live import summary
 
 MARK = "<main>\n"
@@ -15,8 +17,9 @@ MARK = "<main>\n"
 def section(run, tune) -> str:
     items = "".join(f"<p>{esc(line.strip())}</p>" for line in summary(run, tune)[:-1])
     command = " ".join(run.meta.get("command") or [])
-    return (f'<section id="watch" class="answer"><p class="group">pipeprof watch -- {esc(command)}</p>'
-            f"{items}</section>\n")
+    return (
+        f'<section id="watch" class="answer"><p class="group">pipeprof watch -- {esc(command)}</p>{items}</section>\n'
+    )
 
 
 def with_watch_section(run, tune) -> None:

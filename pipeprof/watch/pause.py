@@ -12,6 +12,7 @@ trial does. ``resume`` ends the pause. The user's loader, its iterator and its w
 touched; the random states a new loader draws from (torch's, Python's, numpy's, the sampler's and the
 loader's generators) are put back as they were, so the user's data order does not change.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -44,8 +45,11 @@ class RandomStates:
     """Every random state a new loader may draw from, saved and put back."""
 
     def __init__(self, loader):
-        gens = [getattr(loader, "generator", None), getattr(loader.sampler, "generator", None),
-                getattr(getattr(loader, "batch_sampler", None), "generator", None)]
+        gens = [
+            getattr(loader, "generator", None),
+            getattr(loader.sampler, "generator", None),
+            getattr(getattr(loader, "batch_sampler", None), "generator", None),
+        ]
         self.gens = [(g, g.get_state()) for g in gens if isinstance(g, torch.Generator)]
         self.torch, self.python = torch.get_rng_state(), random.getstate()
         np = sys.modules.get("numpy")
@@ -81,8 +85,12 @@ def measure(loader, workers: int, policy: dict, on_workers, count) -> dict:
 
     depth = workers * (clone.prefetch_factor or 0)
     try:
-        m = steady_state(step, SimpleNamespace(**policy), min_warmup_batches=depth + policy["warmup_batches"],
-                         batch_multiple=max(workers, 1))
+        m = steady_state(
+            step,
+            SimpleNamespace(**policy),
+            min_warmup_batches=depth + policy["warmup_batches"],
+            batch_multiple=max(workers, 1),
+        )
     finally:
         shutdown = getattr(state.it, "_shutdown_workers", None)
         if shutdown is not None:
@@ -126,6 +134,7 @@ def _measure_one(loader, client, cmd: dict, count) -> None:
         stats = measure(loader, w, cmd["policy"], on_workers, count)
         client.send({"k": "tune_point", "workers": w, "t": time.perf_counter(), "stats": stats})
     except Exception as exc:  # a count that cannot run (memory, a worker that dies) is a row, not a crash
-        client.send({"k": "tune_point", "workers": w, "t": time.perf_counter(),
-                     "error": f"{type(exc).__name__}: {exc}"})
+        client.send(
+            {"k": "tune_point", "workers": w, "t": time.perf_counter(), "error": f"{type(exc).__name__}: {exc}"}
+        )
     client.flush()

@@ -5,6 +5,7 @@ The monitor (``measure.monitors.Monitor``) samples the machine and sums the job'
 those pids (``hello``, ``workers``); this table reads their CPU time (``psutil``'s ``cpu_times``, no
 process-list scan) at each tick of the parent's loop and keeps, per interval, the cores each used.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, NamedTuple, Optional

@@ -14,6 +14,7 @@ loader's). :func:`loader_row` makes an ``end_to_end`` row of them (median window
 interval, the data-wait share per window and its interval) and :func:`step_row` a step-ceiling row
 (kind ``gpu_ceiling``): the step's own rate in the real loop, batch / step time.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,10 +26,14 @@ import numpy as np
 from pipeprof.measure.windows import instability, summarize_rates
 from pipeprof.stats import mean_ci95
 
-STEP_REGION = ("the user's step in the real loop: from a next() return to the next call of the same loader "
-               "(on CUDA the device's time between events recorded on the current stream at those points)")
-WATCH_REGION = ("the user's loop: next() and the step, windows from the returns of next(); warm-up and the "
-                "time between passes excluded, worker re-starts of later passes included")
+STEP_REGION = (
+    "the user's step in the real loop: from a next() return to the next call of the same loader "
+    "(on CUDA the device's time between events recorded on the current stream at those points)"
+)
+WATCH_REGION = (
+    "the user's loop: next() and the step, windows from the returns of next(); warm-up and the "
+    "time between passes excluded, worker re-starts of later passes included"
+)
 
 
 class Batch(NamedTuple):
@@ -111,8 +116,9 @@ class Store:
 
     def pids(self) -> set[int]:
         """Every process of the job the hook has told us about: training processes and their workers."""
-        return ({p["pid"] for p in self.procs.values()} | {pid for s in self.workers.values() for pid in s}
-                | self.tune_pids)
+        return (
+            {p["pid"] for p in self.procs.values()} | {pid for s in self.workers.values() for pid in s} | self.tune_pids
+        )
 
     def first_batch_t(self) -> Optional[float]:
         calls = [b[0].t_call for b in self.batches.values() if b]
@@ -149,8 +155,9 @@ def windows(batches: list[Batch], window_s: float, multiple: int, skip: int, bat
     return out
 
 
-def _pass_windows(items: list[Batch], start: float, prev: Optional[float], window_s: float, multiple: int,
-                  batch_size: int) -> list[Win]:
+def _pass_windows(
+    items: list[Batch], start: float, prev: Optional[float], window_s: float, multiple: int, batch_size: int
+) -> list[Win]:
     """One pass's windows; a short tail joins the pass's last window (or is one, at half a window)."""
     wins, acc = [], []
     for b in items:
@@ -184,22 +191,42 @@ def _mode(batches: list[Batch]) -> str:
 def loader_identity(label: str, loader: dict, rank: int, world: int, batches: list[Batch]) -> dict:
     """The settings columns of a watched loader's rows: what it is and where it was built."""
     s = loader.get("settings", {})
-    return GROUP | {"mode": _mode(batches) if batches else "train", "preset": label, "loader": label,
-                    "batch_size": s.get("batch_size"), "num_workers": s.get("num_workers") or 0,
-                    "pin_memory": s.get("pin_memory"), "prefetch_factor": s.get("prefetch_factor"),
-                    "persistent_workers": s.get("persistent_workers"), "dataset": s.get("dataset"),
-                    "sampler": s.get("sampler"), "collate_fn": s.get("collate_fn"), "site": loader.get("site"),
-                    "site_path": loader.get("path"), "site_line": loader.get("line"), "rank": rank,
-                    "world_size": world}
+    return GROUP | {
+        "mode": _mode(batches) if batches else "train",
+        "preset": label,
+        "loader": label,
+        "batch_size": s.get("batch_size"),
+        "num_workers": s.get("num_workers") or 0,
+        "pin_memory": s.get("pin_memory"),
+        "prefetch_factor": s.get("prefetch_factor"),
+        "persistent_workers": s.get("persistent_workers"),
+        "dataset": s.get("dataset"),
+        "sampler": s.get("sampler"),
+        "collate_fn": s.get("collate_fn"),
+        "site": loader.get("site"),
+        "site_path": loader.get("path"),
+        "site_line": loader.get("line"),
+        "rank": rank,
+        "world_size": world,
+    }
 
 
 def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: float) -> dict:
     """An ``end_to_end`` row of one loader in one process (see the module docstring)."""
-    row = {"kind": "end_to_end", "trial_id": f"watch {ident['loader']} rank {ident['rank']}", **ident,
-           "timed_region": WATCH_REGION, "watched_batches": seen, "warmup_batches": skip}
+    row = {
+        "kind": "end_to_end",
+        "trial_id": f"watch {ident['loader']} rank {ident['rank']}",
+        **ident,
+        "timed_region": WATCH_REGION,
+        "watched_batches": seen,
+        "warmup_batches": skip,
+    }
     if not wins:
-        return row | {"status": "failed", "samples_per_s": None,
-                      "error": f"{seen} batches seen, {skip} of them warm-up: no steady-state window (watch longer)"}
+        return row | {
+            "status": "failed",
+            "samples_per_s": None,
+            "error": f"{seen} batches seen, {skip} of them warm-up: no steady-state window (watch longer)",
+        }
     spans = [w.t_end - w.t_start for w in wins]
     shares = [w.wait_s / s for w, s in zip(wins, spans)]
     steps = [s for w in wins for s in w.steps]
@@ -208,17 +235,34 @@ def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: fl
     lo, hi = mean_ci95(shares)
     reason = instability([w.rate for w in wins], 3, ci_target)
     busy = sum(gpu) if gpu else sum(steps)
-    return row | summarize_rates([w.rate for w in wins]) | {
-        "status": "ok", "error": None, "window_rates": [w.rate for w in wins], "windows": len(wins),
-        "batches_measured": sum(len(w.items) for w in wins), "samples_measured": sum(w.samples for w in wins),
-        "measured_s": sum(spans), "t_measure_start_s": wins[0].t_start, "t_measure_end_s": wins[-1].t_end,
-        "data_wait_frac": sum(w.wait_s for w in wins) / sum(spans), "window_data_wait": shares,
-        "data_wait_frac_ci95_low": lo, "data_wait_frac_ci95_high": hi,
-        "data_wait_ms_p50": _ms(waits, 50), "data_wait_ms_p95": _ms(waits, 95),
-        "compute_ms_p50": _ms(gpu or steps, 50), "compute_ms_p95": _ms(gpu or steps, 95),
-        "host_step_ms_p50": _ms(steps, 50), "device_busy_frac": busy / sum(spans) if busy else None,
-        "loader_restarts": len({b.pass_no for w in wins for b, _ in w.items}) - 1,
-        "unstable": reason is not None, "unstable_reason": reason}
+    return (
+        row
+        | summarize_rates([w.rate for w in wins])
+        | {
+            "status": "ok",
+            "error": None,
+            "window_rates": [w.rate for w in wins],
+            "windows": len(wins),
+            "batches_measured": sum(len(w.items) for w in wins),
+            "samples_measured": sum(w.samples for w in wins),
+            "measured_s": sum(spans),
+            "t_measure_start_s": wins[0].t_start,
+            "t_measure_end_s": wins[-1].t_end,
+            "data_wait_frac": sum(w.wait_s for w in wins) / sum(spans),
+            "window_data_wait": shares,
+            "data_wait_frac_ci95_low": lo,
+            "data_wait_frac_ci95_high": hi,
+            "data_wait_ms_p50": _ms(waits, 50),
+            "data_wait_ms_p95": _ms(waits, 95),
+            "compute_ms_p50": _ms(gpu or steps, 50),
+            "compute_ms_p95": _ms(gpu or steps, 95),
+            "host_step_ms_p50": _ms(steps, 50),
+            "device_busy_frac": busy / sum(spans) if busy else None,
+            "loader_restarts": len({b.pass_no for w in wins for b, _ in w.items}) - 1,
+            "unstable": reason is not None,
+            "unstable_reason": reason,
+        }
+    )
 
 
 def step_rates(wins: list[Win]) -> list[float]:
@@ -235,8 +279,9 @@ def step_rates(wins: list[Win]) -> list[float]:
     return out
 
 
-def step_row(ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional[float],
-             ci_target: float = 0.05) -> Optional[dict]:
+def step_row(
+    ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional[float], ci_target: float = 0.05
+) -> Optional[dict]:
     """The step ceiling of one loader's loop as watched (kind ``gpu_ceiling``): the fastest rank's, since in
     DDP the other ranks' steps include waiting in the all-reduce for it. None without two windows' steps."""
     rates = {r: step_rates(w) for r, w in per_rank.items()}
@@ -245,10 +290,22 @@ def step_row(ident: dict, per_rank: dict[int, list[Win]], main_cpu_pct: Optional
         return None
     rank = max(rates, key=lambda r: statistics.median(rates[r]))
     reason = instability(rates[rank], 3, ci_target)  # judged like every other row's windows
-    keep = {k: ident[k] for k in ("model", "precision", "mode", "preset", "loader", "batch_size", "site",
-                                  "world_size")}
-    return keep | summarize_rates(rates[rank]) | {
-        "kind": "gpu_ceiling", "trial_id": f"watch step after {ident['loader']}", "status": "ok", "error": None,
-        "num_workers": 0, "rank": rank, "window_rates": rates[rank], "windows": len(rates[rank]),
-        "timed_region": STEP_REGION, "main_cpu_pct_mean": main_cpu_pct,
-        "unstable": reason is not None, "unstable_reason": reason}
+    keep = {k: ident[k] for k in ("model", "precision", "mode", "preset", "loader", "batch_size", "site", "world_size")}
+    return (
+        keep
+        | summarize_rates(rates[rank])
+        | {
+            "kind": "gpu_ceiling",
+            "trial_id": f"watch step after {ident['loader']}",
+            "status": "ok",
+            "error": None,
+            "num_workers": 0,
+            "rank": rank,
+            "window_rates": rates[rank],
+            "windows": len(rates[rank]),
+            "timed_region": STEP_REGION,
+            "main_cpu_pct_mean": main_cpu_pct,
+            "unstable": reason is not None,
+            "unstable_reason": reason,
+        }
+    )

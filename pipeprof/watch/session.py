@@ -16,13 +16,14 @@ parent waits for it, then records its exit status in run.json.
 Signals: Ctrl-C reaches the job directly (same process group); pipeprof ends the window, writes the
 run and waits for the job. A second SIGINT is passed to the job, a third kills it; SIGTERM is passed on.
 """
+
 from __future__ import annotations
 
 import os
-import statistics
 import queue
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,8 +76,13 @@ def machine() -> dict:
     from pipeprof import env
 
     out = {"hostname": socket.gethostname(), "platform": platform.platform()}
-    for name, fn in (("cpu_model", env.cpu_model), ("cores", env.usable_cores), ("cpu_groups", env.cpu_groups),
-                     ("memory", env.memory_info), ("gpus", env.gpu_info)):
+    for name, fn in (
+        ("cpu_model", env.cpu_model),
+        ("cores", env.usable_cores),
+        ("cpu_groups", env.cpu_groups),
+        ("memory", env.memory_info),
+        ("gpus", env.gpu_info),
+    ):
         try:
             out[name] = fn()
         except Exception as exc:  # noqa: BLE001 - a missing fact is recorded as missing, the run goes on
@@ -157,8 +163,11 @@ class Session:
         if not self.finished:
             self.close_window("command exited")
         elif self.run is not None:
-            self.run.meta |= {"exit_status": self.exit_status, "job_wall_s": self.job_wall_s,
-                              "exceptions": self.store.exceptions}  # one raised after the window, too
+            self.run.meta |= {
+                "exit_status": self.exit_status,
+                "job_wall_s": self.job_wall_s,
+                "exceptions": self.store.exceptions,
+            }  # one raised after the window, too
             self.run.save_meta()
         return self.exit_status
 
@@ -252,6 +261,7 @@ class Session:
     def finish(self, status: str):
         """Rows, the analysis, the run folder, report.html and the summary."""
         from pipeprof.env import usable_cores
+
         from .answer import analyse_loaders
         from .folder import build_rows, write
 
@@ -261,13 +271,17 @@ class Session:
             cores = usable_cores()["usable"]
             if self.tuned:
                 self.tune_result |= self._recommend(rows, cores)
-            run.meta |= {"analysis": analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {},
-                         "tune": self.tune_result}
+            run.meta |= {
+                "analysis": analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {},
+                "tune": self.tune_result,
+            }
         except Exception as exc:  # noqa: BLE001 - the rows stay, with the reason there is no answer beside them
             run.meta["analysis_error"] = f"{type(exc).__name__}: {exc}"
             run.save_meta()
-            self.o.log(f"pipeprof watch: the analysis failed ({run.meta['analysis_error']}): the measured rows are in "
-                       f"{run.path}")
+            self.o.log(
+                f"pipeprof watch: the analysis failed ({run.meta['analysis_error']}): the measured rows are in "
+                f"{run.path}"
+            )
             return run
         run.save_meta()
         self._report(run)
@@ -279,6 +293,7 @@ class Session:
         """report.html when the renderer can draw this run; else the console summary stands alone."""
         try:
             from pipeprof.report.html import write_report
+
             from .page import with_watch_section
 
             write_report(run)
@@ -321,8 +336,13 @@ class Session:
     def _step_rate(self, key) -> Optional[float]:
         loader = self.store.loaders[key[1]].get("settings", {})
         batches = [b for b in self.store.batches[key] if b.t_ret <= self.t_end]
-        wins = windows(batches, self.o.window_s, loader.get("num_workers") or 1, warmup_batches(loader),
-                       loader.get("batch_size") or 1)
+        wins = windows(
+            batches,
+            self.o.window_s,
+            loader.get("num_workers") or 1,
+            warmup_batches(loader),
+            loader.get("batch_size") or 1,
+        )
         rates = step_rates(wins)
         return statistics.median(rates) if rates else None  # as records.step_row reads the stored step row
 
@@ -330,7 +350,7 @@ class Session:
         """The next pause message of ``kinds`` from ``cid``, pumping the channel meanwhile."""
         deadline = clock() + timeout
         while clock() < deadline and self.child.poll() is None and not self.signals:
-            msgs = self.store.tune[self._tune_seen:]
+            msgs = self.store.tune[self._tune_seen :]
             for i, m in enumerate(msgs):
                 if m["cid"] == cid and m["k"] in kinds:
                     self._tune_seen += i + 1
@@ -340,6 +360,7 @@ class Session:
 
     def tune(self) -> None:
         from pipeprof.env import usable_cores
+
         from . import tune as tuning
 
         key = self.store.main_loader()
@@ -356,11 +377,17 @@ class Session:
             self.tune_result = {"error": f"no pause: {why}"}
             return
         self.tuned, t0 = label, clock()
-        self.o.log(f"pipeprof watch: paused {label} (rank {self.store.rank(cid)}) at a step boundary: measuring "
-                   f"its loader alone; the step ran at {step:,.1f} samples/s")
+        self.o.log(
+            f"pipeprof watch: paused {label} (rank {self.store.rank(cid)}) at a step boundary: measuring "
+            f"its loader alone; the step ran at {step:,.1f} samples/s"
+        )
         cores = usable_cores()["usable"]
-        tuning.search(lambda w: self._measure(cid, w, tuning.policy(self.o.window_s)), step,
-                      self.store.loaders[label]["settings"].get("num_workers") or 0, cores)
+        tuning.search(
+            lambda w: self._measure(cid, w, tuning.policy(self.o.window_s)),
+            step,
+            self.store.loaders[label]["settings"].get("num_workers") or 0,
+            cores,
+        )
         self.server.send(cid, {"cmd": "resume"})
         resumed = self._await(cid, {"tune_resumed"}, 30.0)
         paused_s = resumed["paused_s"] if resumed else clock() - t0
@@ -374,8 +401,10 @@ class Session:
         self.monitor.set_trial(None)
         stats = (got or {}).get("stats") or {}
         rate = stats.get("samples_per_s")
-        self.o.log(f"pipeprof watch:   {workers} workers: " + (f"{rate:,.1f} samples/s" if rate else
-                                                                 f"no rate ({(got or {}).get('error', 'no answer')})"))
+        self.o.log(
+            f"pipeprof watch:   {workers} workers: "
+            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({(got or {}).get('error', 'no answer')})")
+        )
         return stats
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
@@ -384,13 +413,26 @@ class Session:
 
         label = self.tuned
         mine = [r for r in rows if r["loader"] == label and r["status"] == "ok"]
-        watched = next((r for r in mine if r["kind"] == "end_to_end" and r["rank"] == min(
-            x["rank"] for x in mine if x["kind"] == "end_to_end")), None) if mine else None
+        watched = (
+            next(
+                (
+                    r
+                    for r in mine
+                    if r["kind"] == "end_to_end"
+                    and r["rank"] == min(x["rank"] for x in mine if x["kind"] == "end_to_end")
+                ),
+                None,
+            )
+            if mine
+            else None
+        )
         step = next((r for r in mine if r["kind"] == "gpu_ceiling"), None)
         points = [r for r in mine if r["kind"] == "cpu_pipeline"]
         if not (watched and step and points):
             return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
         found = recommend(points, watched, step, cores)
         loader, pick = self.store.loaders[label], picked(found)
-        return found | {"site": f"{loader.get('path')}:{loader.get('line')}",
-                        "change": change_line(loader, int(watched["num_workers"]), pick and pick.workers)}
+        return found | {
+            "site": f"{loader.get('path')}:{loader.get('line')}",
+            "change": change_line(loader, int(watched["num_workers"]), pick and pick.workers),
+        }

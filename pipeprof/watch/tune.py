@@ -14,6 +14,7 @@ predictions with their intervals, and the cores it needs ``analysis.cores_needed
 curve. Nothing is re-implemented here. Its result is a dict in run.json's stored names (run.json's ``tune``);
 :func:`picked` reads its pick as an ``answer.Recommendation``.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -80,27 +81,45 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float) -> di
     ws, rate, low, high = curve(points)
     if not len(ws):
         return {"recommended_workers": None, "why": "no worker count of the pause gave a rate"}
-    base = pd.Series({**watched, "io_bound_samples_per_s": float("nan"),
-                      "main_cores_step": (step.get("main_cpu_pct_mean") or 100.0) / 100})
+    base = pd.Series(
+        {
+            **watched,
+            "io_bound_samples_per_s": float("nan"),
+            "main_cores_step": (step.get("main_cpu_pct_mean") or 100.0) / 100,
+        }
+    )
     predicted = []
     for i, w in enumerate(ws):
         at = []
-        for s, rates in ((step["samples_per_s"], rate), (step.get("samples_per_s_ci95_low") or
-                                                          step["samples_per_s"], low),
-                         (step.get("samples_per_s_ci95_high") or step["samples_per_s"], high)):
+        for s, rates in (
+            (step["samples_per_s"], rate),
+            (step.get("samples_per_s_ci95_low") or step["samples_per_s"], low),
+            (step.get("samples_per_s_ci95_high") or step["samples_per_s"], high),
+        ):
             row = base.copy()
             row["num_workers"], row["cpu_bound_samples_per_s"], row["step_bound_samples_per_s"] = w, rates[i], s
             at.append(predict(row, ws, rates, cores)[0])
-        predicted.append({"num_workers": int(w), "samples_per_s": at[0], "samples_per_s_ci95_low": at[1],
-                          "samples_per_s_ci95_high": at[2], "loader_alone_samples_per_s": float(rate[i])})
+        predicted.append(
+            {
+                "num_workers": int(w),
+                "samples_per_s": at[0],
+                "samples_per_s_ci95_low": at[1],
+                "samples_per_s_ci95_high": at[2],
+                "loader_alone_samples_per_s": float(rate[i]),
+            }
+        )
     table = pd.DataFrame(predicted)
     pick = recommend_workers(table)
     main_s = (watched.get("main_cpu_pct_mean") or 0.0) / 100 / watched["samples_per_s"]
     need = cores_needed(step["samples_per_s"], ws, rate, main_s, cores)
-    return pick | {"predicted": predicted, "cores_needed": need, "main_cpu_s_per_sample": main_s,
-                   "step_samples_per_s": step["samples_per_s"],
-                   "model": "analysis.predict (min of the step, the loader alone at the workers the training "
-                            "process leaves cores for, and the cores' budget), analysis.recommend_workers"}
+    return pick | {
+        "predicted": predicted,
+        "cores_needed": need,
+        "main_cpu_s_per_sample": main_s,
+        "step_samples_per_s": step["samples_per_s"],
+        "model": "analysis.predict (min of the step, the loader alone at the workers the training "
+        "process leaves cores for, and the cores' budget), analysis.recommend_workers",
+    }
 
 
 def picked(found: dict) -> Optional[Recommendation]:
@@ -116,4 +135,3 @@ def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str
     if pick == current:
         return f"keep num_workers={current} in the DataLoader built at {loader['path']}:{loader['line']}"
     return f"{loader['path']}:{loader['line']}: num_workers={current} -> num_workers={pick}"
-

@@ -8,6 +8,7 @@ RandomHorizontalFlip, ToTensor, Normalize, a ResNet-50 trained with SGD under au
 ``--steps`` stops after that many optimiser steps (epochs repeat until then); it prints the loss every
 50 steps, as training scripts do, and nothing about its speed.
 """
+
 import argparse
 
 import torch
@@ -32,10 +33,21 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cudnn.benchmark = True
     normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-    train_set = datasets.ImageFolder(args.data, transforms.Compose([
-        transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize]))
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                              pin_memory=True, drop_last=True, persistent_workers=args.workers > 0)
+    train_set = datasets.ImageFolder(
+        args.data,
+        transforms.Compose(
+            [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize]
+        ),
+    )
+    train_loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=True,
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+    )
     model = torchvision.models.resnet50(num_classes=len(train_set.classes))
     model = model.to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)

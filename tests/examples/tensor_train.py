@@ -6,6 +6,7 @@ show most. Written as users write one; it prints the loss every 50 steps and not
 
     python3 tests/examples/tensor_train.py --workers 4 --steps 300
 """
+
 import argparse
 
 import torch
@@ -27,7 +28,7 @@ class InMemoryImages(Dataset):
 
     def __getitem__(self, i):
         top, left = torch.randint(0, 33, (2,)).tolist()
-        img = self.images[i, :, top:top + 224, left:left + 224]
+        img = self.images[i, :, top : top + 224, left : left + 224]
         return (img.flip(-1) if torch.rand(()) < 0.5 else img).contiguous(), self.labels[i]
 
 
@@ -45,8 +46,15 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cudnn.benchmark = True
     train_set = InMemoryImages(args.images, 1000)
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                              pin_memory=device == "cuda", drop_last=True, persistent_workers=args.workers > 0)
+    train_loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device == "cuda",
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+    )
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
     model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last)

@@ -5,6 +5,7 @@ config's ``source`` name to ``"module:Class"`` so heavy client libraries are
 imported only when used. To add a source: write ``sources/NAME.py`` with a
 ``Source`` subclass and add it here.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,6 +1,7 @@
 """The Source interface shared by every storage kind, and the check every local path gets before a
 reader opens it (:func:`file_kind`, :func:`read_regular`): opening a FIFO blocks until a writer comes,
 a device may never end, a directory cannot be read, so only regular files are read."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,14 @@ from abc import ABC, abstractmethod
 from typing import Optional
 
 #: what a path that is not a regular file is, in messages (by ``stat.S_IFMT``)
-KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-         stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link"}
+KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+}
 
 
 class SourceError(IOError):
@@ -54,8 +61,12 @@ class Source(ABC):
 
     def describe(self) -> dict:
         """Plain-JSON description recorded with each trial."""
-        return {"source": self.kind, "samples": len(self), "total_mb": self.total_bytes() / 1e6,
-                "emulated": self.emulated}
+        return {
+            "source": self.kind,
+            "samples": len(self),
+            "total_mb": self.total_bytes() / 1e6,
+            "emulated": self.emulated,
+        }
 
 
 def parse_index(text: str, where: str) -> list[tuple[str, int, int | None]]:
@@ -77,8 +88,7 @@ def parse_index(text: str, where: str) -> list[tuple[str, int, int | None]]:
             else:
                 raise ValueError("expected 2 or 3 columns")
         except ValueError as exc:
-            raise SourceError(f"{where} line {n}: expected 'path label [size]', "
-                              f"got {line!r} ({exc})") from exc
+            raise SourceError(f"{where} line {n}: expected 'path label [size]', got {line!r} ({exc})") from exc
     if not entries:
         raise SourceError(f"{where} lists no objects")
     return entries

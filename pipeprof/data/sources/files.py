@@ -7,6 +7,7 @@ Every path named like an image stays in the list, whatever it is: one that is no
 FIFO, a socket, a device, a directory named ``x.jpg``) is never opened (``base.read_regular``), so each
 read of it fails as a bad sample, counted and named like an unreadable image.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Encoded samples held in RAM: takes storage out of the measurement."""
+
 from __future__ import annotations
 
 import psutil
@@ -22,8 +23,10 @@ class MemorySource(Source):
         need = inner.total_bytes()
         avail = psutil.virtual_memory().available
         if need > max_fraction * avail:
-            raise SourceError(f"memory source: dataset is {need / 1e9:.1f} GB, more than "
-                              f"{max_fraction:.0%} of the {avail / 1e9:.1f} GB available")
+            raise SourceError(
+                f"memory source: dataset is {need / 1e9:.1f} GB, more than "
+                f"{max_fraction:.0%} of the {avail / 1e9:.1f} GB available"
+            )
         # shared copy-on-write with forked workers: a read bumps only the refcount in
         # each object's header, so a worker copies one page per sample, not the payload
         self._blobs = [_read_or_error(inner, i) for i in range(len(inner))]

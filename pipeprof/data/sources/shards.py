@@ -40,6 +40,7 @@ the bytes of a sample:
     next to each other, as WebDataset does; shards where they are not are refused
     at construction.
 """
+
 from __future__ import annotations
 
 import glob
@@ -71,7 +72,7 @@ def _expand_braces(pattern: str) -> list[str]:
     if not m:
         return [pattern]
     lo, hi, width = int(m[1]), int(m[2]), len(m[1])
-    return [pattern[:m.start()] + f"{k:0{width}d}" + pattern[m.end():] for k in range(lo, hi + 1)]
+    return [pattern[: m.start()] + f"{k:0{width}d}" + pattern[m.end() :] for k in range(lo, hi + 1)]
 
 
 def shard_paths(pattern_or_dir: str | os.PathLike) -> list[str]:
@@ -121,8 +122,11 @@ def _read_label(tf: tarfile.TarFile, member: tarfile.TarInfo, shard: str) -> int
             return value
         raise ValueError("no integer label")
     except (ValueError, UnicodeDecodeError) as exc:
-        what = ("an integer or an object with an integer " + ", ".join(repr(f) for f in _JSON_LABEL_FIELDS)
-                if ext == "json" else "an integer label")
+        what = (
+            "an integer or an object with an integer " + ", ".join(repr(f) for f in _JSON_LABEL_FIELDS)
+            if ext == "json"
+            else "an integer label"
+        )
         raise SourceError(f"{shard}: member {member.name} is not {what}") from exc
 
 
@@ -136,8 +140,10 @@ def _index_members(tf: tarfile.TarFile, shard: str, file_size: int, webdataset_l
         last = tf.members[-1].name if tf.members else "(none)"
         raise SourceError(f"truncated shard {shard}: no end-of-archive marker after member {last}")
     if webdataset_layout and misplaced is not None:
-        raise SourceError(f"{shard}: member {misplaced} is not next to the other members of its sample; "
-                          f"the webdataset reader needs each sample's files adjacent (re-pack with pipeprof pack)")
+        raise SourceError(
+            f"{shard}: member {misplaced} is not next to the other members of its sample; "
+            f"the webdataset reader needs each sample's files adjacent (re-pack with pipeprof pack)"
+        )
     return _labelled_members(tf, shard, samples)
 
 
@@ -149,8 +155,10 @@ def _group_by_key(tf: tarfile.TarFile, shard: str, file_size: int) -> tuple[dict
         if not m.isfile():
             continue
         if m.offset_data + m.size > file_size:
-            raise SourceError(f"truncated shard {shard}: member {m.name} needs bytes up to "
-                              f"{m.offset_data + m.size}, the file has {file_size}")
+            raise SourceError(
+                f"truncated shard {shard}: member {m.name} needs bytes up to "
+                f"{m.offset_data + m.size}, the file has {file_size}"
+            )
         key, ext = _split_name(m.name)
         if not ext or not key.rpartition("/")[2] or _META.match(m.name):
             continue  # webdataset takes no sample from these either
@@ -174,8 +182,10 @@ def _labelled_members(tf: tarfile.TarFile, shard: str, samples: dict[str, dict])
     with_image = sorted((e for e in samples.values() if e["image"] is not None), key=lambda e: e["image"].offset)
     missing = [e["image"].name for e in with_image if not e["labels"]]
     if missing:
-        raise SourceError(f"{shard}: member {missing[0]} has no "
-                          f"{' or '.join('.' + x for x in LABEL_EXTS)} label ({len(missing)} such samples)")
+        raise SourceError(
+            f"{shard}: member {missing[0]} has no "
+            f"{' or '.join('.' + x for x in LABEL_EXTS)} label ({len(missing)} such samples)"
+        )
     out = []
     for e in with_image:
         label_member = next(e["labels"][x] for x in LABEL_EXTS if x in e["labels"])
@@ -341,8 +351,10 @@ class ShardSource(Source):
         except OSError as exc:
             raise SourceError(f"cannot read {self._names[index]} from {self.shards[shard]}: {exc}") from exc
         if len(data) != size:
-            raise SourceError(f"{self.shards[shard]}: member {self._names[index]} is cut short "
-                              f"({len(data)} of {size} bytes); the shard changed after indexing")
+            raise SourceError(
+                f"{self.shards[shard]}: member {self._names[index]} is cut short "
+                f"({len(data)} of {size} bytes); the shard changed after indexing"
+            )
         return data
 
     def _read_webdataset(self, index: int) -> bytes:
@@ -357,8 +369,10 @@ class ShardSource(Source):
             raise
         if data is None or len(data) != self._sizes[index]:
             got = "no such member" if data is None else f"{len(data)} of {self._sizes[index]} bytes"
-            raise SourceError(f"{self.shards[shard]}: webdataset read member {self._names[index]} as {got}; "
-                              f"the shard changed after indexing")
+            raise SourceError(
+                f"{self.shards[shard]}: webdataset read member {self._names[index]} as {got}; "
+                f"the shard changed after indexing"
+            )
         return bytes(data)
 
     def label(self, index: int) -> int:
@@ -385,8 +399,13 @@ class ShardSource(Source):
 
     def describe(self) -> dict:
         skipped = {"skipped": [f"{p}: {why}" for p, why in self.skipped]} if self.skipped else {}
-        return {**super().describe(), "location": self.location, "shards": len(self.shards), "reader": self.reader,
-                **skipped}
+        return {
+            **super().describe(),
+            "location": self.location,
+            "shards": len(self.shards),
+            "reader": self.reader,
+            **skipped,
+        }
 
 
 # ---------------------------------------------------------------------------
@@ -412,8 +431,13 @@ def _groups(paths: list[str], limit: int) -> list[list[int]]:
     return groups + [current] if current else groups
 
 
-def pack_folder(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, shard_size_mb: float = 100.0,
-                seed: int = 0, overwrite: bool = False) -> dict:
+def pack_folder(
+    src_dir: str | os.PathLike,
+    dst_dir: str | os.PathLike,
+    shard_size_mb: float = 100.0,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict:
     """Pack an ImageFolder tree into ``dst_dir/shard-000000.tar`` ... of ~``shard_size_mb`` (1e6 B) each.
 
     Samples are shuffled with ``seed`` so every shard mixes classes (a loader that

@@ -13,6 +13,7 @@ there is no burst allowance, because a disk does not deliver faster than its
 bandwidth after an idle spell. Waiting is ``time.sleep``: an emulated device
 must not burn the CPU time the pipeline under test needs.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,7 @@ class ThrottledSource(Source):
     kind = "throttled"
     emulated = True
 
-    def __init__(self, inner: Source, mb_s: float | None = None, latency_ms: float = 0.0,
-                 reads_s: float | None = None):
+    def __init__(self, inner: Source, mb_s: float | None = None, latency_ms: float = 0.0, reads_s: float | None = None):
         if not isinstance(inner, Source):
             raise TypeError(f"inner must be a Source, got {type(inner).__name__}")
         self.inner = inner
@@ -105,5 +105,11 @@ class ThrottledSource(Source):
         return self.inner.shard_of(index)
 
     def describe(self) -> dict:
-        return {**super().describe(), "emulated": True, "mb_s": self.mb_s, "latency_ms": self.latency_ms,
-                "reads_s": self.reads_s, "inner": self.inner.describe()}
+        return {
+            **super().describe(),
+            "emulated": True,
+            "mb_s": self.mb_s,
+            "latency_ms": self.latency_ms,
+            "reads_s": self.reads_s,
+            "inner": self.inner.describe(),
+        }

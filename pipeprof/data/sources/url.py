@@ -11,6 +11,7 @@ ImageFolder tree so ``python -m http.server`` over that folder serves a dataset.
 Every request has a timeout and a bounded number of retries: a dead server
 must end a trial with a :class:`SourceError`, never hang it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -57,8 +58,9 @@ def _fs_kwargs(protocol: str, timeout_s: float) -> dict:
         return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=timeout_s)}}
     if protocol in ("s3", "s3a"):
         # botocore's own retries would multiply ours; we retry ourselves
-        return {"config_kwargs": {"connect_timeout": timeout_s, "read_timeout": timeout_s,
-                                  "retries": {"max_attempts": 1}}}
+        return {
+            "config_kwargs": {"connect_timeout": timeout_s, "read_timeout": timeout_s, "retries": {"max_attempts": 1}}
+        }
     return {}
 
 
@@ -130,8 +132,7 @@ class UrlSource(Source):
             import fsspec
 
             try:
-                fs = fsspec.filesystem(protocol, skip_instance_cache=True,
-                                       **_fs_kwargs(protocol, self.timeout_s))
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, **_fs_kwargs(protocol, self.timeout_s))
             except ImportError as exc:
                 raise SourceError(f"{protocol}:// needs an extra package ({url}): {exc}") from exc
             _CREATED[id(fs)] = fs
@@ -150,9 +151,10 @@ class UrlSource(Source):
                 raise
             except Exception as exc:  # noqa: BLE001 - client libraries raise many types
                 if attempt == self.retries or not _retryable(exc):
-                    raise SourceError(f"cannot {'read' if what == 'cat_file' else what} {url}: "
-                                      f"{_explain(exc, self.timeout_s)}") from exc
-                time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+                    raise SourceError(
+                        f"cannot {'read' if what == 'cat_file' else what} {url}: {_explain(exc, self.timeout_s)}"
+                    ) from exc
+                time.sleep(RETRY_BACKOFF_S * 2**attempt)
 
     # -- index ---------------------------------------------------------------
 
@@ -191,16 +193,16 @@ class UrlSource(Source):
         return self._sizes[index]
 
     def describe(self) -> dict:
-        return {**super().describe(), "location": self.base_url, "timeout_s": self.timeout_s,
-                "retries": self.retries}
+        return {**super().describe(), "location": self.base_url, "timeout_s": self.timeout_s, "retries": self.retries}
 
 
 def write_index(folder: str | os.PathLike) -> Path:
     """Write ``folder/index.txt`` (``relative/path label size``, paths URL-quoted) for an ImageFolder tree."""
     root = Path(folder)
     paths, labels, _ = scan_image_folder(root)
-    lines = [f"{quote(Path(p).relative_to(root).as_posix())} {label} {os.path.getsize(p)}"
-             for p, label in zip(paths, labels)]
+    lines = [
+        f"{quote(Path(p).relative_to(root).as_posix())} {label} {os.path.getsize(p)}" for p, label in zip(paths, labels)
+    ]
     out = root / INDEX_NAME
     out.write_text("\n".join(lines) + "\n")
     return out

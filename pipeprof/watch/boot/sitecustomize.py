@@ -7,6 +7,7 @@ watch's socket is in the environment; then it runs the ``sitecustomize`` the env
 (the next one on ``sys.path``), so a job that ships its own keeps it. This folder holds nothing else:
 whatever is here can be imported by the user's code.
 """
+
 import importlib.machinery
 import importlib.util
 import os
@@ -36,7 +37,7 @@ def _chain(here: str) -> None:
     """Run the next ``sitecustomize`` on sys.path after this folder, as Python would have without us.
     Its errors propagate to ``site``, which reports them as it always does."""
     entries = [os.path.abspath(p or os.getcwd()) for p in sys.path]
-    rest = sys.path[entries.index(here) + 1:] if here in entries else list(sys.path)
+    rest = sys.path[entries.index(here) + 1 :] if here in entries else list(sys.path)
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.origin is None or os.path.abspath(spec.origin) == os.path.abspath(__file__):
         return
