@@ -212,6 +212,23 @@ ROW = pd.Series(
 GPU = Facts("cuda", "pipeline", source_kinds={"files": "files"})
 
 
+def files_spec(workers: int) -> TrialSpec:
+    """An end-to-end trial of the standard preset over the test's files, batch 4, on the fixed-cost step."""
+    return TrialSpec(
+        "end_to_end",
+        num_workers=workers,
+        batch_size=4,
+        model="fixed",
+        precision="fp32",
+        mode="train",
+        preset="standard",
+        decoder="pil",
+        image_size=64,
+        source="files",
+        pin_memory=False,
+    )
+
+
 def tried(planned) -> list[str]:
     return [p.id for p in planned if p.why_not is None]
 
@@ -601,19 +618,7 @@ def test_out_of_order_batches_are_one_registry_entry_tried_where_the_workers_bin
     assert {q.id: q.why_not for q in plan(group(), one, GPU)}["in_order"] == "one worker makes its batches in order"
     assert "handoff binds" in {q.id: q.why_not for q in plan(group(resource="handoff"), ROW, GPU)}["in_order"]
     # a user's loader (a DataLoader's own knobs) and pipeprof's own pipeline over files, both out of order
-    spec = TrialSpec(
-        "end_to_end",
-        num_workers=2,
-        batch_size=4,
-        model="fixed",
-        precision="fp32",
-        mode="train",
-        preset="standard",
-        decoder="pil",
-        image_size=64,
-        source="files",
-        pin_memory=False,
-    )
+    spec = files_spec(2)
     src = source_class("files")(tiny_dataset)
     with Monitor(hz=10, gpu=False) as mon:
         own = TrialContext(
@@ -771,19 +776,7 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
     from pipeprof.data.sources import source_class
     from pipeprof.orchestrate.action_trials import Budget, _baseline_row, _predict_gpu_pipeline
 
-    spec = TrialSpec(
-        "end_to_end",
-        num_workers=1,
-        batch_size=4,
-        model="fixed",
-        precision="fp32",
-        mode="train",
-        preset="standard",
-        decoder="pil",
-        image_size=64,
-        source="files",
-        pin_memory=False,
-    )
+    spec = files_spec(1)
     base = spec.columns() | {
         "status": "ok",
         "samples_per_s": 10.0,
