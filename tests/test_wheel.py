@@ -1,6 +1,6 @@
 """A wheel that runs: ``pip wheel`` of the checkout carries the presets and ``pipeprof watch``'s bootstrap, and
-installed (not editable) into a fresh virtualenv its ``pipeprof`` command runs a real sweep, and watches a job,
-from a folder that is not the checkout.
+installed (not editable) into a fresh virtualenv its ``pipeprof`` command runs a real sweep from a
+folder that is not the checkout, and ``pipeprof watch`` finds its bootstrap there.
 
 The new environment gets pipeprof from the wheel alone and its dependencies from this interpreter's
 site-packages, through a ``.pth`` file of path lines: a path line adds the folder but does not run the ``.pth``
@@ -47,18 +47,6 @@ RUN = [
     "measure.redraws=0",
     "actions=predict",
 ]
-# a user's job, in its own folder: a loader and a loop with a short step (no pipeprof in it)
-JOB = """
-import time
-
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-
-loader = DataLoader(TensorDataset(torch.zeros(64, 3, 8, 8), torch.zeros(64)), batch_size=4)
-for epoch in range(5):
-    for images, labels in loader:
-        time.sleep(0.005)
-"""
 
 
 def _source_copy(dst: Path) -> Path:
@@ -137,20 +125,22 @@ def _installed(env_dir: Path, env: dict, cwd: Path) -> None:
         [
             env_dir / "bin" / "python",
             "-c",
-            "import json, sys, pipeprof, pipeprof.presets as p; "
-            "print(json.dumps([pipeprof.__file__, str(p.PRESET_DIR), p.available(), sys.path]))",
+            "import json, sys, pipeprof, pipeprof.presets as p, pipeprof.watch.session as w; "
+            "print(json.dumps([pipeprof.__file__, str(p.PRESET_DIR), p.available(), sys.path, str(w.BOOT)]))",
         ],
         "import",
         cwd=cwd,
         env=env,
     )
-    module, presets, available, path = json.loads(where.stdout)
+    module, presets, available, path, boot = json.loads(where.stdout)
     assert Path(module).is_relative_to(env_dir) and Path(presets).is_relative_to(env_dir), (module, presets)
+    # the folder ``pipeprof watch`` puts first on the job's PYTHONPATH, with the bootstrap in it
+    assert Path(boot).is_relative_to(env_dir) and (Path(boot) / "sitecustomize.py").is_file(), boot
     assert "standard" in available and str(ROOT) not in path
 
 
 @pytest.mark.slow
-def test_the_wheel_installed_elsewhere_runs_a_sweep_and_watches_a_job(tmp_path):
+def test_the_wheel_installed_elsewhere_runs_a_sweep_with_its_presets_and_bootstrap(tmp_path):
     wheel, src = _wheel(tmp_path / "build")
     _contents(wheel, src)
     env_dir, elsewhere = tmp_path / "env", tmp_path / "elsewhere"
@@ -170,28 +160,3 @@ def test_the_wheel_installed_elsewhere_runs_a_sweep_and_watches_a_job(tmp_path):
     trials = pd.read_parquet(folder / "trials.parquet")
     assert sorted(trials["kind"]) == ["cpu_pipeline", "end_to_end"] and set(trials["status"]) == {"ok"}
     assert all("/standard/" in t for t in trials["trial_id"])
-
-    (elsewhere / "job.py").write_text(JOB)
-    _ok(
-        [
-            env_dir / "bin" / "pipeprof",
-            "watch",
-            "--steps",
-            "60",
-            "--out-dir",
-            "watched",
-            "--window-s",
-            "0.1",
-            "--redraws",
-            "0",
-            "--",
-            env_dir / "bin" / "python",
-            "job.py",
-        ],
-        "pipeprof watch",
-        cwd=elsewhere,
-        env=env,
-    )
-    (watched,) = (elsewhere / "watched").glob("watch-*")
-    rows = pd.read_parquet(watched / "trials.parquet")
-    assert "job.py:7" in set(rows["loader"]), rows  # the hook ran in the job: the wheel's bootstrap was found
