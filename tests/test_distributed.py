@@ -4,6 +4,8 @@ The GPU form (NCCL, p2p on/off) is the same code with another backend; ``test_tw
 where two CUDA devices exist.
 """
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -217,23 +219,31 @@ def test_two_nodes_over_loopback_merge_into_one_job(tmp_path):
         "distributed.nnodes=2",
         f"distributed.rdzv_endpoint=127.0.0.1:{port}",
     ]
-    nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pipeprof",
-                "run",
-                *sum([["--set", x] for x in sets + [f"distributed.node_rank={k}", f"out_dir={tmp_path}/node{k}"]], []),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    args = [
+        sum([["--set", x] for x in sets + [f"distributed.node_rank={k}", f"out_dir={tmp_path}/node{k}"]], [])
         for k in (0, 1)
     ]
-    outs = [p.communicate(timeout=600)[0] for p in nodes]
-    assert [p.returncode for p in nodes] == [0, 0], outs
+    # node 1 a `pipeprof run` of its own; node 0 the command in this process, meanwhile (each node's torchrun and
+    # rank are real processes either way; a second `pipeprof run` interpreter added 6 s of CPU to its start)
+    node1 = subprocess.Popen(
+        [sys.executable, "-m", "pipeprof", "run", *args[1]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    got: dict = {}
+    reader = threading.Thread(target=lambda: got.update(out=node1.communicate(timeout=600)[0]), daemon=True)
+    reader.start()  # node 1's output read as it comes: a full pipe would stop it mid-job
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            code0 = main(["run", *args[0]])
+    except BaseException:
+        node1.kill()  # not left waiting for its peer
+        raise
+    finally:
+        reader.join(timeout=600)
+        if node1.poll() is None:
+            node1.kill()
+            node1.wait()
+    assert [code0, node1.returncode] == [0, 0], (printed.getvalue(), got.get("out"))
     folders = [next((tmp_path / f"node{k}").glob("run-*")) for k in (0, 1)]
     parts = [load_run(f) for f in folders]
     assert all((p.trials["ranks_reported"] == 1).all() and p.trials["partial_job"].notna().all() for p in parts)

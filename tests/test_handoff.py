@@ -73,6 +73,8 @@ def handoff_trial(tmp_path) -> dict:
     return row
 
 
+# 14-30 s (two to three rounds): slow, so it starts early in the lanes, not as their tail
+@pytest.mark.slow
 def test_the_handoff_trial_measures_what_a_hand_written_loop_passes(tmp_path):
     hand, trial = [], []
     # untimed first: the first loader of a fresh process (this test once ran early in a test worker's life)
