@@ -11,6 +11,8 @@ faster storage). Its entry says everything the rest of the package asks of it:
   trial says what it does);
 - how its variant is built for an action trial: ``variant`` names a builder of ``trials.variants`` (None:
   pipeprof cannot make the change itself, and ``cannot`` says why), and ``params`` what that variant sets;
+  ``on_user`` names its builder in ``data.user_pipeline`` for a user's own dataset (``watch --tune``: the
+  change made to the dataset a watched DataLoader was built with, tried in the pause);
 - when it applies and why not: ``scope`` (what pipeline it needs), ``needs_cuda``, ``needs_workers``,
   ``cpu_side`` and ``rule`` (its own reason, if any), read by :func:`plan` in one order for every action.
 
@@ -51,6 +53,8 @@ class Facts(NamedTuple):
         None  # the loader's (config loader.prefetch_factor); None: a user's DataLoader's own
     )
     only: Optional[tuple] = None  # config ``actions`` as a list: only these action ids are tried
+    # a user's dataset as ``data.user_pipeline.inspect`` read it (watch --tune): builder -> {"why_not": ...}
+    user: Optional[dict] = None
 
 
 Rule = Callable[[Any, Facts], Optional[str]]  # fn(row, facts) -> why the action does not apply here, or None
@@ -76,9 +80,13 @@ class Action:
         False  # what the loader hands over changes (bytes, uint8): the float32 hand-off's limit is not its
     )
     cannot: Optional[str] = None  # why a predicted action stays a prediction
+    on_user: Optional[str] = None  # its builder in data.user_pipeline (a user's own dataset), if any
+    user_label: Optional[str] = None  # its words for a user's dataset (the label's are pipeprof's pipeline's)
 
 
 def _other_decoder(row, facts: Facts) -> dict:
+    if facts.user is not None:  # a user's dataset: torchvision's loader decodes with Pillow
+        return {"decoder": "cv2"}
     return {"decoder": "cv2" if row.get("decoder") == "pil" else "pil"}
 
 
@@ -95,6 +103,8 @@ def _source_params(kind: str) -> Params:
 
 
 def _no_normalize(row, facts: Facts) -> Optional[str]:
+    if facts.user is not None:  # a user's dataset: data.user_pipeline read its transform's end
+        return None
     share = row.get("stage_share.Normalize")
     if share is None or share != share or share <= 0:
         return "the preset does not normalise on the CPU: its batches are uint8 already"
@@ -119,6 +129,8 @@ ACTIONS: dict[str, Action] = {
             variant="pipeline_as",
             params=_other_decoder,
             cpu_side=True,
+            on_user="decoder",
+            user_label="decode with OpenCV instead of Pillow (the dataset's loader: cv2_loader)",
         ),
         Action(
             "uint8",
@@ -130,6 +142,8 @@ ACTIONS: dict[str, Action] = {
             needs_cuda=True,
             cpu_side=True,
             new_handoff=True,
+            on_user="uint8",
+            user_label="hand over uint8 images, convert and normalise in the training process on its device",
         ),
         Action(
             "gpu_pipeline",
@@ -142,6 +156,8 @@ ACTIONS: dict[str, Action] = {
             needs_cuda=True,
             cpu_side=True,
             new_handoff=True,
+            on_user="gpu_pipeline",
+            user_label="workers read bytes; decode (nvJPEG) and augment on the GPU",
         ),
         Action(
             "memory",
@@ -283,8 +299,11 @@ def plan(answer, row, facts: Facts) -> list[Planned]:
         params = a.params(row, facts) if a.variant else None
         if params is None:
             continue
-        was = row.get("decoder") if isinstance(row.get("decoder"), str) else "the dataset's own"
-        out.append(Planned(a.id, a.label.format(was=was, **params), params, why_not(a, answer, row, facts)))
+        was = (
+            row.get("decoder") if isinstance(row.get("decoder"), str) else "pil" if facts.user else "the dataset's own"
+        )
+        label = a.user_label if facts.user is not None and a.user_label else a.label
+        out.append(Planned(a.id, label.format(was=was, **params), params, why_not(a, answer, row, facts)))
     return out
 
 
@@ -297,14 +316,22 @@ def why_not(a: Action, answer, row, facts: Facts) -> Optional[str]:
         return f"not among the config's actions ({', '.join(facts.only)}): a prediction only"
     if not input_side(answer):
         return "the answer binds on the step side: an input-side change cannot raise the rate"
-    if a.scope in (PIPELINE, STORAGE) and facts.own != "pipeline":
+    if a.scope == PIPELINE and facts.own != "pipeline" and a.on_user and facts.user is not None:
+        found = facts.user.get(a.on_user) or {"why_not": "the pause could not read the user's dataset"}
+        if found.get("why_not"):
+            return found["why_not"]
+    elif a.scope in (PIPELINE, STORAGE) and facts.own != "pipeline" and facts.user is not None:
+        return "a user's own dataset: its storage and decoding are its own (this change is pipeprof's pipeline's)"
+    elif a.scope in (PIPELINE, STORAGE) and facts.own != "pipeline":
         return (
             f"a user's own {'DataLoader' if facts.own == 'loader' else 'Dataset'}: its decoding, transforms and "
             "storage are its own; only the DataLoader's knobs are tried"
         )
     if a.cpu_side and row.get("augment_device") not in (None, "cpu"):
         return "the GPU already decodes and augments in this pipeline"
-    if a.needs_cuda and facts.device != "cuda":
+    # a user's dataset's variant does its work where the job's batches go, clocked by the pause (on a CPU, the
+    # training process's time, added to the step's): only pipeprof's own pipeline needs the GPU for it
+    if a.needs_cuda and facts.device != "cuda" and facts.user is None:
         return "no GPU in this run: the step's device is the CPU the workers share"
     if a.needs_workers and int(row.get("num_workers") or 0) == 0:
         return "0 workers: the loader has no workers to change"

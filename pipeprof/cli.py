@@ -93,7 +93,14 @@ def _watch_parser(sub) -> None:
         "--tune",
         action="store_true",
         help="after the window, pause the loop once, measure its "
-        "loader alone at a few worker counts, recommend num_workers",
+        "loader alone at a few worker counts, recommend num_workers, and try the changes that apply to its "
+        "dataset and loader (uint8 batches, decode and augment on the GPU, the other decoder, the loader's knobs)",
+    )
+    watch.add_argument(
+        "--tune-max-s",
+        type=float,
+        default=120.0,
+        help="the pause's budget in seconds: curve, hand-off and action trials (actions left out are named)",
     )
     watch.add_argument("--stop", action="store_true", help="stop the job (SIGINT) when the window ends")
     watch.add_argument("--out-dir", default="out")
@@ -575,6 +582,8 @@ def cmd_watch(args) -> int:
         raise ValueError("no command to watch: pipeprof watch [options] -- COMMAND ARGS...")
     if args.seconds is not None and args.steps is not None:
         raise ValueError("--seconds and --steps: give one window, not both")
+    if args.tune_max_s <= 0:
+        raise ValueError(f"--tune-max-s must be a positive number of seconds, not {args.tune_max_s:g}")
     sink = open(args.log, "a", buffering=1) if args.log else None  # noqa: SIM115 - open for the whole watch
     log = (lambda text: print(text, file=sink)) if sink else (lambda text: print(text, file=sys.stderr, flush=True))
     seconds = 30.0 if args.tune and args.seconds is None and args.steps is None else args.seconds
@@ -591,6 +600,7 @@ def cmd_watch(args) -> int:
                 args.live_s,
                 log,
                 args.redraws,
+                args.tune_max_s,
             )
         ).execute()
     finally:

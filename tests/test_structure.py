@@ -50,7 +50,7 @@ LAYERS = {
         "data.user_samples",
     ],
     3: ["data.augment", "data.gpu_augment"],
-    4: ["data.dataset", "data.prepare", "data.encoded"],
+    4: ["data.dataset", "data.prepare", "data.encoded", "data.user_pipeline"],
     # measure/: the instruments
     5: ["measure", "measure.windows", "measure.loader"],
     6: ["measure.step"],
@@ -101,6 +101,7 @@ LAYERS = {
         "watch.channel",
         "watch.hook",
         "watch.pause",
+        "watch.pause_actions",
         "watch.records",
         "watch.procs",
         "watch.tune",

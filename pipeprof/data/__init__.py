@@ -12,6 +12,8 @@
 - ``prepare``, ``cache``: building the sources of a run; page-cache state and whether data fits
 - ``check``:     ``pipeprof check-data``, unreadable or outsize images found from their headers
 - ``user_samples``: a user's Dataset checked on its first sample and batch (form, dtype, layout, size)
+- ``user_pipeline``: a user's Dataset read for the changes ``watch --tune`` tries on it (uint8 batches, the
+  GPU path through ``gpu_augment``'s table, the other decoder), each built as a changed copy
 
 May import: the nouns at the top of the package (``config``, ``env``, ``presets``, ``schema``).
 """

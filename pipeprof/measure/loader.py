@@ -124,13 +124,15 @@ class Pause:
     thread. Only a training process killed outright (SIGKILL) leaves its workers stopped.
     """
 
-    def __init__(self, iterator):
-        self.iterator, self.stopped = iterator, []
+    def __init__(self, iterator=None, pids: tuple = ()):
+        self.iterator, self.pids, self.stopped = iterator, tuple(pids), []
 
     def stop(self) -> None:
+        """Stop the iterator's workers (or the processes ``pids`` given instead)."""
         if not PAUSABLE or self.stopped:
             return
-        self.stopped = worker_pids(self.iterator)  # now: a user's loader may have started new ones since
+        # now: a user's loader may have started new ones since
+        self.stopped = worker_pids(self.iterator) if self.iterator is not None else list(self.pids)
         _PAUSED.add(self)
         self._send(signal.SIGSTOP)
 

@@ -113,7 +113,7 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
             its[k] = _open(ctx, spec, v)
         ctx.monitor.track_workers([pid for it in its.values() for pid in worker_pids(it)])
         turns = _Turns(sides, its, step, depth)
-        drain = _start(turns.one, turns.switch, turns.pauses, spec, depth, pf, step.clock.sync, len(alts))
+        drain = start_sides(turns.one, turns.switch, turns.pauses, spec, depth, pf, step.clock.sync, len(alts))
         rotated = rotating(
             turns.one,
             turns.switch,
@@ -211,7 +211,7 @@ def action_policy(measure, depth: int = 0):
     """The sweep's policy with the action trial's windows and pairs (``measure.action_*``): windows of at
     least ``action_window_s`` (4 sweep windows when unset), ``action_pairs`` pairs planned and up to
     ``action_max_pairs`` (and ``max_trial_s``) while the gain's 95% interval is wider than ± ``ci_target``;
-    the variant's warm-up ``depth`` batches longer, as long as the baseline's start (``_start``)."""
+    the variant's warm-up ``depth`` batches longer, as long as the baseline's start (``start_sides``)."""
     window_s = measure.action_window_s if measure.action_window_s is not None else 4 * measure.window_s
     return measure.model_copy(
         update={
@@ -223,7 +223,7 @@ def action_policy(measure, depth: int = 0):
     )
 
 
-def _start(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync, variants: int = 1) -> int:
+def start_sides(one, switch, pauses: dict, spec: TrialSpec, depth: int, pf: int, sync, variants: int = 1) -> int:
     """Each side's start, untimed, and the batches to run untimed after each switch (returned).
 
     With SIGSTOP: the variants are stopped and the baseline runs its prefetch depth and one round (a fresh

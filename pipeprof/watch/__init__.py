@@ -7,8 +7,11 @@ In the watched processes (stdlib only until a pause):
 - ``hook``:     patches ``torch.utils.data`` once it is imported: each DataLoader's settings and
   construction site, the wait and the step of every ``next()`` (CUDA events read with ``query()``)
 - ``channel``:  JSON lines over a Unix socket, both ends (the child's buffered client, the parent's server)
-- ``pause``:    ``--tune`` inside the process: the loop paused at a step boundary, copies of the loader
-  timed alone with ``measure.windows`` at the worker counts the parent asks for
+- ``pause``:    ``--tune`` inside the process: the loop paused at a step boundary (the job's workers stopped),
+  copies of the loader timed alone with ``measure.windows`` at the worker counts the parent asks for, and
+  its hand-off over one prebuilt sample
+- ``pause_actions``: the actions tried in the pause: changed copies of the loader (``data.user_pipeline``,
+  the DataLoader's knobs) against it in alternating windows (``trials.action_trial``'s rotation)
 
 In ``pipeprof watch`` itself:
 
@@ -23,5 +26,6 @@ In ``pipeprof watch`` itself:
 
 May import: anything below the command line (``measure``, ``orchestrate.search``, ``analysis``, ``results``,
 ``report``); the modules loaded in the watched processes (``hook``, ``channel``) import nothing of
-pipeprof, and ``pause`` only ``measure.windows``. Only ``cli`` and ``checks.bench`` import this folder.
+pipeprof, and ``pause`` (with ``pause_actions``) only what measures a loader (``measure``, ``trials``,
+``data``). Only ``cli`` and ``checks.bench`` import this folder.
 """

@@ -24,6 +24,11 @@ from pipeprof.schema import SCHEMA_VERSION
 from .records import STEP_REGION, WATCH_REGION, loader_identity, loader_row, step_row, warmup_batches, windows
 
 TUNE_REGION = "next() on a copy of the user's loader alone, during the pause (as cpu_pipeline)"
+HANDOFF_REGION = (
+    "next() on a copy of the user's loader alone over one real sample built once and returned for every index, "
+    "during the pause (as the handoff trial: collate, hand-over, pinning, no read, decode or augment)"
+)
+TUNE_KEYS = ("model", "precision", "mode", "preset", "loader", "batch_size", "pin_memory", "prefetch_factor", "site")
 
 
 def _in(df: pd.DataFrame, spans: list[tuple[float, float]]) -> pd.DataFrame:
@@ -84,40 +89,33 @@ def loader_rows(session, label: str, loader: dict) -> list[dict]:
 
 
 def tune_rows(session, ident: dict) -> list[dict]:
-    """One cpu_pipeline row per worker count the pause measured."""
+    """One cpu_pipeline row per worker count the pause measured (its last measurement: the search measures a
+    count again where the curve's per-worker rate rose, ``watch.tune.search``), and the pause's handoff row."""
     msgs, rows = session.store.tune, []
-    for m in (m for m in msgs if m.get("k") == "tune_point"):
+    last = {int(m["workers"]): m for m in msgs if m.get("k") == "tune_point"}
+    points = [m for m in msgs if m.get("k") == "tune_point" and last.get(int(m["workers"])) is m]
+    handoffs = [m for m in msgs if m.get("k") == "tune_handoff"][-1:]
+    for m in points + handoffs:
         w, stats = int(m["workers"]), m.get("stats") or {}
+        handoff = m.get("k") == "tune_handoff"
+        tag = f"tune handoff w{w}" if handoff else f"tune w{w}"
         pids = {p for t in msgs if t.get("k") == "tune_workers" and t.get("workers") == w for p in t["pids"]}
         spans = [(stats["t_measure_start_s"], stats["t_measure_end_s"])] if stats else []
         main = {session.store.procs.get(m["cid"], {}).get("pid")}
-        keep = {
-            k: ident.get(k)
-            for k in (
-                "model",
-                "precision",
-                "mode",
-                "preset",
-                "loader",
-                "batch_size",
-                "pin_memory",
-                "prefetch_factor",
-                "site",
-            )
-        }
+        keep = {k: ident.get(k) for k in TUNE_KEYS}
         rows.append(
             keep
             | stats
             | {
-                "kind": "cpu_pipeline",
-                "trial_id": f"tune {ident['loader']} w{w}",
+                "kind": "handoff" if handoff else "cpu_pipeline",
+                "trial_id": f"tune {ident['loader']} {'handoff ' if handoff else ''}w{w}",
                 "num_workers": w,
                 "status": "failed" if m.get("error") else "ok",
                 "error": m.get("error"),
-                "timed_region": TUNE_REGION,
+                "timed_region": HANDOFF_REGION if handoff else TUNE_REGION,
                 "rank": session.store.rank(m["cid"]),
             }
-            | monitor_columns(session.timeline, f"tune w{w}", spans)
+            | monitor_columns(session.timeline, tag, spans)
             | cpu_columns(session.procs, spans, main, pids)
         )
     return rows

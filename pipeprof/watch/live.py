@@ -120,13 +120,50 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
         )
         if tune.get("change"):
             out.append(f"    {tune['change']}")
-    return out
+    if tune.get("curve_note"):
+        out.append(f"    note: {tune['curve_note']}")
+    return out + action_lines(tune)
+
+
+def action_lines(tune: dict) -> list[str]:
+    """The actions the pause tried at the recommended count (loader gain and its interval, the end-to-end gain
+    it predicts against the watched step), those it did not with why, and the best one's code to write."""
+    if tune.get("actions_error"):
+        return [f"  actions: the pause could not read the loader's dataset ({tune['actions_error']})"]
+    listed = tune.get("actions") or []
+    if not listed:
+        return []
+    out = [f"  actions at num_workers={tune.get('actions_at_workers')} (against your loader, windows alternated):"]
+    for a in listed:
+        if a.get("measured") and a.get("action_gain_ci95_low") is not None:
+            out.append(
+                f"    {a['action']}: loader alone {a['action_gain_frac']:+.1%} ({a['action_gain_ci95_low']:+.1%} … "
+                f"{a['action_gain_ci95_high']:+.1%}){' verified' if a.get('verified') else ', not shown to help'}; "
+                f"end to end {a['predicted_e2e_gain_frac']:+.1%} ({a['predicted_e2e_gain_ci95_low']:+.1%} … "
+                f"{a['predicted_e2e_gain_ci95_high']:+.1%}) predicted against the step"
+            )
+        else:
+            why = a.get("why_not") or a.get("skipped") or a.get("error") or a.get("unstable_reason") or "no pair ran"
+            out.append(f"    {a['action']}: not tried: {why}")
+    best = next((a for a in listed if a.get("id") == tune.get("best_action")), None)
+    if best is None:
+        return out + ["  → no action tried was shown to help"]
+    out.append(
+        f"  → best measured change: {best['action']}, end to end {best['predicted_e2e_gain_frac']:+.1%} "
+        f"({best['predicted_e2e_gain_ci95_low']:+.1%} … {best['predicted_e2e_gain_ci95_high']:+.1%}); what to write:"
+    )
+    return out + [f"      {line}" for line in (best.get("snippet") or "").splitlines()]
 
 
 def _cores_text(need: Optional[CoresNeeded]) -> str:
     """The cores the step needs, said with what it rests on: past the counts the pause measured it is an
     extrapolation, and the pause does not measure the loader's hand-off limit, which may stop it sooner."""
+    if need is not None and need.cores is None and need.handoff_limit:
+        return f"; no core count keeps the step fed: the hand-off (measured) passes at most {need.handoff_limit:,.0f}/s"
     if need is None or not need.cores:
         return ""
     past = ", extrapolated past the counts the pause measured" if need.extrapolated else ""
-    return f"; about {need.cores} cores keep the step fed{past}, if the hand-off (not measured here) allows"
+    if need.handoff_limit is None or need.handoff_limit == float("inf"):
+        return f"; about {need.cores} cores keep the step fed{past}, if the hand-off (not measured) allows"
+    short = ", but the hand-off may stop it short" if need.handoff_straddles else ""
+    return f"; about {need.cores} cores keep the step fed{past} (hand-off measured: {need.handoff_limit:,.0f}/s{short})"

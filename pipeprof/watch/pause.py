@@ -2,15 +2,24 @@
 
 The hook calls :func:`serve` from the user's ``next()`` when the parent asks, handing it its own rule
 for the samples in a batch (``hook.count``: this module imports nothing of the hook, which imports this
-one when a pause begins). It says it has paused,
-then for each worker count the parent asks for (``measure``) builds a new DataLoader from the
-arguments the user's loader was built with (the same dataset object, sampler, collate function,
-pin_memory, worker_init_fn; only ``num_workers``, and what 0 workers forbids, changed) and times it
-alone with pipeprof's steady-state windows (``measure.windows.steady_state``: warm-up past the
-prefetched batches, windows of whole worker rounds, median and 95% interval), as a ``cpu_pipeline``
-trial does. ``resume`` ends the pause. The user's loader, its iterator and its workers are never
-touched; the random states a new loader draws from (torch's, Python's, numpy's, the sampler's and the
-loader's generators) are put back as they were, so the user's data order does not change.
+one when a pause begins). It stops the workers the user's loaders have running (persistent workers, or
+those of the pass the loop was in: they would take cores and fill their queues while the copies are timed),
+says it has paused, with what ``data.user_pipeline`` can change in the loader's dataset, then answers the
+parent's commands:
+
+- ``measure``: a new DataLoader built from the arguments the user's loader was built with (the same
+  dataset object, sampler, collate function, pin_memory, worker_init_fn; only ``num_workers``, and what 0
+  workers forbids, changed), timed alone with pipeprof's steady-state windows (``measure.windows.
+  steady_state``: warm-up past the prefetched batches, windows of whole worker rounds, median and 95%
+  interval), as a ``cpu_pipeline`` trial does;
+- ``handoff``: the same loader over one real sample built once and returned for every index (the
+  ``handoff`` trial's method): what the loader's hand-off alone passes, the limit no worker count raises;
+- ``actions``: changed copies of the loader against it, in alternating windows (``pause_actions``);
+- ``resume`` ends the pause.
+
+The user's loader, its iterator and its workers are never changed (its workers only stopped and continued);
+the random states a new loader draws from (torch's, Python's, numpy's, the sampler's and the loader's
+generators) are put back as they were, so the user's data order does not change.
 """
 
 from __future__ import annotations
@@ -24,17 +33,21 @@ from types import SimpleNamespace
 import torch
 from torch.utils.data import DataLoader
 
+from pipeprof.measure.loader import Pause
 from pipeprof.measure.windows import steady_state
 
 WAIT_S = 600.0  # the parent answers within the pause; past this the loop resumes on its own
 
 
-def rebuild(loader, workers: int) -> DataLoader:
-    """A DataLoader like ``loader`` (its constructor's arguments as the user passed them) at ``workers``."""
+def rebuild(loader, workers: int, **changes) -> DataLoader:
+    """A DataLoader like ``loader`` (its constructor's arguments as the user passed them) at ``workers``, with
+    ``changes`` (DataLoader keywords: another dataset, collate_fn, pin_memory ...)."""
     args, kwargs = loader._pipeprof_args
     bound = inspect.signature(DataLoader.__init__).bind(None, *args, **kwargs)
     given = dict(bound.arguments)
     given.pop("self")
+    extra = given.pop("kwargs", {})  # DataLoader keywords a newer torch adds, passed through by name
+    given |= extra | changes
     given["num_workers"] = workers
     if workers == 0:  # torch refuses these without workers
         given["prefetch_factor"], given["persistent_workers"] = None, False
@@ -64,10 +77,11 @@ class RandomStates:
             self.numpy[0].random.set_state(self.numpy[1])
 
 
-def measure(loader, workers: int, policy: dict, on_workers, count) -> dict:
+def measure(loader, workers: int, policy: dict, on_workers, count, dataset=None) -> dict:
     """The loader alone at ``workers``: steady-state windows over ``next()`` (a pass that ends starts
-    again, counted as ``loader_restarts``), samples by ``count``, then its workers shut down."""
-    clone = rebuild(loader, workers)
+    again, counted as ``loader_restarts``), samples by ``count``, then its workers shut down. ``dataset``:
+    another dataset of the same length in the user's loader (the hand-off's one prebuilt sample)."""
+    clone = rebuild(loader, workers, **({"dataset": dataset} if dataset is not None else {}))
     state = SimpleNamespace(it=iter(clone), restarts=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 
@@ -101,11 +115,17 @@ def measure(loader, workers: int, policy: dict, on_workers, count) -> dict:
 def serve(loader, client, first: dict, count) -> None:
     """The pause: answer ``measure`` commands until ``resume`` (or silence for WAIT_S); ``count(batch)``: the
     samples in a batch, by the hook's rule."""
+    from .pause_actions import user_workers
+
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()  # the step in flight finishes before the loader is timed alone
     states = RandomStates(loader)
+    quiet = Pause(pids=user_workers())
+    quiet.stop()
     t0 = time.perf_counter()
-    client.send({"k": "tune_paused", "loader": first.get("loader"), "t": t0})
+    client.send(
+        {"k": "tune_paused", "loader": first.get("loader"), "t": t0, "user": _inspect(loader), "stopped": quiet.stopped}
+    )
     client.flush()
     try:
         while True:
@@ -113,12 +133,49 @@ def serve(loader, client, first: dict, count) -> None:
             if not cmds or any(c.get("cmd") == "resume" for c in cmds):
                 break
             for cmd in cmds:
-                if cmd.get("cmd") == "measure":
-                    _measure_one(loader, client, cmd, count)
+                if cmd.get("cmd") in COMMANDS:
+                    COMMANDS[cmd["cmd"]](loader, client, cmd, count)
     finally:
+        quiet.resume()
         states.restore()
         client.send({"k": "tune_resumed", "t": time.perf_counter(), "paused_s": time.perf_counter() - t0})
         client.flush()
+
+
+def _inspect(loader) -> dict:
+    """What ``data.user_pipeline`` can change in the loader's dataset (per action), or why it cannot look."""
+    try:
+        from pipeprof.data.user_pipeline import inspect as look
+
+        return look(loader.dataset, torch.cuda.is_available())
+    except Exception as exc:  # noqa: BLE001 - a dataset we cannot read is a reason, not a failed pause
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _handoff(loader, client, cmd: dict, count) -> None:
+    """The hand-off trial's method on the user's loader: one real sample, built once, for every index."""
+    from pipeprof.data.dataset import PrebuiltDataset
+
+    w = int(cmd["workers"])
+    try:
+        sample = loader.dataset[0]  # outside any timer; a copy of its random draws is put back with the rest
+        prebuilt = PrebuiltDataset(sample, len(loader.dataset))
+        stats = measure(loader, w, cmd["policy"], lambda pids: None, count, dataset=prebuilt)
+        client.send({"k": "tune_handoff", "workers": w, "t": time.perf_counter(), "stats": stats})
+    except Exception as exc:  # noqa: BLE001 - an unsized dataset, a sample that cannot be built: a reason
+        client.send({"k": "tune_handoff", "workers": w, "error": f"{type(exc).__name__}: {exc}"})
+    client.flush()
+
+
+def _actions(loader, client, cmd: dict, count) -> None:
+    from .pause_actions import run
+
+    try:
+        rows = run(rebuild, loader, cmd, count)
+        client.send({"k": "tune_actions", "t": time.perf_counter(), "rows": rows})
+    except Exception as exc:  # noqa: BLE001 - a variant that cannot run is a row with its error
+        client.send({"k": "tune_actions", "actions": cmd["actions"], "error": f"{type(exc).__name__}: {exc}"})
+    client.flush()
 
 
 def _measure_one(loader, client, cmd: dict, count) -> None:
@@ -138,3 +195,6 @@ def _measure_one(loader, client, cmd: dict, count) -> None:
             {"k": "tune_point", "workers": w, "t": time.perf_counter(), "error": f"{type(exc).__name__}: {exc}"}
         )
     client.flush()
+
+
+COMMANDS = {"measure": _measure_one, "handoff": _handoff, "actions": _actions}

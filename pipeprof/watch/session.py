@@ -42,6 +42,14 @@ ROOT = Path(__file__).resolve().parents[2]
 clock = time.perf_counter
 
 
+def tuning_module():
+    """``watch.tune``, imported when a pause runs (it imports pandas and torch: slow, and a plain watch needs
+    neither)."""
+    from . import tune
+
+    return tune
+
+
 def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -58,6 +66,7 @@ class Options:
     live_s: float = 5.0
     log: Callable[[str], None] = field(default=_stderr)
     redraws: int = 60  # re-draws of the windows for the answer's confidence (measure.redraws)
+    tune_max_s: float = 120.0  # the whole pause's budget: the curve, the hand-off and the actions
 
 
 def child_env(socket_path: str) -> dict:
@@ -137,6 +146,10 @@ class Session:
             try:
                 return self._loop()
             except Exception as exc:  # a fault of ours: the job runs on, unwatched, and its status still passes
+                if os.environ.get("PIPEPROF_DEBUG"):
+                    import traceback
+
+                    traceback.print_exc()
                 self.o.log(f"pipeprof watch: stopped watching ({type(exc).__name__}: {exc}); the job runs on")
                 for cid in list(self.server.conns):
                     self.server.send(cid, {"cmd": "resume"})
@@ -379,20 +392,151 @@ class Session:
         self.tuned, t0 = label, clock()
         self.o.log(
             f"pipeprof watch: paused {label} (rank {self.store.rank(cid)}) at a step boundary: measuring "
-            f"its loader alone; the step ran at {step:,.1f} samples/s"
+            f"its loader alone ({len(paused.get('stopped') or [])} of the job's workers stopped meanwhile); the "
+            f"step ran at {step:,.1f} samples/s"
         )
         cores = usable_cores()["usable"]
-        tuning.search(
+        seen = tuning.search(
             lambda w: self._measure(cid, w, tuning.policy(self.o.window_s)),
             step,
             self.store.loaders[label]["settings"].get("num_workers") or 0,
             cores,
         )
-        self.server.send(cid, {"cmd": "resume"})
-        resumed = self._await(cid, {"tune_resumed"}, 30.0)
-        paused_s = resumed["paused_s"] if resumed else clock() - t0
-        self.o.log(f"pipeprof watch: resumed {label} after a pause of {paused_s:.1f} s")
-        self.tune_result = {"loader": label, "paused_s": paused_s, "step_samples_per_s": step}
+        self.tune_result = {"loader": label, "step_samples_per_s": step, "curve_note": tuning.curve_note(seen)}
+        try:
+            self._tune_actions(cid, label, step, cores, paused.get("user") or {}, t0)
+        finally:
+            self.server.send(cid, {"cmd": "resume"})
+            resumed = self._await(cid, {"tune_resumed"}, 30.0)
+            paused_s = resumed["paused_s"] if resumed else clock() - t0
+            self.o.log(f"pipeprof watch: resumed {label} after a pause of {paused_s:.1f} s")
+            self.tune_result["paused_s"] = paused_s
+
+    def _tune_actions(self, cid: int, label: str, step: float, cores: float, user: dict, t0: float) -> None:
+        """After the curve: the hand-off at the recommended count, then the actions that apply there, tried
+        against the user's loader in pairs while ``--tune-max-s`` lasts (those left out are named)."""
+        from .folder import build_rows
+
+        self.timeline = self.monitor.timeline()  # the rows so far, for the answer the actions are planned on
+        pick = self._recommend(build_rows(self), cores).get("recommended_workers")
+        if pick is None:
+            return
+        self._pause_handoff(cid, pick, t0)
+        if "error" in user:
+            self.tune_result["actions_error"] = user["error"]
+            return
+        planned = self._plan_actions(label, pick, user, cores)
+        if planned is None:
+            return
+        tried = self._run_planned(cid, label, pick, [p for p in planned if p.why_not is None], step, t0)
+        self._with_snippets(label, tried, user)
+        self.tune_result |= {
+            "actions_at_workers": pick,
+            "actions": tried
+            + [{"id": p.id, "action": p.action, "why_not": p.why_not} for p in planned if p.why_not is not None],
+            "best_action": (tuning_module().best_action(tried) or {}).get("id"),
+            "user_pipeline": user,
+        }
+
+    def _pause_handoff(self, cid: int, pick: int, t0: float) -> None:
+        policy = tuning_module().policy(self.o.window_s, self._left(t0, 30.0))
+        self.monitor.set_trial(f"tune handoff w{pick}")
+        self.server.send(cid, {"cmd": "handoff", "workers": pick, "policy": policy})
+        got = self._await(cid, {"tune_handoff"}, policy["max_trial_s"] + 60.0)
+        self.monitor.set_trial(None)
+        rate = ((got or {}).get("stats") or {}).get("samples_per_s")
+        self.o.log(
+            f"pipeprof watch:   hand-off alone at {pick} workers: "
+            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({(got or {}).get('error', 'no answer')})")
+        )
+
+    def _plan_actions(self, label: str, pick: int, user: dict, cores: float) -> Optional[list]:
+        """``actions.plan`` on the watched answer (the same analysis as the run folder's, without re-draws), at
+        the recommended count, with what the pause read of the user's dataset; None without an answer."""
+        from pipeprof import actions
+
+        from .answer import analyse_loaders
+        from .folder import build_rows
+
+        self.timeline = self.monitor.timeline()
+        rows = build_rows(self)
+        groups = analyse_loaders(rows, cores, self.device(), 0)["groups"]
+        answer = next((a for a in groups if a.key.get("loader") == label), None)
+        watched = next((r for r in rows if r["loader"] == label and r["kind"] == "end_to_end"), None)
+        if answer is None or watched is None:
+            return None
+        settings = self.store.loaders[label]["settings"]
+        row = watched | {"num_workers": pick, "pin_memory": settings.get("pin_memory")}
+        facts = actions.Facts(self.device(), "loader", prefetch_factor=settings.get("prefetch_factor") or 2, user=user)
+        return actions.plan(answer, row, facts)
+
+    def _run_planned(self, cid: int, label: str, pick: int, todo: list, step: float, t0: float) -> list[dict]:
+        """The planned actions in pairs (one rotation each), the pipeline's changes first; a pair the budget
+        has no room for is listed as skipped."""
+        from pipeprof.actions import ACTIONS
+
+        tuning = tuning_module()
+        todo = sorted(todo, key=lambda p: ACTIONS[p.id].on_user is None)
+        pf = int(self.store.loaders[label]["settings"].get("prefetch_factor") or 2)
+        tried: list[dict] = []
+        for pair in (todo[i : i + 2] for i in range(0, len(todo), 2)):
+            left = self._left(t0, 60.0)
+            if left < 15.0:
+                skipped = f"--tune-max-s {self.o.tune_max_s:g} s ran out before it"
+                tried += [{"id": p.id, "action": p.action, "skipped": skipped} for p in pair]
+                continue
+            tried += self._try_pair(cid, pick, pair, tuning.action_policy(self.o.window_s, left, pick, pf), step)
+        return tried
+
+    def _with_snippets(self, label: str, tried: list[dict], user: dict) -> None:
+        """Each tried action's code to write: the user pipeline's snippet, or the DataLoader keyword."""
+        from pipeprof.actions import ACTIONS
+
+        loader = self.store.loaders[label]
+        site = f"{loader.get('path')}:{loader.get('line')}"
+        for entry in tried:
+            snip = (user.get(ACTIONS[entry["id"]].on_user or "") or {}).get("snippet")
+            entry["snippet"] = (
+                snip.replace("{site}", site) if snip else tuning_module().knob_snippet(site, entry.get("params") or {})
+            )
+
+    def _left(self, t0: float, most: float) -> float:
+        """Seconds of the pause's budget left (``--tune-max-s``), at most ``most``."""
+        return min(most, self.o.tune_max_s - (clock() - t0))
+
+    def _try_pair(self, cid: int, workers: int, pair: list, policy: dict, step: float) -> list[dict]:
+        from .tune import with_step
+
+        ids = "+".join(p.id for p in pair)
+        self.monitor.set_trial(f"tune actions {ids}")
+        self.server.send(
+            cid,
+            {
+                "cmd": "actions",
+                "workers": workers,
+                "device": self.device(),
+                "actions": [[p.id, p.params] for p in pair],
+                "policy": policy,
+            },
+        )
+        got = self._await(cid, {"tune_actions"}, policy["max_trial_s"] + 120.0) or {"error": "no answer"}
+        self.monitor.set_trial(None)
+        out = []
+        for k, p in enumerate(pair):
+            row = (got.get("rows") or [{}] * len(pair))[k] if not got.get("error") else {"error": got["error"]}
+            entry = with_step(row, step) | {"id": p.id, "action": p.action, "params": p.params}
+            out.append(entry)
+            g = entry.get("action_gain_frac")
+            self.o.log(
+                f"pipeprof watch:   {p.action}: "
+                + (
+                    f"loader {g:+.1%} ({entry['action_gain_ci95_low']:+.1%} … {entry['action_gain_ci95_high']:+.1%})"
+                    f", end to end {entry['predicted_e2e_gain_frac']:+.1%} predicted"
+                    if entry.get("measured") and entry.get("action_gain_ci95_low") is not None
+                    else f"not measured ({entry.get('error') or entry.get('unstable_reason') or 'no pair of windows'})"
+                )
+            )
+        return out
 
     def _measure(self, cid: int, workers: int, policy: dict) -> dict:
         self.monitor.set_trial(f"tune w{workers}")
@@ -409,7 +553,7 @@ class Session:
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
         """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""
-        from .tune import change_line, picked, recommend
+        from .tune import change_line, handoff_cap, picked, recommend
 
         label = self.tuned
         mine = [r for r in rows if r["loader"] == label and r["status"] == "ok"]
@@ -430,7 +574,7 @@ class Session:
         points = [r for r in mine if r["kind"] == "cpu_pipeline"]
         if not (watched and step and points):
             return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
-        found = recommend(points, watched, step, cores)
+        found = recommend(points, watched, step, cores, handoff_cap(mine))
         loader, pick = self.store.loaders[label], picked(found)
         return found | {
             "site": f"{loader.get('path')}:{loader.get('line')}",

@@ -17,6 +17,7 @@ curve. Nothing is re-implemented here. Its result is a dict in run.json's stored
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import numpy as np
@@ -30,9 +31,19 @@ from pipeprof.orchestrate.search import Point, next_workers
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
 
 
-def policy(window_s: float) -> dict:
+def policy(window_s: float, max_trial_s: Optional[float] = None) -> dict:
     """The pause's steady-state policy: the sweep's, with shorter warm-up and trial caps."""
-    return MeasureConfig(window_s=window_s, **TUNE_POLICY).model_dump()
+    caps = TUNE_POLICY | ({"max_trial_s": max_trial_s} if max_trial_s is not None else {})
+    return MeasureConfig(window_s=window_s, **caps).model_dump()
+
+
+def action_policy(window_s: float, max_trial_s: float, workers: int, prefetch_factor: int) -> dict:
+    """An action trial's policy in the pause: the sweep's action trial's (``trials.action_trial.action_policy``:
+    longer windows, pairs added while the gain's interval is wide) on the pause's caps."""
+    from pipeprof.trials.action_trial import action_policy as sweeps
+
+    m = MeasureConfig(window_s=window_s, **(TUNE_POLICY | {"max_trial_s": max_trial_s}))
+    return sweeps(m, workers * prefetch_factor).model_dump()
 
 
 def _point(stats: dict, step_rate: float) -> Optional[Point]:
@@ -63,6 +74,8 @@ def search(measure: Callable[[int], dict], step_rate: float, start: int, cores: 
             break
         points[w] = p._replace(workers=w)
         w = next_workers(points, step_rate, per_worker, cores)
+    for a in suspects(seen):  # once: a point that met the machine's load, not the loader (see suspects)
+        seen[a] = measure(a)
     return seen
 
 
@@ -76,8 +89,9 @@ def curve(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return ws, rate, low, high
 
 
-def recommend(points: list[dict], watched: dict, step: dict, cores: float) -> dict:
-    """num_workers for the watched loop from the pause's curve and the watched step (see the docstring)."""
+def recommend(points: list[dict], watched: dict, step: dict, cores: float, handoff: tuple = (math.inf, None)) -> dict:
+    """num_workers for the watched loop from the pause's curve and the watched step (see the docstring);
+    ``handoff``: the upper and lower end of the hand-off limit the pause measured (:func:`handoff_cap`)."""
     ws, rate, low, high = curve(points)
     if not len(ws):
         return {"recommended_workers": None, "why": "no worker count of the pause gave a rate"}
@@ -111,7 +125,7 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float) -> di
     table = pd.DataFrame(predicted)
     pick = recommend_workers(table)
     main_s = (watched.get("main_cpu_pct_mean") or 0.0) / 100 / watched["samples_per_s"]
-    need = cores_needed(step["samples_per_s"], ws, rate, main_s, cores)
+    need = cores_needed(step["samples_per_s"], ws, rate, main_s, cores, handoff[0], handoff[1])
     return pick | {
         "predicted": predicted,
         "cores_needed": need,
@@ -135,3 +149,80 @@ def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str
     if pick == current:
         return f"keep num_workers={current} in the DataLoader built at {loader['path']}:{loader['line']}"
     return f"{loader['path']}:{loader['line']}: num_workers={current} -> num_workers={pick}"
+
+
+# ---- the curve's check, and the actions tried in the pause -----------------------------------------
+
+
+def suspects(seen: dict[int, dict]) -> list[int]:
+    """Counts whose rate per worker reads below a larger count's, beyond both intervals. A loader's rate per
+    worker can only fall as workers are added (they share the cores and one hand-off), so such a point met
+    something else on the machine: the search measures it once more."""
+    ok = sorted(w for w, s in seen.items() if s.get("samples_per_s") and w > 0)
+
+    def per_worker(w: int, end: str) -> float:
+        return (seen[w].get(f"samples_per_s_ci95_{end}") or seen[w]["samples_per_s"]) / w
+
+    return [a for i, a in enumerate(ok) if any(per_worker(b, "low") > per_worker(a, "high") for b in ok[i + 1 :])]
+
+
+def curve_note(seen: dict[int, dict]) -> Optional[str]:
+    """Why the curve is not monotone in its rate per worker after the second look, or None."""
+    left = suspects(seen)
+    if not left:
+        return None
+    return (
+        f"the rate per worker at {', '.join(map(str, left))} workers reads below a larger count's in two "
+        "measurements: the machine's load moved during the pause (the counts' intervals are the figures to read)"
+    )
+
+
+def handoff_cap(rows: list[dict]) -> tuple[float, Optional[float]]:
+    """(upper, lower) end of the pause's measured hand-off limit; (inf, None) where it did not run."""
+    h = [r for r in rows if r.get("kind") == "handoff" and r.get("status") == "ok" and r.get("samples_per_s")]
+    if not h:
+        return float("inf"), None
+    r = h[-1]
+    return (
+        r.get("samples_per_s_ci95_high") or r["samples_per_s"],
+        r.get("samples_per_s_ci95_low") or r["samples_per_s"],
+    )
+
+
+def with_step(row: dict, step_rate: float) -> dict:
+    """An action row of the pause with its end-to-end reading: the loader alone and the training process's work
+    per sample (``device_us_per_sample``, the baseline's copy subtracted) against the step watched in the loop.
+    That work runs in the training process between steps (one stream, one thread), so it adds to the step's
+    time per sample: predicted = min(variant alone, 1 / (1/step + extra)) over min(baseline alone, step)."""
+    base, gain = row.get("baseline_samples_per_s"), row.get("action_gain_frac")
+    if row.get("error") or not base or gain is None:
+        return row | {"measured": False}
+    extra = max(0.0, (row.get("device_us_per_sample") or 0.0) - (row.get("baseline_device_us_per_sample") or 0.0))
+    fed = 1.0 / (1.0 / step_rate + extra / 1e6)
+
+    def e2e(g: float) -> float:
+        return min(base * (1 + g), fed) / min(base, step_rate) - 1
+
+    lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
+    known = lo is not None and hi is not None
+    return row | {
+        "measured": True,
+        "verified": bool(known and lo > 0),
+        "extra_device_us_per_sample": extra,
+        "predicted_e2e_gain_frac": e2e(gain),
+        "predicted_e2e_gain_ci95_low": e2e(lo) if known else None,
+        "predicted_e2e_gain_ci95_high": e2e(hi) if known else None,
+        "predicted_e2e_samples_per_s": min(base * (1 + gain), fed),
+    }
+
+
+def best_action(tried: list[dict]) -> Optional[dict]:
+    """The verified action with the largest predicted end-to-end gain (its loader gain's interval above zero),
+    else None: no action tried was shown to help."""
+    ok = [a for a in tried if a.get("measured") and a.get("verified")]
+    return max(ok, key=lambda a: a["predicted_e2e_gain_frac"]) if ok else None
+
+
+def knob_snippet(site: str, params: dict) -> str:
+    words = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return f"# the DataLoader at {site}\nDataLoader(..., {words})"

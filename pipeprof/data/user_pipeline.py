@@ -1,0 +1,414 @@
+"""A user's own Dataset, read for the changes pipeprof can make to it and try in ``pipeprof watch --tune``.
+
+:func:`inspect` looks at the dataset object a watched DataLoader was built with and says, for each pipeline
+action of ``pipeprof.actions`` that has a user form (``Action.on_user``), whether it can be built here and why
+not. What it reads, and nothing else:
+
+- the dataset's ``transform``: a torchvision ``Compose`` (v1 or v2) or an albumentations ``Compose``, and its
+  steps by class name;
+- where its images come from: a torchvision ``DatasetFolder`` / ``ImageFolder`` (``samples``: path and
+  target; ``loader``: torchvision's own ``default_loader`` / ``pil_loader``).
+
+The builders each return a :class:`UserVariant` (a shallow copy of the dataset with one thing changed, the
+collate it needs, and what the training process does to a batch on the job's device before the step), which
+the pause measures against the user's own loader (``watch.pause``), and which a user can write into their
+script as the action's snippet (:func:`snippet`) says:
+
+- ``uint8``: the transform without its float conversion and Normalize (ToTensor + Normalize, ToImage +
+  ToDtype + Normalize, albumentations' Normalize before ToTensorV2), the batch converted and normalised on
+  the device (4x fewer bytes through the hand-off, no float work in the workers);
+- ``gpu_pipeline``: workers read the files' bytes only; the batch is decoded (nvJPEG) and augmented on the GPU by
+  ``data.gpu_augment.GpuPipeline``, the transform's steps mapped to its table (:data:`TO_TABLE`);
+- ``decoder``: OpenCV's decoder instead of Pillow's where the dataset loads through torchvision's loader
+  (the image handed to the transform is still a PIL image, so the transform is unchanged).
+
+To map another torchvision transform to the GPU: a function ``fn(t) -> dict`` (albumentations' stored form of
+the counterpart ``gpu_augment.TORCHVISION`` knows) in :data:`TO_TABLE` under the class name.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+
+JPEG = (".jpg", ".jpeg", ".JPG", ".JPEG")
+
+
+class UserVariant(NamedTuple):
+    """A changed copy of the user's dataset, the collate its batches need (None: the loader's own) and the
+    training process's work on a batch (``on_device(batch, device) -> images``; None: copy the images)."""
+
+    dataset: Any
+    collate: Optional[Callable] = None
+    on_device: Optional[Callable] = None
+
+
+def steps_of(transform) -> list:
+    """The steps of a Compose (torchvision's or albumentations'), or the transform alone."""
+    inner = getattr(transform, "transforms", None)
+    return list(inner) if isinstance(inner, (list, tuple)) else [transform]
+
+
+def _name(t) -> str:
+    return type(t).__name__
+
+
+def family(transform) -> Optional[str]:
+    """'torchvision', 'albumentations' or None (something else, or no transform)."""
+    if transform is None:
+        return None
+    module = type(transform).__module__
+    for fam in ("torchvision", "albumentations"):
+        if module.startswith(fam):
+            return fam
+    return None
+
+
+class Tail(NamedTuple):
+    """Where a transform ends in a float conversion and Normalize: the steps kept (up to uint8 CHW) and the
+    normalisation the device does instead, ``(x / scale - mean) / std``."""
+
+    kept: list
+    mean: list
+    std: list
+    scale: float
+
+
+def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
+    """(the uint8 form's parts, None) or (None, why the transform has none)."""
+    fam, steps = family(transform), steps_of(transform)
+    names = [_name(t) for t in steps]
+    if fam is None:
+        return None, "the dataset's transform is not a torchvision or albumentations Compose"
+    if fam == "albumentations":
+        if names[-2:] != ["Normalize", "ToTensorV2"]:
+            return None, f"its albumentations transform ends {' + '.join(names[-2:])}, not Normalize + ToTensorV2"
+        norm = steps[-2]
+        if getattr(norm, "normalization", "standard") != "standard":
+            return None, f"its Normalize uses normalization={norm.normalization!r}: only 'standard' moves as is"
+        return Tail(steps[:-2] + [steps[-1]], list(norm.mean), list(norm.std), float(norm.max_pixel_value)), None
+    if names[-1:] != ["Normalize"] or len(steps) < 2:
+        return None, f"its transform ends with {names[-1] if names else 'nothing'}, not Normalize"
+    norm, conv = steps[-1], steps[-2]
+    if names[-2] == "ToTensor":
+        kept, scale = steps[:-2], 255.0
+    elif names[-2] == "ToDtype" and len(steps) >= 3 and names[-3] == "ToImage":
+        kept, scale = steps[:-2], 255.0 if getattr(conv, "scale", False) else 1.0
+    else:
+        return None, f"its Normalize follows {names[-2]}, not ToTensor (or ToImage + ToDtype)"
+    return Tail(kept, list(norm.mean), list(norm.std), scale), None
+
+
+class ToUint8CHW:
+    """A PIL image, an HWC array or a CHW tensor as a uint8 CHW tensor (what ToTensor takes, before its /255)."""
+
+    def __call__(self, img):
+        if isinstance(img, torch.Tensor):
+            return img if img.dtype == torch.uint8 else img.to(torch.uint8)
+        import numpy as np
+
+        arr = np.array(img)  # a copy: torch takes only writable arrays
+        arr = arr[:, :, None] if arr.ndim == 2 else arr
+        return torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1).contiguous()
+
+    def __repr__(self) -> str:
+        return "ToUint8CHW()"
+
+
+def normaliser(t: Tail) -> Callable:
+    """``fn(images, device) -> float32 images``: the uint8 batch copied to ``device`` and normalised there."""
+    mean = torch.tensor(t.mean, dtype=torch.float32).view(1, -1, 1, 1) * t.scale
+    std = torch.tensor(t.std, dtype=torch.float32).view(1, -1, 1, 1) * t.scale
+
+    def on_device(images: torch.Tensor, device) -> torch.Tensor:
+        x = images.to(device, non_blocking=True).float()
+        return x.sub_(mean.to(device, non_blocking=True)).div_(std.to(device, non_blocking=True))
+
+    return on_device
+
+
+def _with_transform(dataset, transform):
+    """A shallow copy of ``dataset`` whose transform is ``transform`` (the samples, files and labels shared)."""
+    out = copy.copy(dataset)
+    out.transform = transform
+    wrapped = getattr(dataset, "transforms", None)
+    if type(wrapped).__name__ == "StandardTransform":  # torchvision's VisionDataset keeps both
+        from torchvision.datasets.vision import StandardTransform
+
+        out.transforms = StandardTransform(transform, getattr(dataset, "target_transform", None))
+    return out
+
+
+def _compose_like(transform, steps: list):
+    if family(transform) == "albumentations":
+        import albumentations as A
+
+        return A.Compose(steps)
+    return type(transform)(steps)
+
+
+def uint8(dataset) -> UserVariant:
+    found, why = tail(getattr(dataset, "transform", None))
+    if found is None:
+        raise ValueError(why)
+    kept = found.kept if family(dataset.transform) == "albumentations" else [*found.kept, ToUint8CHW()]
+    return UserVariant(_with_transform(dataset, _compose_like(dataset.transform, kept)), None, normaliser(found))
+
+
+# ---- the GPU path: files read as bytes, decoded and augmented on the device ----------------------
+
+
+def _size(size) -> list[int]:
+    return [int(size), int(size)] if isinstance(size, int) else [int(s) for s in (list(size) * 2)[:2]]
+
+
+def _interp(t) -> int:
+    mode = str(getattr(t, "interpolation", "bilinear")).lower()  # InterpolationMode.BILINEAR / 'bilinear'
+    return 0 if "nearest" in mode else 2 if "bicubic" in mode else 1
+
+
+def _bounds(v, centre: float = 1.0) -> list[float]:
+    if v is None:
+        return [centre, centre]
+    return [float(v[0]), float(v[1])] if isinstance(v, (list, tuple)) else [centre - float(v), centre + float(v)]
+
+
+def _rrc(t) -> dict:
+    return {
+        "__class_fullname__": "RandomResizedCrop",
+        "size": _size(t.size),
+        "scale": list(t.scale),
+        "ratio": list(t.ratio),
+        "interpolation": _interp(t),
+    }
+
+
+def _center(t) -> dict:
+    h, w = _size(t.size)
+    return {"__class_fullname__": "CenterCrop", "height": h, "width": w}
+
+
+def _resize(t) -> dict:
+    size = t.size if isinstance(t.size, (list, tuple)) else [t.size]
+    if len(size) != 2:  # torchvision's Resize(int) scales the shorter side: no fixed output size
+        raise LookupError("Resize of the shorter side (one number) has no fixed-size counterpart on the GPU")
+    return {"__class_fullname__": "Resize", "height": int(size[0]), "width": int(size[1]), "interpolation": _interp(t)}
+
+
+def _jitter(t) -> dict:
+    return {
+        "__class_fullname__": "ColorJitter",
+        "brightness": _bounds(t.brightness),
+        "contrast": _bounds(t.contrast),
+        "saturation": _bounds(t.saturation),
+        "hue": _bounds(t.hue, 0.0),
+    }
+
+
+#: torchvision class name -> its counterpart in the GPU pipeline's table (albumentations' stored form); the
+#: conversions (ToTensor, ToImage, ToDtype, PILToTensor) and Normalize are read by :func:`gpu_transforms`
+TO_TABLE: dict[str, Callable[[Any], dict]] = {
+    "RandomResizedCrop": _rrc,
+    "RandomHorizontalFlip": lambda t: {"__class_fullname__": "HorizontalFlip", "p": float(t.p)},
+    "RandomVerticalFlip": lambda t: {"__class_fullname__": "VerticalFlip", "p": float(t.p)},
+    "CenterCrop": _center,
+    "Resize": _resize,
+    "ColorJitter": _jitter,
+}
+CONVERSIONS = {"ToTensor": 255.0, "PILToTensor": None, "ToImage": None, "ToDtype": "scale"}
+MAPPED = [*TO_TABLE, "Normalize", *CONVERSIONS]
+
+
+def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
+    """(the GPU pipeline's transforms, the mapping in words) or (None, why not)."""
+    fam = family(transform)
+    if fam == "albumentations":
+        import albumentations as A
+
+        stored = A.to_dict(transform)["transform"]["transforms"]
+        from .gpu_augment import TORCHVISION
+
+        missing = [t["__class_fullname__"].rsplit(".", 1)[-1] for t in stored]
+        missing = [n for n in missing if n not in TORCHVISION]
+        if missing:
+            return None, f"transform `{missing[0]}` has no GPU counterpart (mapped: {', '.join(TORCHVISION)})"
+        return stored, " -> ".join(t["__class_fullname__"].rsplit(".", 1)[-1] for t in stored) + " (same names)"
+    if fam != "torchvision":
+        return None, "the dataset's transform is not a torchvision or albumentations Compose"
+    out, words, scale = [], [], 1.0
+    for t in steps_of(transform):
+        name = _name(t)
+        if name in CONVERSIONS:
+            conv = CONVERSIONS[name]
+            scale = (
+                255.0 if conv == "scale" and getattr(t, "scale", False) else conv if isinstance(conv, float) else scale
+            )
+            words.append(f"{name} -> (decoded as uint8 CHW)")
+        elif name == "Normalize":
+            out.append(
+                {"__class_fullname__": "Normalize", "mean": list(t.mean), "std": list(t.std), "max_pixel_value": scale}
+            )
+            words.append("Normalize -> Normalize")
+            scale = None  # normalised: nothing left to scale
+        elif name in TO_TABLE:
+            try:
+                out.append(TO_TABLE[name](t))
+            except LookupError as exc:
+                return None, f"transform `{name}`: {exc}"
+            words.append(f"{name} -> {out[-1]['__class_fullname__']}")
+        else:
+            return (
+                None,
+                f"transform `{name}` has no GPU counterpart (mapped: {', '.join(MAPPED)})",
+            )
+    if scale not in (None, 1.0):  # ToTensor without Normalize: floats in [0, 1]
+        out.append({"__class_fullname__": "Normalize", "mean": [0.0] * 3, "std": [1.0] * 3, "max_pixel_value": scale})
+    return out, "; ".join(words)
+
+
+def files_of(dataset) -> tuple[Optional[list], Optional[str]]:
+    """(the dataset's (path, target) list, None) where it reads image files through torchvision's loader, or
+    (None, why not)."""
+    samples = getattr(dataset, "samples", None)
+    if not isinstance(samples, list) or not samples:
+        return None, f"`{type(dataset).__name__}` has no file list (a DatasetFolder's `samples`)"
+    loader = getattr(dataset, "loader", None)
+    if getattr(loader, "__module__", "") != "torchvision.datasets.folder" or loader.__name__ not in (
+        "default_loader",
+        "pil_loader",
+    ):
+        name = getattr(loader, "__qualname__", type(loader).__name__)
+        return None, f"it loads its files with its own loader `{name}`, not torchvision's"
+    return samples, None
+
+
+class FileBytes(torch.utils.data.Dataset):
+    """The files of a DatasetFolder's ``samples`` as raw bytes (uint8 tensors) and their targets."""
+
+    def __init__(self, samples: list, target_transform=None):
+        self.samples, self.target_transform = samples, target_transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, target = self.samples[i]
+        with open(path, "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        return data, self.target_transform(target) if self.target_transform is not None else target
+
+
+def collate_bytes(batch: list) -> tuple[list, torch.Tensor]:
+    """A batch of (bytes, target) as (the list of byte tensors, the targets stacked): bytes differ in length."""
+    return [b for b, _ in batch], torch.as_tensor([t for _, t in batch])
+
+
+def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:
+    files, why = files_of(dataset)
+    if files is None:
+        raise ValueError(why)
+    if not all(str(p).endswith(JPEG) for p, _ in files[:64]):
+        raise ValueError("its files are not all JPEGs (the GPU decoder reads JPEG)")
+    transforms, words = gpu_transforms(getattr(dataset, "transform", None))
+    if transforms is None:
+        raise ValueError(words)
+    from .gpu_augment import GpuPipeline
+
+    pipes: dict = {}
+
+    def on_device(encoded: list, device) -> torch.Tensor:
+        key = str(device)
+        if key not in pipes:
+            pipes[key] = GpuPipeline(transforms, device, seed, preset="the dataset's transform")
+        return pipes[key](encoded)
+
+    return UserVariant(FileBytes(files, getattr(dataset, "target_transform", None)), collate_bytes, on_device)
+
+
+# ---- the other decoder -------------------------------------------------------------------------
+
+
+def cv2_loader(path: str):
+    """A file decoded by OpenCV, handed on as the RGB PIL image torchvision's loader gives."""
+    import cv2
+    import numpy as np
+    from PIL import Image
+
+    cv2.setNumThreads(0)  # a worker's decode on its own core (the confounders' rule)
+    with open(path, "rb") as f:
+        bgr = cv2.imdecode(np.frombuffer(f.read(), np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise ValueError(f"OpenCV cannot decode {path}")
+    return Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+
+def decoder(dataset) -> UserVariant:
+    files, why = files_of(dataset)
+    if files is None:
+        raise ValueError(why)
+    out = copy.copy(dataset)
+    out.loader = cv2_loader
+    return UserVariant(out)
+
+
+#: action id -> builder of its variant on a user's dataset (named by ``Action.on_user``)
+BUILDERS: dict[str, Callable[[Any], UserVariant]] = {"uint8": uint8, "gpu_pipeline": gpu_pipeline, "decoder": decoder}
+
+
+def inspect(dataset, cuda: bool) -> dict:
+    """For each builder: ``{"why_not": None or the reason, "mapping": words}`` on this dataset; the GPU path
+    is refused without CUDA, its mapping still shown (what would run)."""
+    out = {}
+    for key, build in BUILDERS.items():
+        try:
+            build(dataset)
+            why = None
+        except (ValueError, LookupError, ImportError) as exc:
+            why = str(exc)
+        out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset) if why is None else None}
+    transform = getattr(dataset, "transform", None)
+    mapped, words = gpu_transforms(transform) if transform is not None else (None, "the dataset has no transform")
+    out["gpu_pipeline"]["mapping"] = words if mapped is not None else None
+    if out["gpu_pipeline"]["why_not"] is None and not cuda:
+        out["gpu_pipeline"]["why_not"] = f"no CUDA in this job (the transform maps: {words})"
+    return out
+
+
+def snippet(action: str, site: str, dataset) -> Optional[str]:
+    """What to write in the user's script for ``action``: the line to change and the code, as measured."""
+    if action == "uint8":
+        found, _ = tail(getattr(dataset, "transform", None))
+        if found is None:
+            return None
+        alb = family(dataset.transform) == "albumentations"
+        drop = (
+            "Normalize (keep ToTensorV2)"
+            if alb
+            else "the float conversion and Normalize (end with transforms.PILToTensor(), or v2.ToImage())"
+        )
+        mean, std = ([round(v, 4) for v in vs] for vs in (found.mean, found.std))
+        return (
+            f"# the dataset's transform (its DataLoader: {site}): drop {drop}\n"
+            f"mean = torch.tensor({mean}, device=device).view(1, -1, 1, 1) * {found.scale:g}\n"
+            f"std = torch.tensor({std}, device=device).view(1, -1, 1, 1) * {found.scale:g}\n"
+            "# in the loop, where the batch goes to the device:\n"
+            "images = images.to(device, non_blocking=True).float().sub_(mean).div_(std)"
+        )
+    if action == "gpu_pipeline":
+        return (
+            f"# the DataLoader at {site}: workers read bytes, the GPU decodes and augments (as measured)\n"
+            "from pipeprof.data.user_pipeline import gpu_pipeline\n"
+            "variant = gpu_pipeline(train_set)\n"
+            "train_loader = DataLoader(variant.dataset, collate_fn=variant.collate, ...same arguments...)\n"
+            "# in the loop:\n"
+            "images = variant.on_device(images, device)"
+        )
+    if action == "decoder":
+        return (
+            f"# the dataset of the DataLoader at {site}: decode with OpenCV\n"
+            "from pipeprof.data.user_pipeline import cv2_loader\n"
+            "train_set.loader = cv2_loader"
+        )
+    return None
