@@ -1,0 +1,177 @@
+"""A user's own Dataset read for the changes ``watch --tune`` tries (``data.user_pipeline``) and planned by the
+actions registry: on real torchvision ImageFolders of real JPEGs and real albumentations pipelines."""
+
+import pytest
+import torch
+from torchvision import datasets, transforms
+from torchvision.transforms import v2
+
+from pipeprof import actions
+from pipeprof.answer import Answer
+from pipeprof.data import user_pipeline as up
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from pipeprof.data.synthetic import make_dataset
+
+    root = tmp_path_factory.mktemp("user") / "ds"
+    make_dataset(root, images=8, classes=2, seed=1, workers=1)
+    return root
+
+
+def _v1(folder, steps):
+    return datasets.ImageFolder(folder, transforms.Compose(steps))
+
+
+class MyCrop:
+    """A transform of the user's own: no GPU counterpart."""
+
+    def __call__(self, img):
+        return img.crop((0, 0, 64, 64))
+
+
+def test_uint8_copy_normalised_on_the_device_is_the_users_batch(folder):
+    ds = _v1(
+        folder,
+        [
+            transforms.RandomResizedCrop(64),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD),
+        ],
+    )
+    variant = up.uint8(ds)
+    torch.manual_seed(3)
+    want = torch.stack([ds[i][0] for i in range(4)])
+    torch.manual_seed(3)  # the same draws: the copy's crops and flips are the user's
+    got = torch.stack([variant.dataset[i][0] for i in range(4)])
+    assert got.dtype == torch.uint8 and ds.transform is not variant.dataset.transform
+    assert torch.allclose(variant.on_device(got, "cpu"), want, atol=1e-5)
+    assert [t.__class__.__name__ for t in ds.transform.transforms][-2:] == ["ToTensor", "Normalize"]  # untouched
+
+
+def test_v2_and_albumentations_tails_are_read_with_their_scale(folder):
+    ds = datasets.ImageFolder(
+        folder,
+        v2.Compose(
+            [v2.RandomResizedCrop(32), v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+        ),
+    )
+    found, why = up.tail(ds.transform)
+    assert (
+        why is None
+        and found.scale == 255.0
+        and [type(t).__name__ for t in found.kept] == ["RandomResizedCrop", "ToImage"]
+    )
+    assert up.uint8(ds).dataset[0][0].dtype == torch.uint8
+    import albumentations as A
+
+    alb = A.Compose([A.HorizontalFlip(), A.Normalize(mean=MEAN, std=STD, max_pixel_value=200.0), A.ToTensorV2()])
+    found, why = up.tail(alb)
+    assert (
+        why is None
+        and found.scale == 200.0
+        and [type(t).__name__ for t in found.kept] == ["HorizontalFlip", "ToTensorV2"]
+    )
+
+
+def test_a_transform_that_does_not_end_in_normalize_says_what_it_ends_with():
+    found, why = up.tail(
+        transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD), transforms.RandomErasing()])
+    )
+    assert found is None and "ends with RandomErasing" in why
+
+
+def test_the_gpu_path_maps_torchvision_transforms_and_runs_them_on_a_device(folder):
+    ds = _v1(
+        folder,
+        [
+            transforms.RandomResizedCrop(48),
+            transforms.RandomHorizontalFlip(),
+            transforms.ColorJitter(0.2, 0.2),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD),
+        ],
+    )
+    stored, words = up.gpu_transforms(ds.transform)
+    names = [t["__class_fullname__"] for t in stored]
+    assert names == ["RandomResizedCrop", "HorizontalFlip", "ColorJitter", "Normalize"], words
+    assert stored[2]["brightness"] == pytest.approx([0.8, 1.2]) and stored[3]["max_pixel_value"] == 255.0
+    variant = up.gpu_pipeline(ds)
+    encoded, labels = up.collate_bytes([variant.dataset[i] for i in range(4)])
+    assert all(e.dtype == torch.uint8 and e[:2].tolist() == [0xFF, 0xD8] for e in encoded)  # the files' own bytes
+    assert labels.tolist() == [ds.samples[i][1] for i in range(4)]
+    images = variant.on_device(encoded, "cpu")
+    assert images.shape == (4, 3, 48, 48) and images.dtype == torch.float32
+    assert -2.2 < float(images.min()) and float(images.max()) < 2.7  # normalised with the user's mean and std
+
+
+def test_inspect_names_the_transform_without_a_counterpart_and_the_missing_gpu(folder):
+    mine = up.inspect(_v1(folder, [MyCrop(), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]), cuda=True)
+    assert mine["gpu_pipeline"]["why_not"].startswith("transform `MyCrop` has no GPU counterpart")
+    assert mine["uint8"]["why_not"] is None and mine["decoder"]["why_not"] is None
+    mapped = up.inspect(_v1(folder, [transforms.RandomResizedCrop(32), transforms.ToTensor()]), cuda=False)
+    assert mapped["gpu_pipeline"]["why_not"].startswith("no CUDA in this job (the transform maps: RandomResizedCrop")
+    assert "ends with ToTensor, not Normalize" in mapped["uint8"]["why_not"]
+
+
+def test_a_dataset_without_a_file_list_or_with_its_own_loader_is_refused_with_why(folder):
+    tensors = torch.utils.data.TensorDataset(torch.zeros(4, 3, 8, 8), torch.zeros(4))
+    found = up.inspect(tensors, cuda=True)
+    assert "has no file list" in found["gpu_pipeline"]["why_not"] and "has no file list" in found["decoder"]["why_not"]
+    own = datasets.ImageFolder(folder, transforms.ToTensor(), loader=lambda p: __import__("PIL.Image").Image.open(p))
+    assert "its own loader" in up.inspect(own, cuda=True)["decoder"]["why_not"]
+
+
+def test_the_other_decoder_hands_the_transform_the_same_image(folder):
+    ds = _v1(folder, [transforms.PILToTensor()])
+    pil, cv2 = ds[0][0].float(), up.decoder(ds).dataset[0][0].float()
+    assert pil.shape == cv2.shape and (pil - cv2).abs().mean() < 2.0  # two JPEG decoders: within rounding
+
+
+def _answer(side="input", resource="unattributed") -> Answer:
+    return Answer({}, 2, 100.0, 2, 100.0, verdict="input-bound", side=side, resource=resource)
+
+
+def test_the_registry_plans_the_users_pipeline_changes_from_what_the_pause_read(folder):
+    user = up.inspect(_v1(folder, [MyCrop(), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]), cuda=True)
+    facts = actions.Facts("cuda", "loader", prefetch_factor=2, user=user)
+    planned = {p.id: p for p in actions.plan(_answer(), {"num_workers": 2, "pin_memory": True}, facts)}
+    assert planned["uint8"].why_not is None and planned["decoder"].why_not is None
+    assert "decode with OpenCV instead of Pillow" in planned["decoder"].action
+    assert planned["gpu_pipeline"].why_not.startswith("transform `MyCrop`")
+    assert "storage and decoding are its own" in planned["memory"].why_not
+    assert planned["prefetch_factor"].params == {"prefetch_factor": 4}
+    # without the pause's reading (a user's loader in a sweep), the pipeline's changes stay out of reach
+    old = {p.id: p for p in actions.plan(_answer(), {"num_workers": 2}, actions.Facts("cuda", "loader"))}
+    assert "only the DataLoader's knobs are tried" in old["uint8"].why_not
+    # a step-bound answer: nothing input-side is tried
+    step = {p.id: p for p in actions.plan(_answer("step", "step"), {"num_workers": 2}, facts)}
+    assert all("binds on the step side" in p.why_not for p in step.values())
+
+
+@pytest.mark.gpu
+def test_the_users_pipeline_on_cuda_matches_its_cpu_form(folder):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    ds = _v1(
+        folder,
+        [
+            transforms.RandomResizedCrop(64),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD),
+        ],
+    )
+    variant = up.gpu_pipeline(ds, seed=5)
+    encoded, _ = up.collate_bytes([variant.dataset[i] for i in range(4)])
+    on_gpu = variant.on_device(encoded, "cuda")
+    assert on_gpu.device.type == "cuda" and on_gpu.shape == (4, 3, 64, 64)
+    on_cpu = up.gpu_pipeline(ds, seed=5).on_device(encoded, "cpu")  # the same draws; two JPEG decoders
+    assert (on_gpu.cpu() - on_cpu).abs().mean() < 0.05
+    u8 = up.uint8(ds)
+    batch = torch.stack([u8.dataset[i][0] for i in range(4)])
+    assert torch.allclose(u8.on_device(batch, "cuda").cpu(), u8.on_device(batch, "cpu"), atol=1e-5)
