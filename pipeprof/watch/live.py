@@ -133,7 +133,10 @@ def action_lines(tune: dict) -> list[str]:
     listed = tune.get("actions") or []
     if not listed:
         return []
-    out = [f"  actions at num_workers={tune.get('actions_at_workers')} (against your loader, windows alternated):"]
+    out = [
+        f"  actions at num_workers={tune.get('actions_at_workers')} (each alone, your loader measured before and "
+        "after them):"
+    ]
     for a in listed:
         if a.get("measured") and a.get("action_gain_ci95_low") is not None:
             out.append(

@@ -14,7 +14,8 @@ parent's commands:
   interval), as a ``cpu_pipeline`` trial does;
 - ``handoff``: the same loader over one real sample built once and returned for every index (the
   ``handoff`` trial's method): what the loader's hand-off alone passes, the limit no worker count raises;
-- ``actions``: changed copies of the loader against it, in alternating windows (``pause_actions``);
+- ``side``: the loader, or a changed copy of it (an action's variant), timed alone with the training
+  process's work on each batch (``pause_actions``);
 - ``resume`` ends the pause.
 
 The user's loader, its iterator and its workers are never changed (its workers only stopped and continued);
@@ -77,15 +78,19 @@ class RandomStates:
             self.numpy[0].random.set_state(self.numpy[1])
 
 
-def measure(loader, workers: int, policy: dict, on_workers, count, dataset=None) -> dict:
+def measure(loader, workers: int, policy: dict, on_workers, count, changes=None, work=None, sync=None) -> dict:
     """The loader alone at ``workers``: steady-state windows over ``next()`` (a pass that ends starts
-    again, counted as ``loader_restarts``), samples by ``count``, then its workers shut down. ``dataset``:
-    another dataset of the same length in the user's loader (the hand-off's one prebuilt sample)."""
-    clone = rebuild(loader, workers, **({"dataset": dataset} if dataset is not None else {}))
+    again, counted as ``loader_restarts``), samples by ``count``, then its workers shut down. ``changes``:
+    DataLoader keywords to change (another dataset of the same length, a collate, a knob); ``work(batch)``:
+    the training process's own work on each batch before its step (``pause_actions``), inside the windows,
+    which ``sync`` closes (the device's queue drained)."""
+    clone = rebuild(loader, workers, **(changes or {}))
     state = SimpleNamespace(it=iter(clone), restarts=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 
     def samples(batch) -> int:  # the hook's rule, with the watch's fallback (``records``: the batch size)
+        if work is not None:
+            return work(batch)
         return count(batch) or clone.batch_size or 1
 
     def step() -> int:
@@ -104,6 +109,8 @@ def measure(loader, workers: int, policy: dict, on_workers, count, dataset=None)
             SimpleNamespace(**policy),
             min_warmup_batches=depth + policy["warmup_batches"],
             batch_multiple=max(workers, 1),
+            sync=sync or (lambda: None),
+            on_phase=getattr(work, "on_phase", lambda phase: None),
         )
     finally:
         shutdown = getattr(state.it, "_shutdown_workers", None)
@@ -160,21 +167,23 @@ def _handoff(loader, client, cmd: dict, count) -> None:
     try:
         sample = loader.dataset[0]  # outside any timer; a copy of its random draws is put back with the rest
         prebuilt = PrebuiltDataset(sample, len(loader.dataset))
-        stats = measure(loader, w, cmd["policy"], lambda pids: None, count, dataset=prebuilt)
+        stats = measure(loader, w, cmd["policy"], lambda pids: None, count, {"dataset": prebuilt})
         client.send({"k": "tune_handoff", "workers": w, "t": time.perf_counter(), "stats": stats})
     except Exception as exc:  # noqa: BLE001 - an unsized dataset, a sample that cannot be built: a reason
         client.send({"k": "tune_handoff", "workers": w, "error": f"{type(exc).__name__}: {exc}"})
     client.flush()
 
 
-def _actions(loader, client, cmd: dict, count) -> None:
-    from .pause_actions import run
+def _side(loader, client, cmd: dict, count) -> None:
+    """One side of the actions: the user's loader (``action`` None) or an action's variant of it, timed alone
+    with the training process's work on each batch (``pause_actions.side_stats``)."""
+    from .pause_actions import side_stats
 
     try:
-        rows = run(rebuild, loader, cmd, count)
-        client.send({"k": "tune_actions", "t": time.perf_counter(), "rows": rows})
+        stats = side_stats(loader, cmd, count, measure)
+        client.send({"k": "tune_side", "action": cmd.get("action"), "t": time.perf_counter(), "stats": stats})
     except Exception as exc:  # noqa: BLE001 - a variant that cannot run is a row with its error
-        client.send({"k": "tune_actions", "actions": cmd["actions"], "error": f"{type(exc).__name__}: {exc}"})
+        client.send({"k": "tune_side", "action": cmd.get("action"), "error": f"{type(exc).__name__}: {exc}"})
     client.flush()
 
 
@@ -197,4 +206,4 @@ def _measure_one(loader, client, cmd: dict, count) -> None:
     client.flush()
 
 
-COMMANDS = {"measure": _measure_one, "handoff": _handoff, "actions": _actions}
+COMMANDS = {"measure": _measure_one, "handoff": _handoff, "side": _side}

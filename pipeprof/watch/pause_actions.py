@@ -1,13 +1,19 @@
-"""Action trials inside ``--tune``'s pause: the user's loader against changed copies of it, windows alternated.
+"""Action trials inside ``--tune``'s pause: the user's loader and changed copies of it, each timed alone.
 
-The parent plans the actions (``pipeprof.actions.plan`` on the watched answer) and sends them with the worker
-count it recommends; :func:`run` builds each side in the watched process and times them as a sweep's action
-trial times its sides (``trials.action_trial``: one or two variants and the baseline in one rotation, ABBA
-windows, the side not timed has its workers stopped, each side started untimed first), with no step: the
-loop is paused, so each side is its loader alone plus what the training process does to a batch before the
-step (the copy to the job's device; for uint8 the normalisation there, for the GPU path the decode and
-augment). That work is clocked apart per sample (CUDA events on a GPU, the process clock's wall time on a
-CPU), so the parent can add it to the step where it runs serially with it (``watch.tune.with_actions``).
+The parent plans the actions (``pipeprof.actions.plan`` on the watched answer) and asks for one side at a time
+at the worker count it recommends: the user's loader (the baseline), each action's variant, then the baseline
+again (``watch.tune.bracketed``: the baseline's two readings bound the machine's drift between them). Each side
+is measured as the pause's curve points are (``pause.measure``: steady-state windows of whole worker rounds,
+median and 95% interval), with no step: the loop is paused, so a side is its loader alone plus what the
+training process does to a batch before the step (the copy to the job's device; for uint8 the normalisation
+there, for the GPU path the decode and augment), closed by the device's sync at each window's end. That work is
+also clocked per sample (CUDA events on a GPU, the wall clock on a CPU), so the parent can add it to the step
+where it runs serially with it (``watch.tune.with_step``).
+
+Why sides in turn and not the sweep's alternating windows: at the pause's budget, an ABBA rotation at 14
+workers and batch 256 on the 16-core H200 box fitted 2 pairs of one-round windows, and an epoch boundary
+(16 batches a pass) inside some windows and not others left the gain's interval at ±270%
+(docs/measured.md); a side's own steady-state windows take the median over many rounds in the same time.
 
 A side is built from the user's own DataLoader arguments (``pause.rebuild``): a knob's variant with other
 keywords, a pipeline's variant (``data.user_pipeline``) with a changed copy of the dataset and, where it
@@ -17,15 +23,11 @@ needs one, its collate. The user's loader and its iterator are never touched.
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Callable, Optional
 
 import torch
 
 from pipeprof.data.user_pipeline import BUILDERS
-from pipeprof.measure.loader import EndlessIter, Pause, prefetch_depth, shutdown
-from pipeprof.measure.windows import rotating
-from pipeprof.trials.action_trial import paired_columns, start_sides
 
 
 def images_of(batch):
@@ -76,87 +78,40 @@ class DeviceClock:
         return total / self.samples * 1e6
 
 
-def build_side(rebuild: Callable, loader, workers: int, action: Optional[str], params: dict):
-    """(the side's DataLoader, its on_device work, its sample count rule or None) for ``action`` (None: the
-    baseline, the user's loader rebuilt as it is)."""
+def changes_for(loader, action: Optional[str], params: dict) -> tuple[dict, Optional[Callable]]:
+    """(the DataLoader keywords ``action``'s variant changes, its work on the device or None) (None: the
+    baseline, the user's loader as it is)."""
     if action is None or action not in BUILDERS:  # the baseline, or a knob: the user's dataset as it is
-        return rebuild(loader, workers, **_knobs(loader, params)), None
+        if params.get("prefetch_factor") == "2x":
+            params = params | {"prefetch_factor": 2 * (loader.prefetch_factor or 2)}
+        return dict(params), None
     variant = BUILDERS[action](loader.dataset)
-    changes = {"dataset": variant.dataset} | ({"collate_fn": variant.collate} if variant.collate else {})
-    return rebuild(loader, workers, **changes), variant.on_device
+    return {"dataset": variant.dataset} | (
+        {"collate_fn": variant.collate} if variant.collate else {}
+    ), variant.on_device
 
 
-def _knobs(loader, params: dict) -> dict:
-    if params.get("prefetch_factor") == "2x":
-        return params | {"prefetch_factor": 2 * (loader.prefetch_factor or 2)}
-    return dict(params)
+def side_stats(loader, cmd: dict, count: Callable, measure: Callable) -> dict:
+    """One side (``cmd["action"]``, None: the baseline) at ``cmd["workers"]``: ``measure``'s stats with the
+    side's work on each batch and its device time per sample."""
+    device = cmd.get("device") or "cpu"
+    changes, on_device = changes_for(loader, cmd.get("action"), cmd.get("params") or {})
+    clock, built = DeviceClock(device), cmd.get("action") in BUILDERS
+    phase = {"now": "warmup"}
 
+    def work(batch) -> int:
+        n = (None if built else count(batch)) or len(batch[1])
+        run = lambda: (on_device or copy_to)(images_of(batch), device)  # noqa: E731
+        if phase["now"] == "measure":
+            clock.timed(run, n)
+        else:
+            run()
+        return n
 
-def run(rebuild: Callable, loader, cmd: dict, count: Callable) -> list[dict]:
-    """The variants of ``cmd["actions"]`` (one or two ``[id, params]``) against the user's loader at
-    ``cmd["workers"]``, in one rotation; each variant's columns (``trials.action_trial.paired_columns``) and
-    both sides' device work per sample."""
-    workers, device = int(cmd["workers"]), cmd.get("device") or "cpu"
-    policy = SimpleNamespace(**cmd["policy"])
-    started = time.perf_counter()
-    specs = [(None, {})] + [(a, p) for a, p in cmd["actions"]]
-    sides, its, pauses = [], {}, {}
-    try:
-        for k, (action, params) in enumerate(specs):
-            dl, on_device = build_side(rebuild, loader, workers, action, params)
-            sides.append(SimpleNamespace(loader=dl, on_device=on_device, clock=DeviceClock(device), own=action))
-            its[k] = EndlessIter(dl)  # a pass that ends starts again (the user's dataset is finite)
-            pauses[k] = Pause(its[k])
-        turns = SimpleNamespace(side=0, phase="warmup")
-
-        def switch(k: int) -> None:
-            if k != turns.side:
-                pauses[turns.side].stop()
-                pauses[k].resume()
-            turns.side = k
-
-        def one() -> int:
-            side = sides[turns.side]
-            batch = next(its[turns.side])
-            n = (count(batch) if side.own not in BUILDERS else None) or len(batch[1])
-            work = lambda: (side.on_device or copy_to)(images_of(batch), device)  # noqa: E731
-            if turns.phase == "measure":
-                side.clock.timed(work, n)
-            else:
-                work()
-            return n
-
-        sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-        pf = max(s.loader.prefetch_factor or 2 for s in sides)
-        depth = prefetch_depth(workers, pf)
-        drain = start_sides(one, switch, pauses, SimpleNamespace(num_workers=workers), depth, pf, sync, len(specs) - 1)
-        rotated = rotating(
-            one,
-            switch,
-            len(specs) - 1,
-            policy,
-            drain_batches=drain,
-            batch_multiple=max(workers, 1),
-            sync=sync,
-            on_phase=lambda p: setattr(turns, "phase", p),
-            half_width=policy.ci_target,
-            started=started,
-        )
-    finally:
-        for k, it in its.items():
-            pauses[k].resume()  # a stopped worker cannot exit
-            shutdown(it)
-    base_us = sides[0].clock.us_per_sample()
-    return [
-        paired_columns(rotated.paired(k), policy.max_trial_s, policy.ci_target)
-        | {
-            "action": specs[k][0],
-            "num_workers": workers,
-            "device_us_per_sample": sides[k].clock.us_per_sample(),
-            "baseline_device_us_per_sample": base_us,
-        }
-        for k in range(1, len(specs))
-    ]
+    work.on_phase = lambda p: phase.update(now=p)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else None
+    stats = measure(loader, int(cmd["workers"]), cmd["policy"], lambda pids: None, count, changes, work, sync)
+    return stats | {"device_us_per_sample": clock.us_per_sample()}
 
 
 def user_workers() -> list[int]:

@@ -19,6 +19,7 @@ run and waits for the job. A second SIGINT is passed to the job, a third kills i
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import shutil
@@ -435,6 +436,7 @@ class Session:
             "actions": tried
             + [{"id": p.id, "action": p.action, "why_not": p.why_not} for p in planned if p.why_not is not None],
             "best_action": (tuning_module().best_action(tried) or {}).get("id"),
+            "actions_timed_region": tuning_module().ACTION_REGION,
             "user_pipeline": user,
         }
 
@@ -471,22 +473,54 @@ class Session:
         return actions.plan(answer, row, facts)
 
     def _run_planned(self, cid: int, label: str, pick: int, todo: list, step: float, t0: float) -> list[dict]:
-        """The planned actions in pairs (one rotation each), the pipeline's changes first; a pair the budget
-        has no room for is listed as skipped."""
+        """The user's loader, each planned action's variant in turn (the pipeline's changes first), then the
+        loader again (``tune.bracketed``); an action the budget has no room for is listed as skipped."""
         from pipeprof.actions import ACTIONS
 
         tuning = tuning_module()
-        todo = sorted(todo, key=lambda p: ACTIONS[p.id].on_user is None)
-        pf = int(self.store.loaders[label]["settings"].get("prefetch_factor") or 2)
-        tried: list[dict] = []
-        for pair in (todo[i : i + 2] for i in range(0, len(todo), 2)):
-            left = self._left(t0, 60.0)
-            if left < 15.0:
-                skipped = f"--tune-max-s {self.o.tune_max_s:g} s ran out before it"
-                tried += [{"id": p.id, "action": p.action, "skipped": skipped} for p in pair]
+        # the dataset's changes first, those that change what the loader hands over (bytes, uint8) before others
+        todo = sorted(todo, key=lambda p: (ACTIONS[p.id].on_user is None, not ACTIONS[p.id].new_handoff))
+        if not todo:
+            return []
+        cap = max(12.0, min(20.0, (self.o.tune_max_s - (clock() - t0)) / (len(todo) + 2)))
+        before, tried, read = self._side(cid, pick, None, {}, cap), [], []
+        for p in todo:
+            if self._left(t0, math.inf) < 2 * cap:  # room for this side and the baseline's second reading
+                tried.append(
+                    {"id": p.id, "action": p.action, "skipped": f"--tune-max-s {self.o.tune_max_s:g} s ran out"}
+                )
                 continue
-            tried += self._try_pair(cid, pick, pair, tuning.action_policy(self.o.window_s, left, pick, pf), step)
+            read.append((p, self._side(cid, pick, p.id, p.params, cap)))
+        after = self._side(cid, pick, None, {}, cap) if read else None
+        for p, side in read:
+            entry = tuning.with_step(tuning.bracketed(before, side, after), step)
+            tried.append(entry | {"id": p.id, "action": p.action, "params": p.params})
+            self._log_action(tried[-1])
         return tried
+
+    def _side(self, cid: int, workers: int, action: Optional[str], params: dict, cap: float) -> dict:
+        name = action or "baseline"
+        self.monitor.set_trial(f"tune side {name}")
+        policy = tuning_module().policy(self.o.window_s, cap)
+        cmd = {"cmd": "side", "workers": workers, "device": self.device(), "action": action, "params": params}
+        self.server.send(cid, cmd | {"policy": policy})
+        got = self._await(cid, {"tune_side"}, cap + 120.0) or {"error": "no answer from the paused process"}
+        self.monitor.set_trial(None)
+        stats = got.get("stats") or {"error": got.get("error")}
+        rate = stats.get("samples_per_s")
+        self.o.log(
+            f"pipeprof watch:   {name} at {workers} workers: "
+            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({stats.get('error')})")
+        )
+        return stats
+
+    def _log_action(self, entry: dict) -> None:
+        if entry.get("measured"):
+            self.o.log(
+                f"pipeprof watch:   {entry['action']}: loader {entry['action_gain_frac']:+.1%} "
+                f"({entry['action_gain_ci95_low']:+.1%} … {entry['action_gain_ci95_high']:+.1%}), end to end "
+                f"{entry['predicted_e2e_gain_frac']:+.1%} predicted"
+            )
 
     def _with_snippets(self, label: str, tried: list[dict], user: dict) -> None:
         """Each tried action's code to write: the user pipeline's snippet, or the DataLoader keyword."""
@@ -503,40 +537,6 @@ class Session:
     def _left(self, t0: float, most: float) -> float:
         """Seconds of the pause's budget left (``--tune-max-s``), at most ``most``."""
         return min(most, self.o.tune_max_s - (clock() - t0))
-
-    def _try_pair(self, cid: int, workers: int, pair: list, policy: dict, step: float) -> list[dict]:
-        from .tune import with_step
-
-        ids = "+".join(p.id for p in pair)
-        self.monitor.set_trial(f"tune actions {ids}")
-        self.server.send(
-            cid,
-            {
-                "cmd": "actions",
-                "workers": workers,
-                "device": self.device(),
-                "actions": [[p.id, p.params] for p in pair],
-                "policy": policy,
-            },
-        )
-        got = self._await(cid, {"tune_actions"}, policy["max_trial_s"] + 120.0) or {"error": "no answer"}
-        self.monitor.set_trial(None)
-        out = []
-        for k, p in enumerate(pair):
-            row = (got.get("rows") or [{}] * len(pair))[k] if not got.get("error") else {"error": got["error"]}
-            entry = with_step(row, step) | {"id": p.id, "action": p.action, "params": p.params}
-            out.append(entry)
-            g = entry.get("action_gain_frac")
-            self.o.log(
-                f"pipeprof watch:   {p.action}: "
-                + (
-                    f"loader {g:+.1%} ({entry['action_gain_ci95_low']:+.1%} … {entry['action_gain_ci95_high']:+.1%})"
-                    f", end to end {entry['predicted_e2e_gain_frac']:+.1%} predicted"
-                    if entry.get("measured") and entry.get("action_gain_ci95_low") is not None
-                    else f"not measured ({entry.get('error') or entry.get('unstable_reason') or 'no pair of windows'})"
-                )
-            )
-        return out
 
     def _measure(self, cid: int, workers: int, policy: dict) -> dict:
         self.monitor.set_trial(f"tune w{workers}")

@@ -29,21 +29,19 @@ from pipeprof.config import MeasureConfig
 from pipeprof.orchestrate.search import Point, next_workers
 
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
+ACTION_REGION = (
+    "each side alone at the recommended count, in turn (the user's loader, each action's variant, the user's "
+    "loader again): next() on a copy of the loader built from the user's arguments + the training process's "
+    "work on the batch before its step (the copy to the job's device; uint8: the conversion and normalisation "
+    "there; GPU path: decode and augment), steady-state windows of whole worker rounds closed by the device's "
+    "sync; device_us_per_sample: that work alone (CUDA events, or the wall clock on a CPU)"
+)
 
 
 def policy(window_s: float, max_trial_s: Optional[float] = None) -> dict:
     """The pause's steady-state policy: the sweep's, with shorter warm-up and trial caps."""
     caps = TUNE_POLICY | ({"max_trial_s": max_trial_s} if max_trial_s is not None else {})
     return MeasureConfig(window_s=window_s, **caps).model_dump()
-
-
-def action_policy(window_s: float, max_trial_s: float, workers: int, prefetch_factor: int) -> dict:
-    """An action trial's policy in the pause: the sweep's action trial's (``trials.action_trial.action_policy``:
-    longer windows, pairs added while the gain's interval is wide) on the pause's caps."""
-    from pipeprof.trials.action_trial import action_policy as sweeps
-
-    m = MeasureConfig(window_s=window_s, **(TUNE_POLICY | {"max_trial_s": max_trial_s}))
-    return sweeps(m, workers * prefetch_factor).model_dump()
 
 
 def _point(stats: dict, step_rate: float) -> Optional[Point]:
@@ -189,30 +187,66 @@ def handoff_cap(rows: list[dict]) -> tuple[float, Optional[float]]:
     )
 
 
+def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
+    """A variant's reading against the baseline read before and after it: the baseline's rate is the mean of its
+    two medians and its interval spans both readings' (the machine's drift between them is in it); the gain is
+    the variant's median over that, its interval the variant's ends over the baseline's far ends, so it is above
+    zero only where the two intervals separate (a setting is called better only then)."""
+    bases = [b for b in (before, after) if b and b.get("samples_per_s")]
+    rate = side.get("samples_per_s")
+    if not bases or not rate:
+        return {"error": side.get("error") or "no rate"}
+    base = sum(b["samples_per_s"] for b in bases) / len(bases)
+    b_lo = min(b.get("samples_per_s_ci95_low") or b["samples_per_s"] for b in bases)
+    b_hi = max(b.get("samples_per_s_ci95_high") or b["samples_per_s"] for b in bases)
+    lo, hi = side.get("samples_per_s_ci95_low") or rate, side.get("samples_per_s_ci95_high") or rate
+    base_us = [b.get("device_us_per_sample") for b in bases if b.get("device_us_per_sample") is not None]
+    return {
+        "samples_per_s": rate,
+        "samples_per_s_ci95_low": lo,
+        "samples_per_s_ci95_high": hi,
+        "baseline_samples_per_s": base,
+        "baseline_ci95_low": b_lo,
+        "baseline_ci95_high": b_hi,
+        "baseline_drift_frac": (bases[-1]["samples_per_s"] / bases[0]["samples_per_s"] - 1) if len(bases) > 1 else None,
+        "action_gain_frac": rate / base - 1,
+        "action_gain_ci95_low": lo / b_hi - 1,
+        "action_gain_ci95_high": hi / b_lo - 1,
+        "device_us_per_sample": side.get("device_us_per_sample"),
+        "baseline_device_us_per_sample": sum(base_us) / len(base_us) if base_us else None,
+        "windows": side.get("windows"),
+        "unstable": side.get("unstable"),
+        "unstable_reason": side.get("unstable_reason"),
+    }
+
+
 def with_step(row: dict, step_rate: float) -> dict:
-    """An action row of the pause with its end-to-end reading: the loader alone and the training process's work
-    per sample (``device_us_per_sample``, the baseline's copy subtracted) against the step watched in the loop.
-    That work runs in the training process between steps (one stream, one thread), so it adds to the step's
-    time per sample: predicted = min(variant alone, 1 / (1/step + extra)) over min(baseline alone, step)."""
+    """An action's reading (:func:`bracketed`) with its end-to-end prediction: the loader alone and the training
+    process's work per sample (``device_us_per_sample``, the baseline's copy subtracted) against the step watched
+    in the loop. That work runs in the training process between steps (one stream, one thread), so it adds to
+    the step's time per sample: predicted = min(variant alone, 1 / (1/step + extra)) over min(baseline alone,
+    step). ``verified``: the loader's gain interval is above zero."""
     base, gain = row.get("baseline_samples_per_s"), row.get("action_gain_frac")
     if row.get("error") or not base or gain is None:
         return row | {"measured": False}
     extra = max(0.0, (row.get("device_us_per_sample") or 0.0) - (row.get("baseline_device_us_per_sample") or 0.0))
     fed = 1.0 / (1.0 / step_rate + extra / 1e6)
 
-    def e2e(g: float) -> float:
-        return min(base * (1 + g), fed) / min(base, step_rate) - 1
+    def e2e(rate: float) -> float:
+        return min(rate, fed) / min(base, step_rate) - 1
 
-    lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
-    known = lo is not None and hi is not None
     return row | {
         "measured": True,
-        "verified": bool(known and lo > 0),
+        "verified": bool(row["action_gain_ci95_low"] > 0),
         "extra_device_us_per_sample": extra,
-        "predicted_e2e_gain_frac": e2e(gain),
-        "predicted_e2e_gain_ci95_low": e2e(lo) if known else None,
-        "predicted_e2e_gain_ci95_high": e2e(hi) if known else None,
-        "predicted_e2e_samples_per_s": min(base * (1 + gain), fed),
+        "predicted_e2e_gain_frac": e2e(row["samples_per_s"]),
+        "predicted_e2e_gain_ci95_low": min(row["samples_per_s_ci95_low"], fed)
+        / min(row["baseline_ci95_high"], step_rate)
+        - 1,
+        "predicted_e2e_gain_ci95_high": min(row["samples_per_s_ci95_high"], fed)
+        / min(row["baseline_ci95_low"], step_rate)
+        - 1,
+        "predicted_e2e_samples_per_s": min(row["samples_per_s"], fed),
     }
 
 
