@@ -203,7 +203,8 @@ ACTIONS: dict[str, Action] = {
             frozenset({"startup"}),
             KNOB,
             variant="knobs",
-            params=lambda row, facts: {"persistent_workers": True},
+            # None: already persistent (a user's loader's own setting), nothing to change
+            params=lambda row, facts: None if row.get("persistent_workers") is True else {"persistent_workers": True},
             rule=_endless,
             needs_workers=True,
         ),
@@ -215,7 +216,7 @@ ACTIONS: dict[str, Action] = {
             frozenset({"workers"}),
             KNOB,
             variant="knobs",
-            params=lambda row, facts: {"in_order": False},
+            params=lambda row, facts: None if row.get("in_order") is False else {"in_order": False},
             needs_workers=True,
             rule=lambda row, facts: (
                 "one worker makes its batches in order" if int(row.get("num_workers") or 0) < 2 else None

@@ -181,7 +181,10 @@ def tuned(tmp_path_factory):
         # the whole validation pass between them at any speed (a 3 s window once ended 6 of its 12 batches in,
         # on a day the first epoch ran slow: no steady-state window for the validation loader)
         done = _watch(
-            tmp, ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--stop"], [sys.executable, "train.py", "1000"]
+            tmp,
+            # a pause for the curve and the hand-off (the actions of this loader are test_watch_actions.py's)
+            ["--steps", str(TRAIN_BATCHES + 2), "--tune", "--tune-max-s", "20", "--stop"],
+            [sys.executable, "train.py", "1000"],
         )
         return done, _run_folder(tmp), (tmp / "watch.log").read_text()
 

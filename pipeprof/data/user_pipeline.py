@@ -52,6 +52,11 @@ def steps_of(transform) -> list:
 
 
 def _name(t) -> str:
+    """The class name a step is read by: its own, or that of the torchvision / albumentations class it extends
+    (a user's ``class MyNormalize(transforms.Normalize)`` is a Normalize)."""
+    for c in type(t).__mro__:
+        if c.__module__.startswith(("torchvision", "albumentations")):
+            return c.__name__
     return type(t).__name__
 
 

@@ -115,6 +115,7 @@ def settings(loader) -> dict:
         "pin_memory": bool(loader.pin_memory),
         "prefetch_factor": loader.prefetch_factor,
         "persistent_workers": bool(loader.persistent_workers),
+        "in_order": bool(getattr(loader, "in_order", True)),
         "drop_last": bool(loader.drop_last),
         "dataset": _qualname(loader.dataset),
         "dataset_len": length,

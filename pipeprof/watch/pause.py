@@ -131,7 +131,14 @@ def serve(loader, client, first: dict, count) -> None:
     quiet.stop()
     t0 = time.perf_counter()
     client.send(
-        {"k": "tune_paused", "loader": first.get("loader"), "t": t0, "user": _inspect(loader), "stopped": quiet.stopped}
+        {
+            "k": "tune_paused",
+            "loader": first.get("loader"),
+            "t": t0,
+            "user": _inspect(loader),
+            "stopped": quiet.stopped,
+            "batches_per_pass": _passes(loader),
+        }
     )
     client.flush()
     try:
@@ -147,6 +154,14 @@ def serve(loader, client, first: dict, count) -> None:
         states.restore()
         client.send({"k": "tune_resumed", "t": time.perf_counter(), "paused_s": time.perf_counter() - t0})
         client.flush()
+
+
+def _passes(loader):
+    """Batches in one pass of the loader (None where its dataset has no length)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def _inspect(loader) -> dict:

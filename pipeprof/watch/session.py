@@ -398,12 +398,13 @@ class Session:
         )
         cores = usable_cores()["usable"]
         seen = tuning.search(
-            lambda w: self._measure(cid, w, tuning.policy(self.o.window_s)),
+            lambda w: self._measure(cid, w, tuning.policy(self.o.window_s, tuning.point_cap(self.o.tune_max_s))),
             step,
             self.store.loaders[label]["settings"].get("num_workers") or 0,
             cores,
         )
-        self.tune_result = {"loader": label, "step_samples_per_s": step, "curve_note": tuning.curve_note(seen)}
+        note = tuning.curve_note(seen, paused.get("batches_per_pass"))
+        self.tune_result = {"loader": label, "step_samples_per_s": step, "curve_note": note}
         try:
             self._tune_actions(cid, label, step, cores, paused.get("user") or {}, t0)
         finally:
@@ -441,7 +442,8 @@ class Session:
         }
 
     def _pause_handoff(self, cid: int, pick: int, t0: float) -> None:
-        policy = tuning_module().policy(self.o.window_s, self._left(t0, 30.0))
+        tuning = tuning_module()
+        policy = tuning.policy(self.o.window_s, self._left(t0, tuning.point_cap(self.o.tune_max_s)))
         self.monitor.set_trial(f"tune handoff w{pick}")
         self.server.send(cid, {"cmd": "handoff", "workers": pick, "policy": policy})
         got = self._await(cid, {"tune_handoff"}, policy["max_trial_s"] + 60.0)
@@ -468,7 +470,8 @@ class Session:
         if answer is None or watched is None:
             return None
         settings = self.store.loaders[label]["settings"]
-        row = watched | {"num_workers": pick, "pin_memory": settings.get("pin_memory")}
+        knobs = {k: settings.get(k) for k in ("pin_memory", "persistent_workers", "in_order") if k in settings}
+        row = watched | {"num_workers": pick} | knobs
         facts = actions.Facts(self.device(), "loader", prefetch_factor=settings.get("prefetch_factor") or 2, user=user)
         return actions.plan(answer, row, facts)
 
@@ -482,7 +485,7 @@ class Session:
         todo = sorted(todo, key=lambda p: (ACTIONS[p.id].on_user is None, not ACTIONS[p.id].new_handoff))
         if not todo:
             return []
-        cap = max(12.0, min(20.0, (self.o.tune_max_s - (clock() - t0)) / (len(todo) + 2)))
+        cap = max(tuning.point_cap(self.o.tune_max_s), min(20.0, self._left(t0, math.inf) / (len(todo) + 2)))
         before, tried, read = self._side(cid, pick, None, {}, cap), [], []
         for p in todo:
             if self._left(t0, math.inf) < 2 * cap:  # room for this side and the baseline's second reading
@@ -491,7 +494,7 @@ class Session:
                 )
                 continue
             read.append((p, self._side(cid, pick, p.id, p.params, cap)))
-        after = self._side(cid, pick, None, {}, cap) if read else None
+        after = self._side(cid, pick, None, {}, cap) if read and self._left(t0, math.inf) >= cap / 2 else None
         for p, side in read:
             entry = tuning.with_step(tuning.bracketed(before, side, after), step)
             tried.append(entry | {"id": p.id, "action": p.action, "params": p.params})

@@ -156,23 +156,54 @@ def suspects(seen: dict[int, dict]) -> list[int]:
     """Counts whose rate per worker reads below a larger count's, beyond both intervals. A loader's rate per
     worker can only fall as workers are added (they share the cores and one hand-off), so such a point met
     something else on the machine: the search measures it once more."""
+    return [a for a, b in _rises(seen)]
+
+
+def _rises(seen: dict[int, dict]) -> list[tuple[int, int]]:
+    """(a, b): the smallest larger count b whose rate per worker reads above a's, beyond both intervals."""
     ok = sorted(w for w, s in seen.items() if s.get("samples_per_s") and w > 0)
 
     def per_worker(w: int, end: str) -> float:
         return (seen[w].get(f"samples_per_s_ci95_{end}") or seen[w]["samples_per_s"]) / w
 
-    return [a for i, a in enumerate(ok) if any(per_worker(b, "low") > per_worker(a, "high") for b in ok[i + 1 :])]
+    found = [
+        (a, next((b for b in ok[i + 1 :] if per_worker(b, "low") > per_worker(a, "high")), None))
+        for i, a in enumerate(ok)
+    ]
+    return [(a, b) for a, b in found if b is not None]
 
 
-def curve_note(seen: dict[int, dict]) -> Optional[str]:
-    """Why the curve is not monotone in its rate per worker after the second look, or None."""
-    left = suspects(seen)
-    if not left:
-        return None
-    return (
-        f"the rate per worker at {', '.join(map(str, left))} workers reads below a larger count's in two "
-        "measurements: the machine's load moved during the pause (the counts' intervals are the figures to read)"
-    )
+def pass_efficiency(batches: int, workers: int) -> float:
+    """The share of a pass's worker slots that carry a batch: a pass of ``batches`` hands them out round-robin,
+    so its last round keeps only ``batches mod workers`` workers busy and the next pass starts only when the
+    loop asks for it (16 batches on 14 workers: 16 of 28 slots, 0.57; on 16 workers: 1.0)."""
+    return batches / (workers * math.ceil(batches / workers)) if batches and workers else 1.0
+
+
+def curve_note(seen: dict[int, dict], batches_per_pass: Optional[int] = None) -> Optional[str]:
+    """Why the curve is not monotone in its rate per worker after the second look, or None: the end of each
+    pass where it explains the drop (:func:`pass_efficiency` lower at the suspect count), else the machine."""
+    reasons = []
+    for a, b in _rises(seen):
+        ea, eb = pass_efficiency(batches_per_pass, a), pass_efficiency(batches_per_pass, b)
+        if batches_per_pass and ea < 0.9 * eb:
+            reasons.append(
+                f"a pass of {batches_per_pass} batches keeps {a} workers busy in {ea:.0%} of their rounds' slots "
+                f"against {eb:.0%} at {b} (its last round leaves workers idle until the next pass starts): the rate "
+                f"per worker at {a} falls below {b}'s by that; a count that divides {batches_per_pass} loses none"
+            )
+        else:
+            reasons.append(
+                f"the rate per worker at {a} workers reads below {b}'s in two measurements: the machine's load moved "
+                "during the pause (the counts' intervals are the figures to read)"
+            )
+    return "; ".join(reasons) or None
+
+
+def point_cap(tune_max_s: float) -> float:
+    """A curve point's (and an action side's) time cap: a tenth of the pause's budget, 8-20 s (at the default
+    120 s: 12 s, about 4 points, the hand-off and 4 action sides)."""
+    return max(8.0, min(20.0, tune_max_s / 10))
 
 
 def handoff_cap(rows: list[dict]) -> tuple[float, Optional[float]]:
