@@ -70,7 +70,7 @@ def tuned_actions(tmp_path_factory):
 
         make_dataset(tmp / "ds", images=96, classes=2, seed=4, workers=1)
         (tmp / "train.py").write_text(SCRIPT)
-        args = ["--seconds", "6", "--tune", "--tune-max-s", "40", "--stop", "--window-s", "0.5", "--redraws", "10"]
+        args = ["--seconds", "4", "--tune", "--tune-max-s", "30", "--stop", "--window-s", "0.3", "--redraws", "10"]
         done = subprocess.run(
             [
                 sys.executable,
@@ -130,4 +130,4 @@ def test_what_the_pause_could_not_try_is_named_with_why(tuned_actions):
     handoff = run.trials[run.trials["kind"] == "handoff"]
     assert len(handoff) == 1 and handoff.iloc[0]["num_workers"] == tune["actions_at_workers"]
     assert tune["cores_needed"]["handoff_limit"] == pytest.approx(handoff.iloc[0]["samples_per_s_ci95_high"])
-    assert tune["paused_s"] < 40 + 25  # the budget, and at most one side past it (its cap) with its start
+    assert tune["paused_s"] < 30 + 25  # the budget, and at most one side past it (its cap) with its start

@@ -402,6 +402,7 @@ class Session:
             step,
             self.store.loaders[label]["settings"].get("num_workers") or 0,
             cores,
+            paused.get("batches_per_pass"),
         )
         note = tuning.curve_note(seen, paused.get("batches_per_pass"))
         self.tune_result = {"loader": label, "step_samples_per_s": step, "curve_note": note}

@@ -52,8 +52,12 @@ def _point(stats: dict, step_rate: float) -> Optional[Point]:
     return Point(0, min(rate, step_rate), min(low, step_rate), min(high, step_rate))
 
 
-def search(measure: Callable[[int], dict], step_rate: float, start: int, cores: int) -> dict[int, dict]:
-    """Worker count -> the loader's stats there, measured in the order the adaptive search asks."""
+def search(
+    measure: Callable[[int], dict], step_rate: float, start: int, cores: int, batches_per_pass: Optional[int] = None
+) -> dict[int, dict]:
+    """Worker count -> the loader's stats there, measured in the order the adaptive search asks; a count whose
+    rate per worker reads below a larger count's is measured once more, unless the end of each pass explains it
+    (:func:`curve_note`)."""
     seen: dict[int, dict] = {}
     first = max(start, 1)
     seen[first] = measure(first)
@@ -72,8 +76,9 @@ def search(measure: Callable[[int], dict], step_rate: float, start: int, cores: 
             break
         points[w] = p._replace(workers=w)
         w = next_workers(points, step_rate, per_worker, cores)
-    for a in suspects(seen):  # once: a point that met the machine's load, not the loader (see suspects)
-        seen[a] = measure(a)
+    for a, b in _rises(seen):  # once: a point that met the machine's load, not the loader (see suspects)
+        if not _pass_explains(batches_per_pass, a, b):
+            seen[a] = measure(a)
     return seen
 
 
@@ -180,13 +185,18 @@ def pass_efficiency(batches: int, workers: int) -> float:
     return batches / (workers * math.ceil(batches / workers)) if batches and workers else 1.0
 
 
+def _pass_explains(batches: Optional[int], a: int, b: int) -> bool:
+    """The end of each pass leaves ``a`` workers idle for a tenth or more of their slots more than ``b``."""
+    return bool(batches) and pass_efficiency(batches, a) < 0.9 * pass_efficiency(batches, b)
+
+
 def curve_note(seen: dict[int, dict], batches_per_pass: Optional[int] = None) -> Optional[str]:
     """Why the curve is not monotone in its rate per worker after the second look, or None: the end of each
     pass where it explains the drop (:func:`pass_efficiency` lower at the suspect count), else the machine."""
     reasons = []
     for a, b in _rises(seen):
         ea, eb = pass_efficiency(batches_per_pass, a), pass_efficiency(batches_per_pass, b)
-        if batches_per_pass and ea < 0.9 * eb:
+        if _pass_explains(batches_per_pass, a, b):
             reasons.append(
                 f"a pass of {batches_per_pass} batches keeps {a} workers busy in {ea:.0%} of their rounds' slots "
                 f"against {eb:.0%} at {b} (its last round leaves workers idle until the next pass starts): the rate "

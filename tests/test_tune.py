@@ -1,0 +1,77 @@
+"""The pause's arithmetic (``watch.tune``) on figures of known content: the curve's check and its reason, the
+search's second look, an action read against the baseline before and after it, and its end-to-end prediction."""
+
+import math
+
+import pytest
+
+from pipeprof.watch import tune
+
+
+def _pt(rate: float, half: float = 0.03) -> dict:
+    return {
+        "samples_per_s": rate,
+        "samples_per_s_ci95_low": rate * (1 - half),
+        "samples_per_s_ci95_high": rate * (1 + half),
+    }
+
+
+def test_the_end_of_a_pass_keeps_workers_idle_by_its_last_round():
+    assert tune.pass_efficiency(16, 16) == 1.0 and tune.pass_efficiency(16, 8) == 1.0
+    assert tune.pass_efficiency(16, 14) == pytest.approx(16 / 28)
+    assert tune.pass_efficiency(None, 14) == 1.0  # an unsized dataset: nothing known
+
+
+def test_a_per_worker_rise_is_explained_by_the_pass_or_named_as_the_machines():
+    # the issue's curve: per worker 237 at 4, 94 at 14, 154 at 16; 4,096 images / 256 = 16 batches a pass
+    seen = {4: _pt(948), 14: _pt(1310), 16: _pt(2461)}
+    assert tune.suspects(seen) == [14]
+    note = tune.curve_note(seen, 16)
+    assert "a pass of 16 batches keeps 14 workers busy in 57%" in note and "against 100% at 16" in note
+    assert "machine's load" in tune.curve_note(seen, None)
+    assert tune.curve_note({4: _pt(900), 8: _pt(1700), 16: _pt(3000)}, 16) is None  # falls per worker: no note
+
+
+def test_the_search_measures_an_unexplained_rise_again_once_and_an_explained_one_not():
+    calls: list[int] = []
+    rates = {4: 900.0, 14: 1100.0, 16: 3000.0}  # the search visits 4, 16, 14; 14 reads low (per worker 79 vs 188)
+
+    def measure(w: int) -> dict:
+        calls.append(w)
+        return _pt(rates.get(w, 200.0 * w))
+
+    tune.search(measure, step_rate=5000.0, start=4, cores=16, batches_per_pass=None)
+    assert calls == [4, 16, 14, 14]
+    calls.clear()
+    tune.search(measure, step_rate=5000.0, start=4, cores=16, batches_per_pass=16)  # 14 workers: 16 of 28 slots
+    assert calls == [4, 16, 14]
+
+
+def test_an_action_is_read_against_both_baseline_readings():
+    before, after = _pt(1000, 0.02) | {"device_us_per_sample": 5.0}, _pt(1100, 0.02) | {"device_us_per_sample": 7.0}
+    row = tune.bracketed(before, _pt(1500, 0.04) | {"device_us_per_sample": 40.0}, after)
+    assert row["baseline_samples_per_s"] == 1050 and row["baseline_drift_frac"] == pytest.approx(0.1)
+    assert row["baseline_ci95_low"] == pytest.approx(980) and row["baseline_ci95_high"] == pytest.approx(1122)
+    assert row["action_gain_frac"] == pytest.approx(1500 / 1050 - 1)
+    assert row["action_gain_ci95_low"] == pytest.approx(1440 / 1122 - 1)  # the variant's low over the far end
+    assert row["baseline_device_us_per_sample"] == 6.0
+    # the two intervals overlap: not verified
+    close = tune.with_step(tune.bracketed(before, _pt(1060, 0.04), after), step_rate=1e6)
+    assert close["measured"] and not close["verified"]
+    assert tune.bracketed(before, {"error": "no rate"}, after) == {"error": "no rate"}
+
+
+def test_the_training_process_work_adds_to_the_step_end_to_end():
+    before = after = _pt(1000, 0.0) | {"device_us_per_sample": 10.0}
+    # a variant whose loader alone runs at 4,000/s but adds 210 us a sample of device work before a 2,000/s step:
+    # fed at 1 / (500 us + 200 us) = 1,428.6/s; the baseline reached min(1,000, 2,000)
+    row = tune.with_step(tune.bracketed(before, _pt(4000, 0.0) | {"device_us_per_sample": 210.0}, after), 2000.0)
+    assert row["extra_device_us_per_sample"] == pytest.approx(200.0)
+    assert row["predicted_e2e_samples_per_s"] == pytest.approx(1 / (1 / 2000 + 200e-6))
+    assert row["predicted_e2e_gain_frac"] == pytest.approx(1 / (1 / 2000 + 200e-6) / 1000 - 1)
+    assert row["action_gain_frac"] == pytest.approx(3.0)  # the loader alone quadruples: not what the loop gets
+    # step-bound already: any device work only costs
+    slow = tune.with_step(tune.bracketed(before, _pt(4000, 0.0) | {"device_us_per_sample": 210.0}, after), 500.0)
+    assert slow["predicted_e2e_gain_frac"] < 0
+    assert tune.best_action([row, slow | {"verified": False}]) is row
+    assert math.isfinite(row["predicted_e2e_gain_ci95_high"])
