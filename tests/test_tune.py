@@ -2,6 +2,7 @@
 search's second look, an action read against the baseline before and after it, and its end-to-end prediction."""
 
 import math
+import statistics
 
 import pytest
 
@@ -47,31 +48,39 @@ def test_the_search_measures_an_unexplained_rise_again_once_and_an_explained_one
     assert calls == [4, 16, 14]
 
 
-def test_an_action_is_read_against_both_baseline_readings():
-    before, after = _pt(1000, 0.02) | {"device_us_per_sample": 5.0}, _pt(1100, 0.02) | {"device_us_per_sample": 7.0}
-    row = tune.bracketed(before, _pt(1500, 0.04) | {"device_us_per_sample": 40.0}, after)
-    assert row["baseline_samples_per_s"] == 1050 and row["baseline_drift_frac"] == pytest.approx(0.1)
-    assert row["baseline_ci95_low"] == pytest.approx(980) and row["baseline_ci95_high"] == pytest.approx(1122)
-    assert row["action_gain_frac"] == pytest.approx(1500 / 1050 - 1)
-    assert row["action_gain_ci95_low"] == pytest.approx(1440 / 1122 - 1)  # the variant's low over the far end
+def _side(rates: list[float], us: float | None = None) -> dict:
+    return {"samples_per_s": sorted(rates)[len(rates) // 2], "window_rates": rates, "device_us_per_sample": us}
+
+
+def test_an_action_is_read_against_both_baseline_readings_pooled():
+    before, after = _side([990.0, 1000.0, 1010.0], 5.0), _side([1090.0, 1100.0, 1110.0], 7.0)
+    row = tune.bracketed(before, _side([1480.0, 1500.0, 1520.0], 40.0), after)
+    pooled = [990.0, 1000.0, 1010.0, 1090.0, 1100.0, 1110.0]
+    assert row["baseline_windows"] == 6 and row["baseline_drift_frac"] == pytest.approx(0.1)
+    assert row["action_gain_frac"] == pytest.approx(1500 / statistics.fmean(pooled) - 1)
+    # the log ratio's standard error: each side's CV over the root of its windows; t at the fewer windows (3)
+    se = math.sqrt((statistics.stdev(pooled) / 1050) ** 2 / 6 + (20 / 1500) ** 2 / 3)
+    assert row["action_gain_ci95_low"] == pytest.approx(1500 / 1050 * math.exp(-4.303 * se) - 1, rel=1e-3)
     assert row["baseline_device_us_per_sample"] == 6.0
-    # the two intervals overlap: not verified
-    close = tune.with_step(tune.bracketed(before, _pt(1060, 0.04), after), step_rate=1e6)
-    assert close["measured"] and not close["verified"]
-    assert tune.bracketed(before, {"error": "no rate"}, after) == {"error": "no rate"}
+    # a variant within the baseline's spread: its interval straddles zero, not verified
+    close = tune.with_step(tune.bracketed(before, _side([1030.0, 1060.0, 1090.0]), after), step_rate=1e6)
+    assert close["measured"] and close["action_gain_ci95_low"] < 0 < close["action_gain_ci95_high"]
+    assert not close["verified"]
+    assert "error" in tune.bracketed(before, {"error": "no rate"}, after)
 
 
 def test_the_training_process_work_adds_to_the_step_end_to_end():
-    before = after = _pt(1000, 0.0) | {"device_us_per_sample": 10.0}
+    before = after = _side([999.0, 1000.0, 1001.0], 10.0)
     # a variant whose loader alone runs at 4,000/s but adds 210 us a sample of device work before a 2,000/s step:
     # fed at 1 / (500 us + 200 us) = 1,428.6/s; the baseline reached min(1,000, 2,000)
-    row = tune.with_step(tune.bracketed(before, _pt(4000, 0.0) | {"device_us_per_sample": 210.0}, after), 2000.0)
+    variant = _side([3996.0, 4000.0, 4004.0], 210.0)
+    row = tune.with_step(tune.bracketed(before, variant, after), 2000.0)
     assert row["extra_device_us_per_sample"] == pytest.approx(200.0)
     assert row["predicted_e2e_samples_per_s"] == pytest.approx(1 / (1 / 2000 + 200e-6))
     assert row["predicted_e2e_gain_frac"] == pytest.approx(1 / (1 / 2000 + 200e-6) / 1000 - 1)
     assert row["action_gain_frac"] == pytest.approx(3.0)  # the loader alone quadruples: not what the loop gets
     # step-bound already: any device work only costs
-    slow = tune.with_step(tune.bracketed(before, _pt(4000, 0.0) | {"device_us_per_sample": 210.0}, after), 500.0)
+    slow = tune.with_step(tune.bracketed(before, variant, after), 500.0)
     assert slow["predicted_e2e_gain_frac"] < 0
     assert tune.best_action([row, slow | {"verified": False}]) is row
     assert math.isfinite(row["predicted_e2e_gain_ci95_high"])

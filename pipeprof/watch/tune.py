@@ -18,6 +18,7 @@ curve. Nothing is re-implemented here. Its result is a dict in run.json's stored
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Callable, Optional
 
 import numpy as np
@@ -26,7 +27,9 @@ import pandas as pd
 from pipeprof.analysis import cores_needed, predict, recommend_workers
 from pipeprof.answer import Recommendation
 from pipeprof.config import MeasureConfig
+from pipeprof.measure.windows import summarize_rates
 from pipeprof.orchestrate.search import Point, next_workers
+from pipeprof.stats import t95
 
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
 ACTION_REGION = (
@@ -228,34 +231,45 @@ def handoff_cap(rows: list[dict]) -> tuple[float, Optional[float]]:
     )
 
 
+def ratio_ci95(variant: list[float], base: list[float]) -> tuple[float, float, float]:
+    """(gain, low, high): the ratio of the two sets of window rates' means less one, and its 95% interval from
+    the log ratio's standard error (each mean's CV over the root of its windows, Student's t at the fewer
+    windows): two independent readings, no pairing."""
+    mv, mb = statistics.fmean(variant), statistics.fmean(base)
+    var = sum((statistics.stdev(x) / statistics.fmean(x)) ** 2 / len(x) for x in (variant, base))
+    half = t95(min(len(variant), len(base))) * math.sqrt(var)
+    log = math.log(mv / mb)
+    return mv / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1
+
+
 def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
-    """A variant's reading against the baseline read before and after it: the baseline's rate is the mean of its
-    two medians and its interval spans both readings' (the machine's drift between them is in it); the gain is
-    the variant's median over that, its interval the variant's ends over the baseline's far ends, so it is above
-    zero only where the two intervals separate (a setting is called better only then)."""
-    bases = [b for b in (before, after) if b and b.get("samples_per_s")]
-    rate = side.get("samples_per_s")
-    if not bases or not rate:
-        return {"error": side.get("error") or "no rate"}
-    base = sum(b["samples_per_s"] for b in bases) / len(bases)
-    b_lo = min(b.get("samples_per_s_ci95_low") or b["samples_per_s"] for b in bases)
-    b_hi = max(b.get("samples_per_s_ci95_high") or b["samples_per_s"] for b in bases)
-    lo, hi = side.get("samples_per_s_ci95_low") or rate, side.get("samples_per_s_ci95_high") or rate
+    """A variant's reading against the baseline read before and after it: the baseline's windows of both
+    readings pooled (the machine's drift between them widens its spread), the gain the ratio of the means with
+    its interval (:func:`ratio_ci95`); an action is verified where that interval is above zero."""
+    bases = [b for b in (before, after) if b and len(b.get("window_rates") or []) >= 2]
+    mine = side.get("window_rates") or []
+    if not bases or len(mine) < 2:
+        return {"error": side.get("error") or "fewer than 2 windows on a side: no interval"}
+    pooled = [r for b in bases for r in b["window_rates"]]
+    base = summarize_rates(pooled)
+    gain, lo, hi = ratio_ci95(mine, pooled)
     base_us = [b.get("device_us_per_sample") for b in bases if b.get("device_us_per_sample") is not None]
+    drift = bases[-1]["samples_per_s"] / bases[0]["samples_per_s"] - 1 if len(bases) > 1 else None
     return {
-        "samples_per_s": rate,
-        "samples_per_s_ci95_low": lo,
-        "samples_per_s_ci95_high": hi,
-        "baseline_samples_per_s": base,
-        "baseline_ci95_low": b_lo,
-        "baseline_ci95_high": b_hi,
-        "baseline_drift_frac": (bases[-1]["samples_per_s"] / bases[0]["samples_per_s"] - 1) if len(bases) > 1 else None,
-        "action_gain_frac": rate / base - 1,
-        "action_gain_ci95_low": lo / b_hi - 1,
-        "action_gain_ci95_high": hi / b_lo - 1,
+        "samples_per_s": side["samples_per_s"],
+        "samples_per_s_ci95_low": side.get("samples_per_s_ci95_low"),
+        "samples_per_s_ci95_high": side.get("samples_per_s_ci95_high"),
+        "baseline_samples_per_s": base["samples_per_s"],
+        "baseline_ci95_low": base["samples_per_s_ci95_low"],
+        "baseline_ci95_high": base["samples_per_s_ci95_high"],
+        "baseline_drift_frac": drift,
+        "action_gain_frac": gain,
+        "action_gain_ci95_low": lo,
+        "action_gain_ci95_high": hi,
         "device_us_per_sample": side.get("device_us_per_sample"),
-        "baseline_device_us_per_sample": sum(base_us) / len(base_us) if base_us else None,
-        "windows": side.get("windows"),
+        "baseline_device_us_per_sample": statistics.fmean(base_us) if base_us else None,
+        "windows": len(mine),
+        "baseline_windows": len(pooled),
         "unstable": side.get("unstable"),
         "unstable_reason": side.get("unstable_reason"),
     }
@@ -273,21 +287,17 @@ def with_step(row: dict, step_rate: float) -> dict:
     extra = max(0.0, (row.get("device_us_per_sample") or 0.0) - (row.get("baseline_device_us_per_sample") or 0.0))
     fed = 1.0 / (1.0 / step_rate + extra / 1e6)
 
-    def e2e(rate: float) -> float:
-        return min(rate, fed) / min(base, step_rate) - 1
+    def e2e(g: float) -> float:  # the variant alone at base x (1 + g), fed no faster than the step allows
+        return min(base * (1 + g), fed) / min(base, step_rate) - 1
 
     return row | {
         "measured": True,
         "verified": bool(row["action_gain_ci95_low"] > 0),
         "extra_device_us_per_sample": extra,
-        "predicted_e2e_gain_frac": e2e(row["samples_per_s"]),
-        "predicted_e2e_gain_ci95_low": min(row["samples_per_s_ci95_low"], fed)
-        / min(row["baseline_ci95_high"], step_rate)
-        - 1,
-        "predicted_e2e_gain_ci95_high": min(row["samples_per_s_ci95_high"], fed)
-        / min(row["baseline_ci95_low"], step_rate)
-        - 1,
-        "predicted_e2e_samples_per_s": min(row["samples_per_s"], fed),
+        "predicted_e2e_gain_frac": e2e(gain),
+        "predicted_e2e_gain_ci95_low": e2e(row["action_gain_ci95_low"]),
+        "predicted_e2e_gain_ci95_high": e2e(row["action_gain_ci95_high"]),
+        "predicted_e2e_samples_per_s": min(base * (1 + gain), fed),
     }
 
 
