@@ -305,9 +305,13 @@ class FileBytes(torch.utils.data.Dataset):
         return data, self.target_transform(target) if self.target_transform is not None else target
 
 
-def collate_bytes(batch: list) -> tuple[list, torch.Tensor]:
-    """A batch of (bytes, target) as (the list of byte tensors, the targets stacked): bytes differ in length."""
-    return [b for b, _ in batch], torch.as_tensor([t for _, t in batch])
+def collate_bytes(batch: list) -> tuple[dict, torch.Tensor]:
+    """A batch of (bytes, target) as ({"encoded": the bytes end to end, "lengths"}, the targets stacked): one
+    tensor a batch, not a list of them, since a worker hands each tensor over through a shared-memory segment
+    and a file descriptor of its own and the pin-memory thread pins each (``data.encoded``, where a list cost
+    more than decoding the batch on the GPU)."""
+    lengths = torch.as_tensor([len(b) for b, _ in batch], dtype=torch.long)
+    return {"encoded": torch.cat([b for b, _ in batch]), "lengths": lengths}, torch.as_tensor([t for _, t in batch])
 
 
 def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:
@@ -319,15 +323,16 @@ def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:
     transforms, words = gpu_transforms(getattr(dataset, "transform", None))
     if transforms is None:
         raise ValueError(words)
+    from .encoded import unpacked
     from .gpu_augment import GpuPipeline
 
     pipes: dict = {}
 
-    def on_device(encoded: list, device) -> torch.Tensor:
+    def on_device(packed: dict, device) -> torch.Tensor:
         key = str(device)
         if key not in pipes:
             pipes[key] = GpuPipeline(transforms, device, seed, preset="the dataset's transform")
-        return pipes[key](encoded)
+        return pipes[key](unpacked(packed))
 
     return UserVariant(FileBytes(files, getattr(dataset, "target_transform", None)), collate_bytes, on_device)
 

@@ -511,6 +511,12 @@ class Session:
         got = self._await(cid, {"tune_side"}, cap + 120.0) or {"error": "no answer from the paused process"}
         self.monitor.set_trial(None)
         stats = got.get("stats") or {"error": got.get("error")}
+        pid = self.store.procs.get(cid, {}).get("pid")
+        if pid and stats.get("t_measure_start_s") is not None:  # the training process's CPU in the side's windows
+            from .folder import cpu_columns
+
+            spans = [(stats["t_measure_start_s"], stats["t_measure_end_s"])]
+            stats["main_cpu_pct_mean"] = cpu_columns(self.procs, spans, {pid}, set())["main_cpu_pct_mean"]
         rate = stats.get("samples_per_s")
         self.o.log(
             f"pipeprof watch:   {name} at {workers} workers: "

@@ -242,6 +242,11 @@ def ratio_ci95(variant: list[float], base: list[float]) -> tuple[float, float, f
     return mv / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1
 
 
+def _mean(values: list) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
     """A variant's reading against the baseline read before and after it: the baseline's windows of both
     readings pooled (the machine's drift between them widens its spread), the gain the ratio of the means with
@@ -268,6 +273,9 @@ def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
         "action_gain_ci95_high": hi,
         "device_us_per_sample": side.get("device_us_per_sample"),
         "baseline_device_us_per_sample": statistics.fmean(base_us) if base_us else None,
+        # the training process's CPU in the side's windows and in the baseline's (for the record: not modelled)
+        "main_cpu_pct_mean": side.get("main_cpu_pct_mean"),
+        "baseline_main_cpu_pct_mean": _mean([b.get("main_cpu_pct_mean") for b in bases]),
         "windows": len(mine),
         "baseline_windows": len(pooled),
         "unstable": side.get("unstable"),
