@@ -84,3 +84,12 @@ def test_the_training_process_work_adds_to_the_step_end_to_end():
     assert slow["predicted_e2e_gain_frac"] < 0
     assert tune.best_action([row, slow | {"verified": False}]) is row
     assert math.isfinite(row["predicted_e2e_gain_ci95_high"])
+
+
+def test_a_window_holds_whole_passes_where_a_pass_is_short():
+    from pipeprof.watch.pause import window_batches
+
+    assert window_batches(16, 14) == 16  # a pass of 16 on 14 workers: its idle tail in every window, once
+    assert window_batches(16, 16) == 16 and window_batches(16, 8) == 8  # passes of whole rounds: rounds
+    assert window_batches(100, 14) == 14 and window_batches(None, 4) == 4  # long or unsized passes: rounds
+    assert window_batches(24, 0) == 1  # no workers: batch by batch
