@@ -26,6 +26,12 @@ def _v1(folder, steps):
     return datasets.ImageFolder(folder, transforms.Compose(steps))
 
 
+def _imagenet_style(folder):
+    """The examples' transform: RandomResizedCrop, flip, ToTensor, Normalize (at 64 px)."""
+    crop = [transforms.RandomResizedCrop(64), transforms.RandomHorizontalFlip()]
+    return _v1(folder, crop + [transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+
+
 class MyCrop:
     """A transform of the user's own: no GPU counterpart."""
 
@@ -34,15 +40,7 @@ class MyCrop:
 
 
 def test_uint8_copy_normalised_on_the_device_is_the_users_batch(folder):
-    ds = _v1(
-        folder,
-        [
-            transforms.RandomResizedCrop(64),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(MEAN, STD),
-        ],
-    )
+    ds = _imagenet_style(folder)
     variant = up.uint8(ds)
     torch.manual_seed(3)
     want = torch.stack([ds[i][0] for i in range(4)])
@@ -159,15 +157,7 @@ def test_the_registry_plans_the_users_pipeline_changes_from_what_the_pause_read(
 def test_the_users_pipeline_on_cuda_matches_its_cpu_form(folder):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    ds = _v1(
-        folder,
-        [
-            transforms.RandomResizedCrop(64),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(MEAN, STD),
-        ],
-    )
+    ds = _imagenet_style(folder)
     variant = up.gpu_pipeline(ds, seed=5)
     encoded, _ = up.collate_bytes([variant.dataset[i] for i in range(4)])
     on_gpu = variant.on_device(encoded, "cuda")
