@@ -190,6 +190,20 @@ def _report_parsers(sub) -> None:
         metavar="FILE",
         help="where to write the HTML page (default: compare.html here); markdown goes to stdout",
     )
+    compare.add_argument(
+        "--fail-if-slower",
+        type=float,
+        nargs="?",
+        const=5.0,
+        metavar="PCT",
+        help="CI guard (two runs): exit 1 when a matching trial of the second is slower than the first by more than "
+        "PCT%% (default 5) and beyond the two runs' measured noise; exit 0 within noise",
+    )
+    compare.add_argument(
+        "--allow-other-machine",
+        action="store_true",
+        help="with --fail-if-slower: compare runs whose machines differ (CPU, cores, GPUs, torch)",
+    )
 
 
 def _check_data_parser(sub) -> None:
@@ -374,13 +388,25 @@ def cmd_compare(args) -> int:
 
     from .results import load_run
 
+    if args.fail_if_slower is not None and (len(args.run_dirs) != 2 or not 0 <= args.fail_if_slower < 100):
+        raise ValueError(
+            "--fail-if-slower compares two runs, BASE NEW, with a threshold in percent from 0 to 100 (got "
+            f"{len(args.run_dirs)} runs, {args.fail_if_slower:g}%)"
+        )
     runs = [load_run(d) for d in args.run_dirs]
     labels = [r.path.name for r in runs]
     result = compare(runs, labels)
     Path(args.html).write_text(render_compare_html(result, runs), encoding="utf-8")
     print(render_compare_markdown(result, runs), end="")
     print(f"\nwrote {args.html}", file=sys.stderr)
-    return 0
+    if args.fail_if_slower is None:
+        return 0
+    from pipeprof.analysis.guard import guard, lines
+
+    found = guard(runs[0], runs[1], args.fail_if_slower / 100, args.allow_other_machine)
+    for line in lines(found):
+        print(f"guard: {line}")
+    return 1 if found.failed else 2 if found.verdict == "other machine" else 0
 
 
 def cmd_validate(args) -> int:

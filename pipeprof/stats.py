@@ -6,6 +6,7 @@ the overhead pairs and the analysis's re-drawn windows all read their intervals 
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Optional
 
@@ -24,3 +25,14 @@ def mean_ci95(values: list[float]) -> tuple[Optional[float], Optional[float]]:
     mean, sd = statistics.fmean(values), statistics.stdev(values)
     half = t95(len(values)) * sd / len(values) ** 0.5
     return mean - half, mean + half
+
+
+def ratio_ci95(new: list[float], base: list[float]) -> tuple[float, float, float]:
+    """(change, low, high): the ratio of two sets of window rates' means less one, and its 95% interval from the
+    log ratio's standard error (each mean's CV over the root of its count, Student's t at the smaller count): two
+    independent readings, no pairing. Each set needs two values or more."""
+    mn, mb = statistics.fmean(new), statistics.fmean(base)
+    var = sum((statistics.stdev(x) / statistics.fmean(x)) ** 2 / len(x) for x in (new, base))
+    half = t95(min(len(new), len(base))) * math.sqrt(var)
+    log = math.log(mn / mb)
+    return mn / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1

@@ -79,6 +79,7 @@ LAYERS = {
         "analysis.confidence",
         "analysis.failures",
         "analysis.compare",
+        "analysis.guard",
         "analysis.gains",
         "analysis",
     ],

@@ -160,7 +160,7 @@ def ratios(base, other, label: str, across: dict = {}) -> pd.DataFrame:  # noqa:
     cols = [c for c in SETTINGS if c in base.trials and c in other.trials and c not in across]
     a, b = _keyed(base.trials, cols), _keyed(other.trials, cols)
     m = a.assign(lo=_interval(a, "low"), hi=_interval(a, "high")).merge(
-        b.assign(lo=_interval(b, "low"), hi=_interval(b, "high"))[["_match", "samples_per_s", "lo", "hi"]],
+        b.assign(lo=_interval(b, "low"), hi=_interval(b, "high"))[["_match", "samples_per_s", "lo", "hi", "trial_id"]],
         on="_match",
         suffixes=("_a", "_b"),
     )
@@ -169,12 +169,17 @@ def ratios(base, other, label: str, across: dict = {}) -> pd.DataFrame:  # noqa:
     known = m[["lo_a", "hi_a", "lo_b", "hi_b"]].notna().all(axis=1)
     overlap = (m["lo_a"] <= m["hi_b"]) & (m["lo_b"] <= m["hi_a"])
     out = m[cols].assign(
-        trial=m["trial_id"],
+        trial=m["trial_id_a"],
+        trial_b=m["trial_id_b"],
         run=label,
         rate_a=m["samples_per_s_a"],
         rate_b=m["samples_per_s_b"],
         ratio=m["samples_per_s_b"] / m["samples_per_s_a"],
         within_noise=overlap.where(known, None),
+        lo_a=m["lo_a"],
+        hi_a=m["hi_a"],
+        lo_b=m["lo_b"],
+        hi_b=m["hi_b"],
         reference_ratio=ref,
     )
     out["normalised_ratio"] = out["ratio"] / ref if ref else None

@@ -29,7 +29,7 @@ from pipeprof.answer import Recommendation
 from pipeprof.config import MeasureConfig
 from pipeprof.measure.windows import summarize_rates
 from pipeprof.orchestrate.search import Point, next_workers
-from pipeprof.stats import t95
+from pipeprof.stats import ratio_ci95
 
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
 ACTION_REGION = (
@@ -229,17 +229,6 @@ def handoff_cap(rows: list[dict]) -> tuple[float, Optional[float]]:
         r.get("samples_per_s_ci95_high") or r["samples_per_s"],
         r.get("samples_per_s_ci95_low") or r["samples_per_s"],
     )
-
-
-def ratio_ci95(variant: list[float], base: list[float]) -> tuple[float, float, float]:
-    """(gain, low, high): the ratio of the two sets of window rates' means less one, and its 95% interval from
-    the log ratio's standard error (each mean's CV over the root of its windows, Student's t at the fewer
-    windows): two independent readings, no pairing."""
-    mv, mb = statistics.fmean(variant), statistics.fmean(base)
-    var = sum((statistics.stdev(x) / statistics.fmean(x)) ** 2 / len(x) for x in (variant, base))
-    half = t95(min(len(variant), len(base))) * math.sqrt(var)
-    log = math.log(mv / mb)
-    return mv / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1
 
 
 def _mean(values: list) -> Optional[float]:
