@@ -182,6 +182,13 @@ def _report_parsers(sub) -> None:
         action="store_true",
         help="write the trials, one row per trial, as RUN_DIR/trials.csv (for spreadsheets)",
     )
+    report.add_argument(
+        "--to",
+        nargs="+",
+        metavar=("TRACKER", "WHERE"),
+        help="write the run to a tracker: 'tensorboard DIR', 'mlflow [URI]' (default: MLFLOW_TRACKING_URI, else "
+        "sqlite beside the run), 'wandb DIR' (offline); each needs its extra: pip install 'pipeprof[TRACKER]'",
+    )
     compare = sub.add_parser("compare", help="two or more runs side by side: ratios of matching trials, what differs")
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the baseline")
     compare.add_argument(
@@ -360,6 +367,13 @@ def cmd_report(args) -> int:
     from .results import load_run
 
     run = load_run(args.run_dir, partial=True)  # a damaged folder: report what can be read
+    if args.to:
+        from pipeprof.report.trackers import export
+
+        if len(args.to) > 2:
+            raise ValueError(f"--to takes a tracker and where to write it, not {len(args.to)} values: {args.to}")
+        print(f"wrote {args.to[0]}: {export(run, args.to[0], args.to[1] if len(args.to) > 1 else None)}")
+        return _problems(run)
     if args.html is not None or args.csv:
         from pipeprof.report.html import write_report
 

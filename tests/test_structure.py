@@ -94,6 +94,7 @@ LAYERS = {
         "report.figures",
         "report.html",
         "report.comparison",
+        "report.trackers",
     ],
     # watch/: observing a user's own command (hook and channel run inside it and import nothing of pipeprof)
     14.5: [
