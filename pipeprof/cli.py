@@ -125,11 +125,16 @@ def _multi_run_parsers(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
     bench.add_argument(
         "which",
-        choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment", "action-trials"],
+        choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment", "action-trials", "regress"],
         help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
         "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
         "the GPU pipeline's per-sample against its batched transforms, ms per batch; "
-        "action-trials: action trials on workloads of known cost, measured against the truth",
+        "action-trials: action trials on workloads of known cost, measured against the truth; regress: CONFIG "
+        "against an old run's own config (--against RUN_DIR), run A B B A here, through the CI guard",
+    )
+    bench.add_argument("--against", metavar="RUN_DIR", help="regress: the base run whose config is run again")
+    bench.add_argument(
+        "--fail-if-slower", type=float, default=5.0, metavar="PCT", help="regress: the guard's threshold (percent)"
     )
     bench.add_argument("--minutes", type=float, default=30.0, help="soak: how long")
     bench.add_argument(
@@ -545,6 +550,27 @@ def cmd_merge(args) -> int:
     return 0
 
 
+def _regress(args) -> int:
+    from pipeprof.analysis.guard import lines
+    from pipeprof.checks.regress import regress
+
+    if not args.config or not args.against:
+        raise ValueError("bench regress needs CONFIG and --against RUN_DIR (the base run whose config runs again)")
+    found, runs = regress(
+        args.config,
+        args.against,
+        args.overrides,
+        args.fail_if_slower / 100,
+        max(1, args.repeats),
+        args.out_dir,
+        log=lambda text: print(text, file=sys.stderr),
+    )
+    print(runs.to_string(index=False))
+    for line in lines(found):
+        print(f"guard: {line}")
+    return 1 if found.failed else 0
+
+
 def cmd_bench(args) -> int:
     from pipeprof.checks.bench import render_repeat, render_sweep_speed, repeat, soak, sweep_speed
 
@@ -585,6 +611,8 @@ def cmd_bench(args) -> int:
             end="",
         )
         return 0
+    if args.which == "regress":
+        return _regress(args)
     if args.which == "action-trials":
         from pipeprof.checks.action_known import bench_action_trials, render_action_trials
 

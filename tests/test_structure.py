@@ -121,6 +121,7 @@ LAYERS = {
         "checks.bench",
         "checks.watch_overhead",
         "checks.action_known",
+        "checks.regress",
         "cli",
         "",
         "__main__",

@@ -140,13 +140,13 @@ def _one_value(trials: pd.DataFrame, col: str):
     return values[0] if len(values) == 1 else None
 
 
-def changed(base, other) -> dict:
-    """The action settings (:data:`ACTION_OF`) one run changed wholesale against the other (``decoder``: pil
-    in every trial of the first, cv2 in every trial of the second): setting -> (base's value, other's).
-    Trials are matched across them, so a run with an action applied sits beside the run without it; any
-    other setting (model, precision, ...) still keeps trials apart."""
+def changed(base, other, cols=tuple(ACTION_OF)) -> dict:
+    """The settings of ``cols`` (default: the action settings, :data:`ACTION_OF`) one run changed wholesale against
+    the other (``decoder``: pil in every trial of the first, cv2 in every trial of the second): setting ->
+    (base's value, other's). Trials are matched across them, so a run with an action applied sits beside the run
+    without it; any other setting (model, precision, ...) still keeps trials apart."""
     out = {}
-    for col in ACTION_OF:
+    for col in cols:
         a, b = _one_value(base.trials, col), _one_value(other.trials, col)
         if a is not None and b is not None and a != b:
             out[col] = (a, b)

@@ -77,12 +77,15 @@ def _change(row, base_windows, new_windows, ref: Optional[float]) -> tuple[float
     return change, low, high, basis
 
 
-def guard(base, new, threshold_frac: float = 0.05, allow_other_machine: bool = False) -> Guarded:
-    """The guard's reading of ``new`` against ``base`` (loaded runs, ``results.load_run``); see the module."""
+def guard(
+    base, new, threshold_frac: float = 0.05, allow_other_machine: bool = False, across: Optional[dict] = None
+) -> Guarded:
+    """The guard's reading of ``new`` against ``base`` (loaded runs, ``results.load_run``); see the module.
+    ``across``: settings that differ wholesale between the two and are what is compared (``compare.changed``)."""
     diffs = [d for d in differences([base, new]) if d.field in IDENTITY]
     if diffs and not allow_other_machine:
         return Guarded("other machine", [], diffs, threshold_frac)
-    table = ratios(base, new, "new")
+    table = ratios(base, new, "new", across or {})
     windows = {
         side: run.trials.set_index("trial_id")["window_rates"] if "window_rates" in run.trials else None
         for side, run in (("a", base), ("b", new))

@@ -8,6 +8,8 @@
   progress lines
 - ``action_known``: ``pipeprof bench action-trials``, action trials on known-cost sides against each side run
   alone
+- ``regress``: ``pipeprof bench regress CONFIG --against RUN_DIR``, an old run's config run again beside CONFIG,
+  A B B A, through the CI guard
 
 May import anything below the command line; nothing in the package imports these but ``cli``
 (and configs that name a ``calibrate`` workload by its import path).
