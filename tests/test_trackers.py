@@ -39,8 +39,10 @@ def test_tensorboard_holds_every_trials_rate_at_its_worker_count_and_the_timelin
     assert timeline[0].wall_time == pytest.approx(run.meta["started"] + run.timeline["t_s"].iloc[0], abs=1e-3)
 
 
-def test_mlflow_holds_the_config_the_metrics_and_the_report(run, tmp_path, capsys):
+def test_mlflow_holds_the_config_the_metrics_and_the_report(run, tmp_path, capsys, monkeypatch):
     from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path / "run-cpu-files")  # the artifacts go beside the store, not where the command ran
 
     (run.path / "report.html").write_text("<html>report</html>")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -56,6 +58,7 @@ def test_mlflow_holds_the_config_the_metrics_and_the_report(run, tmp_path, capsy
     got = {m.step: m.value for m in history}
     assert got == pytest.approx({int(w): r for w, r in zip(e2e["num_workers"], e2e["samples_per_s"])})
     assert {a.path for a in client.list_artifacts(found.info.run_id)} == {"report.html", "run.json"}
+    assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "run-cpu-files" / "mlruns").exists()
 
 
 def test_a_tracker_without_its_extra_or_its_place_is_a_clear_error(run, tmp_path):

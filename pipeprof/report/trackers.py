@@ -106,6 +106,10 @@ def to_mlflow(run, uri: Optional[str] = None) -> str:
     mlflow = _need("mlflow", "mlflow")
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{run.path.parent.resolve() / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
+    if uri.startswith("sqlite:///") and mlflow.get_experiment_by_name("pipeprof") is None:
+        # a local store keeps its artifacts beside its database, not in ./mlruns wherever the command ran
+        where = Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts"
+        mlflow.create_experiment("pipeprof", artifact_location=where.resolve().as_uri())
     mlflow.set_experiment("pipeprof")
     params = {k: str(v)[:500] for k, v in flatten(run.meta.get("config") or {}).items()}
     with mlflow.start_run(run_name=run.path.name) as active:
