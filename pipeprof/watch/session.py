@@ -8,10 +8,11 @@ every Python process of the job: torchrun's ranks too) and the channel's socket.
 The watched window starts at the job's first batch and ends after ``--seconds`` or ``--steps``
 (batches of the training loop's loader, rank 0), at Ctrl-C/SIGTERM, or when the job exits. Then:
 ``--tune`` pauses the training process at its next step boundary and measures its loader alone at a
-few worker counts (``tune``); the hooks are switched off (the loop runs untouched from there); the
-monitor stops; the run folder is written (``folder``, ``answer``) and the summary printed; with
-``--stop`` the job is sent SIGINT (then SIGTERM, then SIGKILL, 10 s apart), else it runs on and the
-parent waits for it, then records its exit status in run.json.
+few worker counts, its hand-off, and the actions that apply to its dataset and loader (``tune``); the
+hooks are switched off (the loop runs untouched from there); the monitor stops; the run folder is
+written (``folder``, ``answer``) and the summary printed; with ``--stop`` the job is sent SIGINT (then
+SIGTERM, then SIGKILL, 10 s apart), else it runs on and the parent waits for it, then records its exit
+status in run.json.
 
 Signals: Ctrl-C reaches the job directly (same process group); pipeprof ends the window, writes the
 run and waits for the job. A second SIGINT is passed to the job, a third kills it; SIGTERM is passed on.
@@ -416,8 +417,8 @@ class Session:
             self.tune_result["paused_s"] = paused_s
 
     def _tune_actions(self, cid: int, label: str, step: float, cores: float, user: dict, t0: float) -> None:
-        """After the curve: the hand-off at the recommended count, then the actions that apply there, tried
-        against the user's loader in pairs while ``--tune-max-s`` lasts (those left out are named)."""
+        """After the curve: the hand-off at the recommended count, then the actions that apply there, each read
+        alone with the user's loader before and after them while ``--tune-max-s`` lasts (those left out named)."""
         from .folder import build_rows
 
         self.timeline = self.monitor.timeline()  # the rows so far, for the answer the actions are planned on
