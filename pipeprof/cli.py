@@ -82,7 +82,17 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
     _check_data_parser(sub)
     _watch_parser(sub)
+    _size_parser(sub)
     return p
+
+
+def _size_parser(sub) -> None:
+    size = sub.add_parser("size", help="size a workstation: what each candidate machine delivers for measured runs")
+    size.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs of the workloads (models, precisions ...)")
+    size.add_argument("--machines", metavar="FILE", help="candidate machines (YAML; configs/machines.yaml is one)")
+    size.add_argument("--cores", default="4,8,16,24,32", help="without --machines: core counts, comma-separated")
+    size.add_argument("--gpus", default="1", help="without --machines: GPU counts, comma-separated")
+    size.add_argument("--target", type=float, default=0.9, help="share of the GPUs' ceiling to keep (default 0.9)")
 
 
 def _watch_parser(sub) -> None:
@@ -708,8 +718,43 @@ def cmd_check_data(args) -> int:
     return 1 if found.unreadable else 0
 
 
+def _counts(text: str, flag: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes whole numbers separated by commas, not {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise ValueError(f"{flag} takes whole numbers of at least 1, not {text!r}")
+    return counts
+
+
+def cmd_size(args) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from pipeprof.analysis import workstation as ws
+    from pipeprof.report.workstation import render_size
+
+    from .results import load_run
+
+    if not 0 < args.target <= 1:
+        raise ValueError(f"--target is a share of the GPUs' ceiling, above 0 and at most 1, not {args.target:g}")
+    if args.machines:
+        candidates = ws.parse_machines(yaml.safe_load(Path(args.machines).read_text()))
+    else:
+        candidates = ws.grid(_counts(args.cores, "--cores"), _counts(args.gpus, "--gpus"))
+    workloads = [w for d in args.run_dirs for w in ws.workloads(load_run(d))]
+    if not workloads:
+        raise ValueError("no run holds both a gpu_ceiling trial and a CPU curve (cpu_pipeline at 2+ worker counts)")
+    rows = ws.table(workloads, candidates)
+    print(render_size(rows, ws.cheapest(rows, args.target), args.target), end="")
+    return 0
+
+
 COMMANDS = {
     "check-data": cmd_check_data,
+    "size": cmd_size,
     "run": cmd_run,
     "pack": cmd_pack,
     "validate": cmd_validate,

@@ -80,6 +80,7 @@ LAYERS = {
         "analysis.failures",
         "analysis.compare",
         "analysis.guard",
+        "analysis.workstation",
         "analysis.gains",
         "analysis",
     ],
@@ -95,6 +96,7 @@ LAYERS = {
         "report.html",
         "report.comparison",
         "report.trackers",
+        "report.workstation",
     ],
     # watch/: observing a user's own command (hook and channel run inside it and import nothing of pipeprof)
     14.5: [

@@ -2,8 +2,8 @@
 
 Modules: ``console`` (text and markdown), ``html`` (report.html), ``figures`` (matplotlib SVGs),
 ``summary`` (the answer's sentences from stored figures), ``comparison`` (``pipeprof compare``),
-``doctor`` (``pipeprof doctor``), ``trackers`` (a run written to TensorBoard, MLflow or W&B:
-``pipeprof report RUN --to ...``).
+``doctor`` (``pipeprof doctor``), ``workstation`` (``pipeprof size``'s table and sentences), ``trackers``
+(a run written to TensorBoard, MLflow or W&B: ``pipeprof report RUN --to ...``).
 
 May import: the nouns, ``results`` and ``analysis``' stored records; never ``measure`` or ``orchestrate``.
 

@@ -1,0 +1,194 @@
+"""Sizing a workstation: what each candidate machine would deliver for the measured workloads, and the cheapest
+that keeps the GPUs near their ceiling (``pipeprof size RUN_DIR... [--machines FILE | --cores ... --gpus ...]``).
+
+A *workload* is one answer's group of a stored run (model, precision, preset, batch ...) with what the run
+measured for it: the step's ceiling (``gpu_ceiling``, its 95% interval), the loader's CPU curve (``cpu_pipeline``
+at each worker count, with intervals), the training process's CPU per sample, the hand-off limit where the
+``handoff`` trial measured one, and the machine's usable cores. A *candidate* is a machine to buy: cores, GPUs
+(and their model), threads per core, an optional price.
+
+For a candidate with C cores and G GPUs (:func:`predict`): the GPUs take G x the step's ceiling, times the
+scaling efficiency a run measured for G GPUs, else assumed linear (labelled); the CPUs feed the curve at the
+workers C cores leave after G training processes (``advice.rate_for_cores``, capped at G hand-offs); the rate is
+the smaller. Its interval reads the same on the curve's interval ends. Past the cores any run measured the
+figure is extrapolated (marked) and its low end falls further by the curve's measured per-worker fall-off between
+its last two counts, once per doubling past them: a buyer reads the range, not the middle. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+import pandas as pd
+
+from .advice import rate_for_cores
+
+
+class Candidate(NamedTuple):
+    name: str
+    cores: int
+    gpus: int = 1
+    gpu: Optional[str] = None  # the GPU's model, where the machines file names one
+    threads_per_core: int = 1
+    price: Optional[float] = None
+
+
+class Workload(NamedTuple):
+    label: str
+    step: tuple  # the step's ceiling on one GPU: (samples/s, low, high)
+    ws: np.ndarray  # the loader's CPU curve: worker counts and rates (median, low, high)
+    rates: np.ndarray
+    lows: np.ndarray
+    highs: np.ndarray
+    main_s: float  # the training process's CPU seconds per sample
+    cores: float  # the measuring machine's usable cores
+    cap: float = math.inf  # the hand-off limit one loader passes (inf: not measured)
+    scaling: dict = {}  # GPUs -> measured scaling efficiency (DDP trials)
+
+
+MACHINE_FIELDS = {"name": str, "cores": int, "gpus": int, "gpu": str, "threads_per_core": int, "price": float}
+
+
+def parse_machines(data) -> list[Candidate]:
+    """Candidates from a machines file's content (``{"machines": [...]}`` or a list); ValueError naming the
+    machine and the field that is wrong."""
+    items = data.get("machines") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise ValueError("the machines file needs a list 'machines:' of at least one machine")
+    out = []
+    for i, m in enumerate(items):
+        where = f"machines[{i}]" + (f" ({m.get('name')})" if isinstance(m, dict) and m.get("name") else "")
+        if not isinstance(m, dict):
+            raise ValueError(f"{where}: a machine is a mapping of {', '.join(MACHINE_FIELDS)}")
+        unknown = sorted(set(m) - set(MACHINE_FIELDS))
+        if unknown:
+            raise ValueError(f"{where}: unknown field {unknown[0]!r}; a machine has {', '.join(MACHINE_FIELDS)}")
+        if "cores" not in m:
+            raise ValueError(f"{where}: 'cores' is required (physical cores for the data loading)")
+        for field in ("cores", "gpus", "threads_per_core"):
+            v = m.get(field, 1)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{where}: '{field}' must be a whole number of at least 1, not {v!r}")
+        price = m.get("price")
+        if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price <= 0):
+            raise ValueError(f"{where}: 'price' must be a positive number, not {price!r}")
+        fields = {k: m[k] for k in MACHINE_FIELDS if k in m}
+        out.append(Candidate(**{"name": f"{m['cores']}c x {m.get('gpus', 1)} GPU"} | fields))
+    return out
+
+
+def grid(cores: list[int], gpus: list[int]) -> list[Candidate]:
+    """The ``--cores 8,16 --gpus 1,2`` shortcut: every pair, unpriced."""
+    return [Candidate(f"{c} core{'s' * (c > 1)}, {g} GPU{'s' * (g > 1)}", c, g) for g in gpus for c in cores]
+
+
+def predict(w: Workload, c: Candidate) -> dict:
+    """What ``c`` would deliver for ``w`` (see the module): samples/s with its interval, the binding resource,
+    the share of the GPUs' ceiling, samples/s per unit of price, and whether it was extrapolated."""
+    eff = w.scaling.get(c.gpus)
+    scale = c.gpus * (eff if eff is not None else 1.0)
+    gpu = [s * scale for s in w.step]
+    cap = c.gpus * w.cap  # one loader per GPU process
+    cpu = [rate_for_cores(c.cores, w.ws, r, w.main_s, w.cores, cap) for r in (w.rates, w.lows, w.highs)]
+    extrapolated = cpu[0].extrapolated or c.cores > w.cores
+    low_cpu = cpu[1].value * _falloff(w) ** _doublings(w, c.cores) if extrapolated else cpu[1].value
+    rate, low, high = min(gpu[0], cpu[0].value), min(gpu[1], low_cpu), min(gpu[2], cpu[2].value)
+    return {
+        "workload": w.label,
+        "machine": c.name,
+        "cores": c.cores,
+        "gpus": c.gpus,
+        "samples_per_s": rate,
+        "samples_per_s_low": low,
+        "samples_per_s_high": high,
+        "binding": "gpu" if gpu[0] <= cpu[0].value else "cpu" if cpu[0].value < cap else "handoff",
+        # the CPUs' share of what the GPUs take (their ceiling's median): the step's own spread is not the buyer's
+        "of_ceiling_frac": min(1.0, cpu[0].value / gpu[0]),
+        "of_ceiling_low_frac": min(1.0, low_cpu / gpu[0]),
+        "extrapolated": bool(extrapolated),
+        "gpu_scaling": "measured" if eff is not None else ("assumed linear" if c.gpus > 1 else "one GPU"),
+        "price": c.price,
+        "samples_per_s_per_price": rate / c.price if c.price else None,
+    }
+
+
+def _falloff(w: Workload) -> float:
+    """The curve's per-worker rate at its last count over that at the count before (at most 1)."""
+    pos = np.flatnonzero(w.ws > 0)
+    if len(pos) < 2:
+        return 1.0
+    a, b = pos[-2], pos[-1]
+    return min(1.0, (w.rates[b] / w.ws[b]) / (w.rates[a] / w.ws[a]))
+
+
+def _doublings(w: Workload, cores: int) -> float:
+    top = float(max(w.ws.max(), 1.0))
+    return max(0.0, math.log2(cores / top)) if cores > top else 0.0
+
+
+def _rows(trials: pd.DataFrame, kind: str, key: dict, keys: list[str]) -> pd.DataFrame:
+    """The run's ok trials of ``kind`` whose settings in ``keys`` match the answer's ``key``."""
+    t = trials[(trials["kind"] == kind) & (trials["status"] == "ok")]
+    for k in keys:
+        if k in key and k in t and key[k] is not None:
+            t = t[t[k] == key[k]]
+    return t
+
+
+def _ends(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rate = t["samples_per_s"].to_numpy(float)
+    low = t.get("samples_per_s_ci95_low", t["samples_per_s"]).fillna(t["samples_per_s"]).to_numpy(float)
+    high = t.get("samples_per_s_ci95_high", t["samples_per_s"]).fillna(t["samples_per_s"]).to_numpy(float)
+    return rate, low, high
+
+
+def workloads(run) -> list[Workload]:
+    """One workload per answer of a stored run that measured both its step and its CPU curve."""
+    t, out = run.trials, []
+    usable = ((run.meta.get("machine") or {}).get("cores") or {}).get("usable") or 1
+    for a in (run.meta.get("analysis") or {}).get("groups") or []:
+        step = _rows(t, "gpu_ceiling", a.key, ["model", "precision", "mode", "batch_size"])
+        curve = _rows(t, "cpu_pipeline", a.key, ["preset", "augment_device", "source", "cache_state", "batch_size"])
+        curve = (
+            curve[curve["num_workers"].notna()].sort_values("num_workers").drop_duplicates("num_workers", keep="last")
+        )
+        if step.empty or len(curve) < 2:
+            continue
+        s = [float(np.median(v)) for v in _ends(step)]
+        rates, lows, highs = _ends(curve)
+        handoff = _rows(t, "handoff", a.key, ["preset", "augment_device", "batch_size"])
+        label = " ".join(str(a.key[k]) for k in ("model", "precision", "preset") if a.key.get(k) is not None)
+        out.append(
+            Workload(
+                label,
+                tuple(s),
+                curve["num_workers"].to_numpy(float),
+                rates,
+                lows,
+                highs,
+                a.main_cpu_s_per_sample or 0.0,
+                float(usable),
+                float(_ends(handoff)[2].max()) if len(handoff) else math.inf,
+            )
+        )
+    return out
+
+
+def table(workloads: list[Workload], candidates: list[Candidate]) -> pd.DataFrame:
+    return pd.DataFrame([predict(w, c) for w in workloads for c in candidates])
+
+
+def cheapest(rows: pd.DataFrame, target: float) -> dict:
+    """Per workload, and for all together, the candidate whose interval's low end reaches ``target`` of the GPUs'
+    ceiling at the lowest price (the fewest cores, then GPUs, where unpriced); None where none does."""
+    out = {}
+    key = ["price", "cores", "gpus"] if rows["price"].notna().all() else ["cores", "gpus"]
+    for label, g in rows.groupby("workload", sort=False):
+        ok = g[g["of_ceiling_low_frac"] >= target].sort_values(key)
+        out[label] = ok.iloc[0]["machine"] if len(ok) else None
+    every = rows.groupby("machine", sort=False)["of_ceiling_low_frac"].min()
+    fits = rows.drop_duplicates("machine").set_index("machine").loc[every[every >= target].index]
+    out["all workloads"] = fits.sort_values(key).index[0] if len(fits) else None
+    return out

@@ -1,0 +1,96 @@
+"""Sizing a workstation (``analysis.workstation``, ``pipeprof size``) on tables of known content: a CPU curve of
+100 samples/s per worker up to 8 workers (the measuring machine's cores), a step of 1,000 samples/s."""
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from pipeprof.analysis import workstation as ws
+from pipeprof.cli import main
+
+W = ws.Workload(
+    "resnet50 bf16 standard",
+    (1000.0, 950.0, 1050.0),
+    np.array([1.0, 2.0, 4.0, 8.0]),
+    np.array([100.0, 200.0, 400.0, 760.0]),  # per worker 100, then 95 at 8: a 5% fall-off over the last doubling
+    np.array([90.0, 180.0, 360.0, 700.0]),
+    np.array([110.0, 220.0, 440.0, 820.0]),
+    0.0,  # no CPU in the training process: cores are the workers'
+    8.0,
+)
+
+
+def test_a_candidate_within_the_measured_cores_reads_the_curve():
+    r = ws.predict(W, ws.Candidate("4c", 4))
+    assert r["samples_per_s"] == pytest.approx(400) and r["samples_per_s_low"] == pytest.approx(360)
+    assert r["binding"] == "cpu" and r["of_ceiling_frac"] == pytest.approx(0.4) and not r["extrapolated"]
+
+
+def test_past_the_measured_cores_the_figure_is_extrapolated_and_its_low_end_falls_by_the_measured_falloff():
+    r = ws.predict(W, ws.Candidate("16c", 16))
+    # 16 workers at the top's 95 per worker: 1,520, capped by the step's 1,000: GPU-bound
+    assert r["binding"] == "gpu" and r["samples_per_s"] == pytest.approx(1000) and r["extrapolated"]
+    # the low end: 16 x 700/8 = 1,400, times the fall-off (0.95) once for the doubling past 8
+    assert r["of_ceiling_low_frac"] == pytest.approx(1.0)
+    r12 = ws.predict(W, ws.Candidate("10c", 10))
+    low = 10 * 700 / 8 * 0.95 ** math.log2(10 / 8)
+    assert r12["of_ceiling_low_frac"] == pytest.approx(low / 1000) and r12["of_ceiling_frac"] == pytest.approx(0.95)
+
+
+def test_more_gpus_scale_the_ceiling_assumed_linear_unless_measured():
+    two = ws.predict(W, ws.Candidate("16c2g", 16, gpus=2))
+    assert two["gpu_scaling"] == "assumed linear" and two["binding"] == "cpu"
+    assert two["samples_per_s"] == pytest.approx(16 * 95)
+    measured = ws.predict(W._replace(scaling={2: 0.9}), ws.Candidate("32c2g", 32, gpus=2))
+    assert measured["gpu_scaling"] == "measured" and measured["samples_per_s"] == pytest.approx(1800)
+
+
+def test_price_per_sample_and_the_cheapest_that_reaches_the_target():
+    cands = [
+        ws.Candidate("small", 8, price=2000.0),
+        ws.Candidate("mid", 12, price=2600.0),
+        ws.Candidate("big", 16, price=3500.0),
+    ]
+    rows = ws.table([W], cands)
+    assert rows.set_index("machine").loc["small", "samples_per_s_per_price"] == pytest.approx(760 / 2000)
+    best = ws.cheapest(rows, 0.9)
+    # 'mid' (12 cores): 12 x 95 = 1,140 capped at 1,000; its low end 12 x 87.5 x 0.95^0.585 = 1,019: reaches 90%
+    assert best == {"resnet50 bf16 standard": "mid", "all workloads": "mid"}
+    assert ws.cheapest(rows, 1.5) == {"resnet50 bf16 standard": None, "all workloads": None}
+    from pipeprof.report.workstation import sentence
+
+    line = sentence(rows, best, 0.9)[0]
+    assert line.startswith("for resnet50 bf16 standard, mid keeps the GPUs at 100% of their ceiling")
+    assert "small reaches 76%" in line
+
+
+def test_the_machines_file_is_checked_field_by_field():
+    good = ws.parse_machines({"machines": [{"name": "ws-a", "cores": 24, "gpus": 2, "gpu": "H200", "price": 9e3}]})
+    assert good == [ws.Candidate("ws-a", 24, 2, "H200", 1, 9000.0)]
+    for bad, why in [
+        ({"machines": []}, "a list 'machines:' of at least one machine"),
+        ({"machines": [{"name": "x"}]}, r"machines\[0\] \(x\): 'cores' is required"),
+        ({"machines": [{"cores": 0}]}, r"'cores' must be a whole number of at least 1, not 0"),
+        ({"machines": [{"cores": 8, "price": -1}]}, r"'price' must be a positive number, not -1"),
+        ({"machines": [{"cores": 8, "gpu_count": 2}]}, r"unknown field 'gpu_count'; a machine has name, cores"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            ws.parse_machines(bad)
+
+
+def test_size_reads_a_stored_run_and_prints_the_table(tmp_path, capsys):
+    from pathlib import Path
+
+    run = Path(__file__).parent / "data" / "run-cpu-files"
+    assert main(["size", str(run), "--cores", "1,2,4", "--gpus", "1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "| mobilenet_v3_small fp32 light | 4 cores, 2 GPUs |" in out and "extrapolated" in out
+    machines = tmp_path / "m.yaml"
+    machines.write_text(yaml.safe_dump({"machines": [{"name": "box", "cores": 2, "price": 1000}]}))
+    assert main(["size", str(run), "--machines", str(machines)]) == 0
+    assert "| box |" in capsys.readouterr().out
+    machines.write_text(yaml.safe_dump({"machines": [{"name": "box"}]}))
+    assert main(["size", str(run), "--machines", str(machines)]) == 2
+    assert "'cores' is required" in capsys.readouterr().err
