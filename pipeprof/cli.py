@@ -500,9 +500,7 @@ def _validate_sizing(args, console) -> int:
         import yaml
 
         raw = yaml.safe_load(open(args.config)) or {}
-    cores = (
-        [int(c) for c in args.cores.split(",")] if args.cores else sizing.default_core_counts(usable_cores()["usable"])
-    )
+    cores = _counts(args.cores, "--cores") if args.cores else sizing.default_core_counts(usable_cores()["usable"])
     df = sizing.check(
         raw,
         cores,

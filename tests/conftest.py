@@ -70,6 +70,7 @@ import io
 import os
 import pickle
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -455,3 +456,43 @@ def session_alive(sid: int) -> list[int]:
         except (ProcessLookupError, PermissionError):
             pass
     return alive
+
+
+# ---- pipeprof watch of a test's training script (test_watch, test_watch_actions) --------------------------
+
+
+def watch_job(tmp: Path, args: list[str], job: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """``pipeprof watch`` of ``job`` in ``tmp`` (its run folder under tmp/out, its log tmp/watch.log), short windows
+    and few re-draws; ``args`` after those, so a test may set its own."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeprof",
+        "watch",
+        "--out-dir",
+        str(tmp / "out"),
+        "--window-s",
+        "0.5",
+        "--live-s",
+        "1",
+        "--redraws",
+        "10",
+        "--log",
+        str(tmp / "watch.log"),
+        *args,
+        "--",
+        *job,
+    ]
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=240, env=env)
+
+
+def watch_run_folder(tmp: Path):
+    """The watch's run folder under tmp/out, loaded; its log in the failure message where there is none."""
+    from pipeprof.results import load_run
+
+    found = sorted((tmp / "out").glob("watch-*"))
+    log = tmp / "watch.log"
+    assert found, f"no run folder; the watch's log:\n{log.read_text() if log.exists() else '(none)'}"
+    run = load_run(found[0])
+    assert "analysis_error" not in run.meta, run.meta["analysis_error"]
+    return run

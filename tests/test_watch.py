@@ -20,8 +20,9 @@ import pytest
 
 import pipeprof
 from conftest import MEASURED, measured_once
+from conftest import watch_job as _watch
+from conftest import watch_run_folder as _run_folder
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
-from pipeprof.results import load_run
 from pipeprof.watch.records import Batch, windows
 
 # the tests that read rates, wait shares, verdicts or intervals of watched runs are alone; the runs several tests
@@ -119,43 +120,11 @@ dist.destroy_process_group()
 """
 
 
-def _watch(tmp: Path, args: list[str], job: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeprof",
-        "watch",
-        "--out-dir",
-        str(tmp / "out"),
-        "--window-s",
-        "0.5",
-        "--live-s",
-        "1",
-        "--redraws",
-        "10",
-        "--log",
-        str(tmp / "watch.log"),
-        *args,
-        "--",
-        *job,
-    ]
-    return subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=240, env=env)
-
-
 def _ranks_own_lines(stderr: bytes) -> str:
     """A failed job's stderr without torchrun's log lines (``E1202 11:27:05.707000 ...``), which fill the tail and
     leave out why a rank ended (once only "Signal 6 (SIGABRT) received by PID ..." reached CI's report)."""
     lines = stderr.decode(errors="replace").splitlines()
     return "\n".join(line for line in lines if not re.match(r"[EWI]\d{4} \d", line))[-3000:]
-
-
-def _run_folder(tmp: Path):
-    found = sorted((tmp / "out").glob("watch-*"))
-    log = tmp / "watch.log"
-    assert found, f"no run folder; the watch's log:\n{log.read_text() if log.exists() else '(none)'}"
-    run = load_run(found[0])
-    assert "analysis_error" not in run.meta, run.meta["analysis_error"]
-    return run
 
 
 def _line_of(script: str, text: str) -> int:

@@ -12,13 +12,11 @@ OVERHEAD_S) and NORM_S / AUGMENT_S.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
-from conftest import measured_once
-from pipeprof.results import load_run
+from conftest import measured_once, watch_job, watch_run_folder
 
 AUGMENT_S, NORM_S, OVERHEAD_S = 0.004, 0.004, 0.003
 
@@ -70,30 +68,9 @@ def tuned_actions(tmp_path_factory):
 
         make_dataset(tmp / "ds", images=96, classes=2, seed=4, workers=1)
         (tmp / "train.py").write_text(SCRIPT)
-        args = ["--seconds", "4", "--tune", "--tune-max-s", "30", "--stop", "--window-s", "0.3", "--redraws", "10"]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipeprof",
-                "watch",
-                "--out-dir",
-                str(tmp / "out"),
-                "--log",
-                str(tmp / "log"),
-                *args,
-                "--",
-                sys.executable,
-                "train.py",
-                str(tmp / "ds"),
-            ],  # fmt: skip
-            cwd=tmp,
-            capture_output=True,
-            timeout=240,
-        )
-        found = sorted((tmp / "out").glob("watch-*"))
-        assert found, (tmp / "log").read_text() if (tmp / "log").exists() else done.stderr.decode()[-3000:]
-        return load_run(found[0]), (tmp / "log").read_text()
+        args = ["--seconds", "4", "--tune", "--tune-max-s", "30", "--stop", "--window-s", "0.3"]
+        watch_job(tmp, args, [sys.executable, "train.py", str(tmp / "ds")])
+        return watch_run_folder(tmp), (tmp / "watch.log").read_text()
 
     return measured_once("tuned_actions", make, tmp_path_factory)
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .advice import rate_for_cores
+from .bounds import matching, ok
 
 
 class Candidate(NamedTuple):
@@ -130,11 +131,7 @@ def _doublings(w: Workload, cores: int) -> float:
 
 def _rows(trials: pd.DataFrame, kind: str, key: dict, keys: list[str]) -> pd.DataFrame:
     """The run's ok trials of ``kind`` whose settings in ``keys`` match the answer's ``key``."""
-    t = trials[(trials["kind"] == kind) & (trials["status"] == "ok")]
-    for k in keys:
-        if k in key and k in t and key[k] is not None:
-            t = t[t[k] == key[k]]
-    return t
+    return matching(ok(trials, kind), pd.Series({k: key[k] for k in keys if k in key}), keys)
 
 
 def _ends(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -66,15 +66,17 @@ def collate_encoded(samples: list[EncodedSample]) -> dict:
     labels = torch.as_tensor([s.label for s in samples], dtype=torch.long)
     stage = np.sum([s.stage_s for s in samples], axis=0)
     notes = [s.notes for s in samples if s.notes]
-    lengths = torch.as_tensor([len(s.data) for s in samples], dtype=torch.long)
-    return {
-        "encoded": torch.cat([s.data for s in samples]),
-        "lengths": lengths,
+    return packed([s.data for s in samples]) | {
         "label": labels,
         "stage_s": torch.as_tensor(np.append(stage, time.perf_counter() - t0), dtype=torch.float64),
         "bad_samples": [b for n in notes for b in n["bad"]],
         "large_images": [],
     }
+
+
+def packed(datas: list[torch.Tensor]) -> dict:
+    """``{"encoded": the byte tensors end to end, "lengths": each one's byte count}``: one tensor a batch."""
+    return {"encoded": torch.cat(datas), "lengths": torch.as_tensor([len(d) for d in datas], dtype=torch.long)}
 
 
 def unpacked(batch: dict) -> list[torch.Tensor]:

@@ -306,12 +306,12 @@ class FileBytes(torch.utils.data.Dataset):
 
 
 def collate_bytes(batch: list) -> tuple[dict, torch.Tensor]:
-    """A batch of (bytes, target) as ({"encoded": the bytes end to end, "lengths"}, the targets stacked): one
-    tensor a batch, not a list of them, since a worker hands each tensor over through a shared-memory segment
-    and a file descriptor of its own and the pin-memory thread pins each (``data.encoded``, where a list cost
-    more than decoding the batch on the GPU)."""
-    lengths = torch.as_tensor([len(b) for b, _ in batch], dtype=torch.long)
-    return {"encoded": torch.cat([b for b, _ in batch]), "lengths": lengths}, torch.as_tensor([t for _, t in batch])
+    """A batch of (bytes, target) as (``data.encoded.packed``: the bytes as one tensor, the targets stacked): a
+    worker hands each tensor over through a shared-memory segment and a file descriptor of its own, and the
+    pin-memory thread pins each, so a list of them cost more than decoding the batch on the GPU."""
+    from .encoded import packed
+
+    return packed([b for b, _ in batch]), torch.as_tensor([t for _, t in batch])
 
 
 def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:

@@ -159,9 +159,9 @@ def serve(loader, client, first: dict, count) -> None:
 def window_batches(per_pass, workers: int) -> int:
     """The batches a window holds a whole multiple of: a worker round, or a whole pass where a pass is short
     (at most 4 rounds). A pass's last round keeps only some workers busy until the loop starts the next pass
-    (``watch.tune.pass_efficiency``): with rounds of 14 batches and passes of 16, one window held that idle
-    tail and the next did not, and the same loader read 1,048 and 1,621 samples/s in one pause on the H200
-    box. A window of whole passes holds each pass's tail once."""
+    (``watch.tune.pass_efficiency``): with windows of one round, one window holds that idle tail and the next
+    does not, and the same loader read a third apart within one pause (docs/measured.md). A window of whole
+    passes holds each pass's tail once."""
     rounds = max(workers, 1)
     return per_pass if per_pass and per_pass % rounds and per_pass <= 4 * rounds else rounds
 

@@ -10,10 +10,10 @@ there, for the GPU path the decode and augment), closed by the device's sync at 
 also clocked per sample (CUDA events on a GPU, the wall clock on a CPU), so the parent can add it to the step
 where it runs serially with it (``watch.tune.with_step``).
 
-Why sides in turn and not the sweep's alternating windows: at the pause's budget, an ABBA rotation at 14
-workers and batch 256 on the 16-core H200 box fitted 2 pairs of one-round windows, and an epoch boundary
-(16 batches a pass) inside some windows and not others left the gain's interval at ±270%
-(docs/measured.md); a side's own steady-state windows take the median over many rounds in the same time.
+Why sides in turn and not the sweep's alternating windows: within the pause's budget a rotation fits only a few
+pairs of short windows, and a pass's end falls inside some of them and not others, which left the gain's interval
+far wider than the gain (docs/measured.md, "``pipeprof watch --tune`` with actions"); a side's own steady-state
+windows take the median over many rounds in the same time.
 
 A side is built from the user's own DataLoader arguments (``pause.rebuild``): a knob's variant with other
 keywords, a pipeline's variant (``data.user_pipeline``) with a changed copy of the dataset and, where it
@@ -22,12 +22,12 @@ needs one, its collate. The user's loader and its iterator are never touched.
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Optional
 
 import torch
 
 from pipeprof.data.user_pipeline import BUILDERS
+from pipeprof.measure.step import DeviceClock
 
 
 def images_of(batch):
@@ -44,38 +44,28 @@ def copy_to(images, device):
     return images.to(device, non_blocking=True) if isinstance(images, torch.Tensor) else images
 
 
-class DeviceClock:
-    """Per-sample time of the training process's work on a batch (the ``on_device`` call): CUDA events on a
-    GPU (read after the trial, so nothing waits per batch), the wall clock on a CPU."""
+class WorkClock:
+    """Per-sample time of the training process's work on a batch (the ``on_device`` call), marked on the step's
+    device by ``measure.step.DeviceClock`` (CUDA events on a GPU, read after the trial so nothing waits per
+    batch; the host clock on a CPU)."""
 
     def __init__(self, device: str):
-        self.cuda = str(device).startswith("cuda")
-        self.pairs: list = []
+        self.clock = DeviceClock(torch.device(device))
+        self.marks: list = []
         self.samples = 0
 
     def timed(self, fn: Callable, n: int):
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = fn()
-            end.record()
-            self.pairs.append((start, end))
-        else:
-            t0 = time.perf_counter()
-            out = fn()
-            self.pairs.append(time.perf_counter() - t0)
+        start = self.clock.mark()
+        out = fn()
+        self.marks.append((start, self.clock.mark()))
         self.samples += n
         return out
 
     def us_per_sample(self) -> Optional[float]:
         if not self.samples:
             return None
-        if self.cuda:
-            torch.cuda.synchronize()
-            total = sum(s.elapsed_time(e) for s, e in self.pairs) / 1e3
-        else:
-            total = sum(self.pairs)
-        return total / self.samples * 1e6
+        self.clock.sync()
+        return sum(self.clock.elapsed_ms(a, b) for a, b in self.marks) * 1e3 / self.samples
 
 
 def changes_for(loader, action: Optional[str], params: dict) -> tuple[dict, Optional[Callable]]:
@@ -96,7 +86,7 @@ def side_stats(loader, cmd: dict, count: Callable, measure: Callable) -> dict:
     side's work on each batch and its device time per sample."""
     device = cmd.get("device") or "cpu"
     changes, on_device = changes_for(loader, cmd.get("action"), cmd.get("params") or {})
-    clock, built = DeviceClock(device), cmd.get("action") in BUILDERS
+    clock, built = WorkClock(device), cmd.get("action") in BUILDERS
     phase = {"now": "warmup"}
 
     def work(batch) -> int:
