@@ -300,9 +300,7 @@ def plan(answer, row, facts: Facts) -> list[Planned]:
         params = a.params(row, facts) if a.variant else None
         if params is None:
             continue
-        was = (
-            row.get("decoder") if isinstance(row.get("decoder"), str) else "pil" if facts.user else "the dataset's own"
-        )
+        was = row.get("decoder") if isinstance(row.get("decoder"), str) else "the dataset's own"
         label = a.user_label if facts.user is not None and a.user_label else a.label
         out.append(Planned(a.id, label.format(was=was, **params), params, why_not(a, answer, row, facts)))
     return out

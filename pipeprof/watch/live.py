@@ -135,7 +135,7 @@ def action_lines(tune: dict) -> list[str]:
         return []
     out = [
         f"  actions at num_workers={tune.get('actions_at_workers')} (each alone, your loader measured before and "
-        "after them):"
+        "after them; end to end: the step with each change's device time added, its host time not modelled):"
     ]
     for a in listed:
         if a.get("measured") and a.get("action_gain_ci95_low") is not None:
