@@ -150,7 +150,15 @@ def action_lines(tune: dict) -> list[str]:
             out.append(f"    {a['action']}: not tried: {why}")
     best = next((a for a in listed if a.get("id") == tune.get("best_action")), None)
     if best is None:
-        return out + ["  → no action tried was shown to help"]
+        # an interval that straddles no gain names both readings: the likeliest change, and that it may not help
+        near = max((a for a in listed if a.get("measured")), key=lambda a: a["predicted_e2e_gain_frac"], default=None)
+        if near is None or near["predicted_e2e_gain_frac"] <= 0:
+            return out + ["  → no action tried was shown to help"]
+        return out + [
+            f"  → no action tried was shown to help; the likeliest: {near['action']}, end to end "
+            f"{near['predicted_e2e_gain_frac']:+.1%} ({near['predicted_e2e_gain_ci95_low']:+.1%} … "
+            f"{near['predicted_e2e_gain_ci95_high']:+.1%}): it may help by that much, or not at all"
+        ]
     out.append(
         f"  → best measured change: {best['action']}, end to end {best['predicted_e2e_gain_frac']:+.1%} "
         f"({best['predicted_e2e_gain_ci95_low']:+.1%} … {best['predicted_e2e_gain_ci95_high']:+.1%}); what to write:"
