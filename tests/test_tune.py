@@ -93,3 +93,25 @@ def test_a_window_holds_whole_passes_where_a_pass_is_short():
     assert window_batches(16, 16) == 16 and window_batches(16, 8) == 8  # passes of whole rounds: rounds
     assert window_batches(100, 14) == 14 and window_batches(None, 4) == 4  # long or unsized passes: rounds
     assert window_batches(24, 0) == 1  # no workers: batch by batch
+
+
+def test_with_no_verified_action_the_answer_names_the_likeliest_with_both_readings():
+    from pipeprof.watch.live import action_lines
+
+    def entry(i: str, gain: float, low: float, high: float) -> dict:
+        return {"id": i, "action": i, "measured": True, "verified": low > 0, "action_gain_frac": gain,
+                "action_gain_ci95_low": low, "action_gain_ci95_high": high, "predicted_e2e_gain_frac": gain,
+                "predicted_e2e_gain_ci95_low": low, "predicted_e2e_gain_ci95_high": high}  # fmt: skip
+
+    tune = {
+        "actions_at_workers": 2,
+        "actions": [entry("uint8", 0.069, -0.01, 0.154), entry("decoder", 0.02, -0.05, 0.09)],
+    }
+    assert action_lines(tune)[-1] == (
+        "  → no action tried was shown to help; the likeliest: uint8, end to end +6.9% (-1.0% … +15.4%): it may help "
+        "by that much, or not at all"
+    )
+    tune["actions"] = [entry("uint8", -0.02, -0.08, 0.04)]
+    assert action_lines(tune)[-1] == "  → no action tried was shown to help"
+    tune |= {"actions": [entry("uint8", 0.09, 0.02, 0.16)], "best_action": "uint8"}
+    assert "best measured change: uint8, end to end +9.0% (+2.0% … +16.0%)" in action_lines(tune)[-1]
