@@ -488,12 +488,13 @@ class Session:
         if not todo:
             return []
         cap = max(tuning.point_cap(self.o.tune_max_s), min(20.0, self._left(t0, math.inf) / (len(todo) + 2)))
+        skipped = f"--tune-max-s {self.o.tune_max_s:g} s ran out"
+        if self._left(t0, math.inf) < 2 * cap:  # no room for the baseline and one variant: none is read
+            return [{"id": p.id, "action": p.action, "skipped": skipped} for p in todo]
         before, tried, read = self._side(cid, pick, None, {}, cap), [], []
         for p in todo:
             if self._left(t0, math.inf) < 2 * cap:  # room for this side and the baseline's second reading
-                tried.append(
-                    {"id": p.id, "action": p.action, "skipped": f"--tune-max-s {self.o.tune_max_s:g} s ran out"}
-                )
+                tried.append({"id": p.id, "action": p.action, "skipped": skipped})
                 continue
             read.append((p, self._side(cid, pick, p.id, p.params, cap)))
         after = self._side(cid, pick, None, {}, cap) if read and self._left(t0, math.inf) >= cap / 2 else None
