@@ -138,7 +138,8 @@ def _multi_run_parsers(sub) -> None:
         choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment", "action-trials", "regress"],
         help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
         "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
-        "the GPU pipeline's per-sample against its batched transforms, ms per batch; "
+        "the GPU pipeline's per-sample against its batched transforms, each JPEG decoder alone, and each "
+        "beside the step, serial and overlapped; "
         "action-trials: action trials on workloads of known cost, measured against the truth; regress: CONFIG "
         "against an old run's own config (--against RUN_DIR), run A B B A here, through the CI guard",
     )
@@ -163,6 +164,12 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument("--preset", default="standard", help="gpu-augment: the augmentation preset (name or YAML)")
     bench.add_argument("--batch", type=int, default=256, help="gpu-augment: images per batch")
     bench.add_argument("--device", help="gpu-augment: where the pipeline runs (default: cuda where there is one)")
+    bench.add_argument(
+        "--model",
+        default="resnet50",
+        help="gpu-augment: the step the decoders are measured beside ('' : none, the decoders alone only)",
+    )
+    bench.add_argument("--precision", default="bf16", help="gpu-augment: the step's precision")
     bench.add_argument("--times", type=int, default=3, help="repeat: runs of the same config, back to back")
     bench.add_argument("--workers", type=int, default=4, help="action-trials: the loaders' workers")
     bench.add_argument("--pairs", type=int, default=6, help="action-trials: pairs of windows a trial")
@@ -579,6 +586,45 @@ def _regress(args) -> int:
     return 1 if found.failed else 0
 
 
+def _bench_gpu_augment(args) -> int:
+    """Three tables: the pipeline's per-sample against its batched forms; each decoder alone against the anchor;
+    each decoder beside the step, serial and overlapped (the ``gpu_shared`` trial); the rows as CSV in --out-dir."""
+    from pathlib import Path
+
+    import torch
+
+    from pipeprof.checks.bench import (
+        _jpegs,
+        beside_the_step,
+        decoders_alone,
+        gpu_augment,
+        render_beside,
+        render_decoders,
+        render_gpu_augment,
+    )
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    repeats = max(10, args.repeats)
+    forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log)
+    encoded = _jpegs(args.batch)
+    alone = decoders_alone(encoded, dev, repeats, log=log)
+    print(render_gpu_augment(forms) + "\n" + render_decoders(alone), end="")
+    beside = beside_the_step(encoded, dev, args.preset, args.model, args.precision, log=log) if args.model else None
+    if beside is not None:
+        print("\n" + render_beside(beside), end="")
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in (("forms", forms), ("decoders", alone), ("beside", beside)):
+        if df is not None:
+            df.drop(columns=[c for c in df if df[c].map(type).eq(list).any()]).to_csv(
+                out / f"gpu_augment_{name}.csv", index=False
+            )
+    return 0
+
+
 def cmd_bench(args) -> int:
     from pipeprof.checks.bench import render_repeat, render_sweep_speed, repeat, soak, sweep_speed
 
@@ -586,21 +632,7 @@ def cmd_bench(args) -> int:
         soak(args.minutes, args.config, log=lambda text: print(text, flush=True))
         return 0
     if args.which == "gpu-augment":
-        from pipeprof.checks.bench import gpu_augment, render_gpu_augment
-
-        print(
-            render_gpu_augment(
-                gpu_augment(
-                    args.preset,
-                    args.batch,
-                    max(10, args.repeats),
-                    device=args.device,
-                    log=lambda text: print(text, file=sys.stderr),
-                )
-            ),
-            end="",
-        )
-        return 0
+        return _bench_gpu_augment(args)
     if args.which == "watch-overhead":
         from pipeprof.checks.watch_overhead import PROGRESS, render_watch_overhead, watch_overhead
 

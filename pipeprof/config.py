@@ -327,12 +327,19 @@ class AugmentConfig(_Strict):
     # cuda: the workers read bytes and the training process decodes (nvJPEG) and augments
     # (torchvision.transforms.v2) each batch on the GPU before the step (data/gpu_augment.py)
     device: Axis[Literal["cpu", "cuda"]] = ["cpu"]
+    # the GPU pipeline only (device cuda). overlap, sweep axis: on, a producer thread decodes and augments the
+    # next batches on a stream of its own beside the step; off, the training thread does it before each step
+    # (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg (torchvision), torchcodec, nvimgcodec (the GPU's
+    # hardware JPEG engines); one that cannot run here fails its trials with the reason (data/gpu_decode.py)
+    overlap: Axis[Literal["on", "off"]] = ["on"]
+    gpu_decoder: Axis[Literal["nvjpeg", "torchcodec", "nvimgcodec"]] = ["nvjpeg"]
 
-    @field_validator("device")
+    @field_validator("device", "overlap", "gpu_decoder")
     @classmethod
-    def _devices(cls, v):
+    def _devices(cls, v, info):
         if not v:
-            raise ValueError("at least one of: cpu, cuda")
+            allowed = {"device": "cpu, cuda", "overlap": "on, off", "gpu_decoder": "nvjpeg, torchcodec, nvimgcodec"}
+            raise ValueError(f"at least one of: {allowed[info.field_name]}")
         return list(dict.fromkeys(v))
 
     @field_validator("preset")

@@ -38,6 +38,7 @@ class TrialKind(str, Enum):
     STORAGE_FETCH = "storage_fetch"
     MONITOR_OVERHEAD = "monitor_overhead"
     HANDOFF = "handoff"
+    GPU_SHARED = "gpu_shared"
 
     def __str__(self) -> str:
         return self.value

@@ -8,7 +8,13 @@ The prediction model (why not just ``min`` of the bounds):
   after the training process's own CPU use (measured in the gpu_ceiling trial),
   because the isolated cpu_pipeline trial had those cores to itself;
 * with 0 workers the main process alternates loading and stepping, so per-sample
-  times add: ``1 / (1/cpu(0) + 1/gpu)``.
+  times add: ``1 / (1/cpu(0) + 1/gpu)``;
+* with the GPU pipeline (``augment.device: cuda``) the step shares its device with the decode and augment:
+  the step's side is bounded by the ``gpu_shared`` trial, which ran the two together on one batch of bytes
+  held in memory (serially or overlapped, as the row did) beside each alone. Serially that is the per-batch
+  sum (the trial records ``serial_model_samples_per_s``, 1 / (1/step + 1/pipeline), to check it); overlapped
+  it lies between the sum and the slower of the two, where the SMs the two share put it: only together is it
+  measured, so the bound is the together rate, not a model of their contention.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ BOUND_KEYS = {
     "cpu_pipeline": [
         "preset",
         "augment_device",
+        "augment_overlap",
+        "gpu_decoder",
         "decoder",
         "source",
         "cache_state",
@@ -40,14 +48,28 @@ BOUND_KEYS = {
         "gpus",
     ],
     "storage_fetch": ["source", "cache_state", "batch_size", "num_workers"],
+    "gpu_shared": [
+        "model",
+        "precision",
+        "mode",
+        "batch_size",
+        "image_size",
+        "preset",
+        "augment_device",
+        "augment_overlap",
+        "gpu_decoder",
+        "gpus",
+    ],
 }
 BOUND_COLUMN = {
     "gpu_ceiling": "step_bound_samples_per_s",
     "cpu_pipeline": "cpu_bound_samples_per_s",
     "storage_fetch": "io_bound_samples_per_s",
+    "gpu_shared": "shared_bound_samples_per_s",
 }
-# the hand-off limit (trial kind ``handoff``): one per pipeline, whatever its worker count
-HANDOFF_KEYS = [k for k in BOUND_KEYS["cpu_pipeline"] if k != "num_workers"]
+# the hand-off limit (trial kind ``handoff``): one per pipeline, whatever its worker count (and whichever decoder
+# and overlap the GPU pipeline has: the hand-off passes the same bytes)
+HANDOFF_KEYS = [k for k in BOUND_KEYS["cpu_pipeline"] if k not in ("num_workers", "augment_overlap", "gpu_decoder")]
 
 
 def ok(df: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -83,6 +105,12 @@ EXTRA = {
     "gpu_ceiling": {"main_cpu_pct_mean": "main_cores_step", "step_threads": "ceiling_threads"},
     "cpu_pipeline": {"main_cpu_pct_mean": "loader_main_cpu_pct"},
     "storage_fetch": {"mean_sample_kb": "mean_sample_kb"},
+    "gpu_shared": {
+        "step_alone_samples_per_s": "shared_step_alone",
+        "pipeline_alone_samples_per_s": "shared_pipeline_alone",
+        "serial_model_samples_per_s": "shared_serial_model",
+        "gpu_overlap_frac": "shared_overlap_frac",
+    },
 }
 HANDOFF_COLUMNS = ["handoff_samples_per_s", "handoff_ci95_low", "handoff_ci95_high", "handoff_main_us_per_sample"]
 
@@ -312,7 +340,7 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
     cores / (step CPU s + worker CPU s per sample). The last one matters where the step
     itself burns CPU (CPU training, or a small machine); on a GPU box it is rarely the lowest.
     """
-    step, io, w = step_bound(row), row.get("io_bound_samples_per_s"), row["num_workers"]
+    step, io, w = gpu_side(row), row.get("io_bound_samples_per_s"), row["num_workers"]
     if w == 0:
         cpu = row.get("cpu_bound_samples_per_s")
         bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
@@ -358,11 +386,22 @@ def step_bound(row: pd.Series) -> float | None:
     return step
 
 
+def gpu_side(row: pd.Series) -> float | None:
+    """The step's side of the prediction: :func:`step_bound`, or where the GPU pipeline shares the step's device,
+    the rate the two reached together in the ``gpu_shared`` trial (the lower: it holds the step's own time)."""
+    step, shared = step_bound(row), row.get("shared_bound_samples_per_s")
+    if _known(shared):
+        return min(step, shared) if _known(step) else shared
+    return step
+
+
 def _noise(row: pd.Series, bound: str) -> float:
     """Relative half-width of the interval of the trial behind a bound (0 when unknown)."""
     col = {"step": "step_bound_samples_per_s", "cpu": "cpu_bound_samples_per_s", "io": "io_bound_samples_per_s"}.get(
         bound
     )
+    if bound == "step" and gpu_side(row) != step_bound(row):  # the GPU pipeline beside the step binds that side
+        col = "shared_bound_samples_per_s"
     v = row.get(f"{col}_noise") if col else None
     return float(v) if v is not None and v == v else 0.0
 

@@ -44,6 +44,7 @@ import pandas as pd
 
 from .bounds import (
     BALANCED,
+    NEAR_BEST,
     _clean,
     _known,
     at_handoff,
@@ -317,6 +318,9 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
         return ("gpu" if device == "cuda" else "step"), ["cores"], f"{text} (within its interval of saturation)"
     # the data wait is the caller's lead (:func:`_on`): not said twice
     busy_dev = f"device busy {ev.device_busy:.0%}" if ev.device_busy is not None and device == "cuda" else ""
+    shared = _shared(row)  # the GPU pipeline and the step measured together (trial gpu_shared)
+    if device == "cuda" and shared is not None:
+        return shared[0], [], "; ".join(filter(None, [busy_dev, shared[1]]))
     share = _num(row, "device_pipeline_frac")  # decode and augment on the GPU (augment.device: cuda)
     if device == "cuda" and share is not None:
         text = "; ".join(
@@ -326,6 +330,31 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
             return "gpu-pipeline", [], f"{text}: a lighter GPU pipeline or decoding on the CPU would free it"
         return "gpu", [], text
     return ("gpu" if device == "cuda" else "step"), [], busy_dev
+
+
+def _shared(row: pd.Series) -> Optional[tuple[str, str]]:
+    """(resource, basis) where the GPU pipeline shares the step's device and the two were measured together:
+    'gpu-pipeline' when together they fall short of the step alone by more than the noise (the decode/augment
+    takes GPU time the step needed), else 'gpu' (the step binds; the pipeline fits beside it)."""
+    together, alone = _num(row, "shared_bound_samples_per_s"), _num(row, "step_bound_samples_per_s")
+    if together is None or alone is None:
+        return None
+    half = _num(row, "shared_bound_samples_per_s_noise") or 0.0
+    overlap = _num(row, "shared_overlap_frac")
+    how = (
+        f"overlapped, {overlap:.0%} of its device time beside the step's"
+        if row.get("augment_overlap") in (True, 1.0) and overlap is not None
+        else "serially, before each step"
+        if row.get("augment_overlap") in (False, 0.0)
+        else "beside it"
+    )
+    text = (
+        f"the step with the GPU's decode/augment ({how}) runs at {together:,.0f} samples/s "
+        f"(±{half:.0%}), {together / alone:.0%} of the step alone ({alone:,.0f})"
+    )
+    if together * (1 + half) < NEAR_BEST * alone:
+        return "gpu-pipeline", f"{text}: the GPU's decode/augment binds"
+    return "gpu", f"{text}: the step binds"
 
 
 class Decision(NamedTuple):

@@ -438,3 +438,174 @@ def render_gpu_augment(df: pd.DataFrame) -> str:
             f"decode + augment {med.loc['batched', 'images_per_s'] / med.loc['per-sample', 'images_per_s']:.2f}x",
         ]
     return "\n".join(lines) + "\n"
+
+
+# the issue's anchor: nvJPEG's batched decode of these ~116 KB JPEGs on one H200, a hand-written probe
+NVJPEG_ANCHOR_IMAGES_S = 16_022
+
+
+def decoders_alone(
+    encoded: list, device, repeats: int = 10, warmup: int = 2, log: Callable[[str], None] = print
+) -> pd.DataFrame:
+    """One row per timed batch of each decoder backend (``data.gpu_decode``) that runs here: decode ms between
+    synchronisations and images/s; backends alternate, their warm-up batches are not kept. A backend that cannot
+    run is one row with ``status`` 'skipped' and the reason."""
+    import torch
+
+    from pipeprof.data import gpu_decode
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    ready, rows = {}, []
+    for name in gpu_decode.BACKENDS:
+        try:
+            ready[name] = gpu_decode.decoder(name, device)
+            for _ in range(warmup):
+                ready[name](encoded)
+        except Exception as exc:  # noqa: BLE001 - a backend's own failure is its row
+            rows.append({"backend": name, "status": "skipped", "reason": str(exc)[:300]})
+            ready.pop(name, None)
+            log(f"decoder {name}: skipped: {str(exc)[:200]}")
+    names = list(ready)
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            sync()
+            t0 = time.perf_counter()
+            ready[name](encoded)
+            sync()
+            dt = time.perf_counter() - t0
+            rows.append({"backend": name, "status": "ok", "repeat": i + 1, "decode_ms": dt * 1e3})
+    df = pd.DataFrame(rows)
+    if "decode_ms" in df:
+        df["images_per_s"] = len(encoded) / (df["decode_ms"] / 1e3)
+    return df
+
+
+class _HeldJpegs:
+    """The bench's JPEGs as a pipeprof Source (``data.sources.Source``'s methods), held in memory."""
+
+    kind = "memory"
+    emulated = False
+
+    def __init__(self, encoded: list):
+        self.data = [bytes(e.numpy()) for e in encoded]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def read(self, index: int) -> bytes:
+        return self.data[index]
+
+    def label(self, index: int) -> int:
+        return index % 10
+
+    def nbytes(self, index: int) -> int:
+        return len(self.data[index])
+
+    def files(self):
+        return None
+
+
+def beside_the_step(
+    encoded: list,
+    device,
+    preset: str = "standard",
+    model: str = "resnet50",
+    precision: str = "bf16",
+    size: int = 224,
+    measure=None,
+    models: Optional[dict] = None,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """The ``gpu_shared`` trial (``trials.kinds``) for each decoder backend, serial and overlapped: the step alone,
+    the GPU pipeline alone and the two together, each with its rate, and the overlap achieved. One row per
+    (backend, overlap); a backend that cannot run is its row's error."""
+    import torch
+
+    from pipeprof import config as C
+    from pipeprof.data import gpu_decode
+    from pipeprof.measure.monitors import Monitor
+    from pipeprof.trials import TrialContext, TrialSpec, run_trial
+
+    measure = measure or C.MeasureConfig(window_s=2.0, windows=4, max_windows=6, max_trial_s=60.0)
+    source = _HeldJpegs(encoded)
+    rows = []
+    with Monitor(hz=10, gpu=device.type == "cuda") as mon:
+        ctx = TrialContext(
+            device, source, measure, mon, num_classes=1000, sources={"held": source}, models=models or {}
+        )
+        for name in gpu_decode.BACKENDS:
+            for overlap in (False, True):
+                spec = TrialSpec(
+                    "gpu_shared",
+                    batch_size=len(encoded),
+                    model=model,
+                    precision=precision,
+                    mode="train",
+                    preset=preset,
+                    image_size=size,
+                    input_dtype="float32",
+                    source="held",
+                    augment_device="cuda",
+                    augment_overlap=overlap,
+                    gpu_decoder=name,
+                )
+                try:
+                    row = run_trial(ctx, spec)
+                    row |= {"status": "ok"}
+                except Exception as exc:  # noqa: BLE001 - a backend that cannot run is its rows' reason
+                    row = {"status": "skipped", "reason": str(exc)[:300]}
+                rows.append({"backend": name, "overlap": "on" if overlap else "off"} | row)
+                log(
+                    f"beside the step: {name}, overlap {'on' if overlap else 'off'}: "
+                    + (
+                        f"together {row['samples_per_s']:,.0f}, step alone {row['step_alone_samples_per_s']:,.0f}, "
+                        f"pipeline alone {row['pipeline_alone_samples_per_s']:,.0f} samples/s"
+                        if row["status"] == "ok"
+                        else f"skipped: {row['reason'][:200]}"
+                    )
+                )
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+    return pd.DataFrame(rows)
+
+
+def render_decoders(df: pd.DataFrame, anchor: float = NVJPEG_ANCHOR_IMAGES_S) -> str:
+    """Markdown: per backend the median (range) decode ms and images/s, against the anchor; skipped ones with why."""
+    lines = [
+        f"| decoder | batches | decode ms | images/s | vs anchor ({anchor:,.0f}) |",
+        "|" + "---|" * 5,
+    ]
+    for name, g in df.groupby("backend", sort=False):
+        ok = g[g["status"] == "ok"]
+        if ok.empty:
+            lines.append(f"| {name} | skipped | {g['reason'].iloc[0]} | | |")
+            continue
+        ms, rate = ok["decode_ms"], ok["images_per_s"]
+        lines.append(
+            f"| {name} | {len(ok)} | {ms.median():,.1f} ({ms.min():,.1f}–{ms.max():,.1f}) | "
+            f"{rate.median():,.0f} ({rate.min():,.0f}–{rate.max():,.0f}) | {rate.median() / anchor:.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_beside(df: pd.DataFrame) -> str:
+    """Markdown: per backend and overlap the together rate with its interval, each alone, the serial model, the
+    together rate as a share of the step alone, the overlap achieved and the device ms of decode and augment."""
+    lines = [
+        "| decoder | overlap | together samples/s (95% CI) | step alone | pipeline alone | serial model "
+        "| of the step alone | overlap achieved | decode + augment ms |",
+        "|" + "---|" * 9,
+    ]
+    for _, r in df.iterrows():
+        if r.get("status") != "ok":
+            lines.append(f"| {r['backend']} | {r['overlap']} | skipped: {str(r.get('reason'))[:160]} | | | | | | |")
+            continue
+        share, nan = r["samples_per_s"] / r["step_alone_samples_per_s"], float("nan")
+        ov = r.get("gpu_overlap_frac")
+        lines.append(
+            f"| {r['backend']} | {r['overlap']} | {r['samples_per_s']:,.0f} ({r['samples_per_s_ci95_low']:,.0f}–"
+            f"{r['samples_per_s_ci95_high']:,.0f}) | {r['step_alone_samples_per_s']:,.0f} | "
+            f"{r['pipeline_alone_samples_per_s']:,.0f} | {r['serial_model_samples_per_s']:,.0f} | {share:.0%} | "
+            f"{'' if ov is None or ov != ov else f'{ov:.0%}'} | "
+            f"{r.get('device_decode_ms_mean', nan):.1f} + {r.get('device_augment_ms_mean', nan):.1f} |"
+        )
+    return "\n".join(lines) + "\n"

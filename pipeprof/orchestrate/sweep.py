@@ -65,10 +65,26 @@ def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> 
     )
 
 
-def augment_devices(cfg, user_dataset: bool) -> list:
-    """The augment.device axis as specs carry it: None for the workers' pipeline (the default, so trial ids
-    stay as they were), 'cuda' for the GPU's; a user's Dataset has no pipeline of ours to move."""
-    return [None] if user_dataset else [None if d == "cpu" else d for d in cfg.augment.device]
+def augment_devices(cfg, user_dataset: bool) -> list[dict]:
+    """The augment.device axis as specs carry it, with the GPU pipeline's own axes (overlap, decoder) under
+    'cuda': {} for the workers' pipeline (the default, so trial ids stay as they were); a user's Dataset has no
+    pipeline of ours to move."""
+    if user_dataset:
+        return [{}]
+    out: list[dict] = []
+    for d in cfg.augment.device:
+        if d == "cpu":
+            out.append({})
+            continue
+        out += [
+            {"augment_device": d, "augment_overlap": o == "on", "gpu_decoder": dec}
+            for dec, o in product(cfg.augment.gpu_decoder, cfg.augment.overlap)
+        ]
+    return out
+
+
+def _device_only(dev: dict) -> dict:
+    return {k: v for k, v in dev.items() if k == "augment_device"}
 
 
 def expand(
@@ -100,11 +116,11 @@ def expand(
         specs += [
             TrialSpec(k.value, batch_size=bs, image_size=size, input_dtype=dtype, **step)
             for k, kind in kinds.items()
-            if not kind.loader
+            if not kind.loader and not kind.gpu_pipeline
         ]
 
         def pipe_at(source, cache_state, device=None, bs=bs, preset=preset, size=size) -> dict:
-            return dict(
+            return (device or {}) | dict(
                 batch_size=bs,
                 preset=preset,
                 decoder=None if user_dataset else cfg.data.decoder,
@@ -112,7 +128,6 @@ def expand(
                 image_size=size,
                 source=source,
                 cache_state=cache_state,
-                augment_device=device,
             )
 
         for (source, cache_state), w, dev in product(storage, cfg.loader.num_workers, devices):
@@ -124,11 +139,20 @@ def expand(
                 if kind.loader and not kind.once
             ]
         # once-per-pipeline kinds (the hand-off limit, an overhead check): most workers, first storage point
+        # (the hand-off passes bytes alike whichever decoder and overlap the GPU pipeline has: once per device)
         specs += [
-            TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0], dev))
+            TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0], _device_only(dev)))
             for k, kind in kinds.items()
             if kind.once
             for dev in devices
+        ]
+        # the GPU pipeline beside the step, on one batch of the source's bytes held in memory: once per setting
+        specs += [
+            TrialSpec(k.value, input_dtype=dtype, **pipe_at(*storage[0], dev), **step)
+            for k, kind in kinds.items()
+            if kind.gpu_pipeline
+            for dev in devices
+            if dev
         ]
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on

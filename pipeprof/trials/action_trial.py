@@ -38,7 +38,7 @@ from pipeprof.measure.loader import PAUSABLE, Pause, prefetch_depth, shutdown, w
 from pipeprof.measure.windows import rotating, summarize_rates
 
 from .columns import stage_columns
-from .device_side import passthrough
+from .device_side import Plain
 from .skeleton import make_step, open_loader
 from .spec import TrialContext, TrialSpec
 
@@ -74,7 +74,7 @@ class Variant(NamedTuple):
     collate: Optional[Callable]
     pin_memory: bool
     prefetch_factor: int
-    side: Any = None
+    feed: Any = None  # how its batches reach the step (trials.device_side: Plain, Serial, Overlapped); None: Plain
     loader: Optional[Callable[[int], Any]] = None  # fn(num_workers) -> the user's DataLoader, knobs applied
     knobs: dict = {}  # pipeprof's own DataLoader's other settings (persistent_workers, in_order ...)
 
@@ -128,14 +128,14 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
             started=started,
         )
     finally:
-        _close(ctx, its, turns.pauses if turns is not None else {})
+        _close(ctx, its, turns.pauses if turns is not None else {}, sides)
     clocks = turns.clocks
     shared = {"drain_batches": drain, "paused_workers": PAUSABLE, "rotation_variants": len(alts)} | clocks[0].columns(
         "baseline_"
     )
     return [
         paired_columns(rotated.paired(k), ctx.measure.max_trial_s, ctx.measure.ci_target)
-        | _side_columns(v.side)
+        | _side_columns(v.feed.side if v.feed is not None else None)
         | shared
         | clocks[k].columns()
         for k, v in enumerate(alts, 1)
@@ -150,6 +150,9 @@ class _Turns:
 
     def __init__(self, sides: list, its: dict, step, depth: int):
         self.sides, self.its, self.step, self.depth = sides, its, step, depth
+        self.feeds = [v.feed or Plain() for v in sides]
+        for k, f in enumerate(self.feeds):
+            f.turn(k == 0)  # an overlapped GPU pipeline prepares batches only in its side's turn
         self.pauses = {k: Pause(it) for k, it in its.items()}
         self.clocks = [_StageSums(v.dataset) for v in sides]
         self.side, self.phase, self.unclocked = 0, "warmup", 0
@@ -160,21 +163,25 @@ class _Turns:
             self.pauses[k].resume()
             # the batches dispatched before the stop (half-made ones among them): their clocks hold it
             self.unclocked = self.depth if PAUSABLE else 0
+            self.feeds[self.side].turn(False)
+            self.feeds[k].turn(True)
         self.side = k
 
     def one(self) -> int:
-        raw = next(self.its[self.side])
+        batch, _ = self.feeds[self.side].take(self.its[self.side], self.phase == "measure")
         if self.phase == "measure" and self.unclocked <= 0:
-            self.clocks[self.side].add(raw)
+            self.clocks[self.side].add(batch)  # a GPU pipeline's batch keeps its workers' clocks beside the images
         self.unclocked -= 1
-        batch = (self.sides[self.side].side or passthrough)(raw, self.phase == "measure")
         self.step.run(batch["image"], batch["label"])
         return len(batch["label"])
 
 
-def _close(ctx: TrialContext, its: dict, pauses: dict) -> None:
+def _close(ctx: TrialContext, its: dict, pauses: dict, sides: list) -> None:
     ctx.monitor.track_workers([])
     for side, it in its.items():
+        if sides[side].feed is not None:  # a producer thread stops before its loader
+            sides[side].feed.turn(True)
+            sides[side].feed.close()
         if side in pauses:  # a stopped worker cannot exit
             pauses[side].resume()
         shutdown(it)

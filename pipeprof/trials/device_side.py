@@ -1,54 +1,91 @@
 """The training process's share of the pipeline when ``augment.device`` is cuda: each batch of bytes is
-decoded and augmented on the step's device before the step, and timed there.
+decoded (``augment.gpu_decoder``: ``data.gpu_decode``) and augmented on the step's device, and timed there.
+
+Two ways to place it beside the step (``augment.overlap``):
+
+* **serial** (:class:`Serial`, overlap off): the training thread decodes and augments each batch on the step's
+  stream right before its step. The decode calls return only when done, so the step of batch k and the
+  pipeline of batch k+1 never run at once: a batch costs the step plus the pipeline's own device time.
+* **overlapped** (:class:`Overlapped`, overlap on, the default): a producer thread takes batches from the
+  loader and decodes and augments them on a stream of its own, ``ahead`` batches ahead; the training thread's
+  stream waits on each batch's ready event and the batch's memory is kept for it (``record_stream``). A second
+  stream alone does not overlap (the decode calls block the thread that issues them: the issue's probe); a
+  thread does, because nvJPEG and the v2 ops release the GIL.
 
 Device clock marks (CUDA events on a GPU, read after the window's sync) bracket the decode and the
-augmentation; the host's own time in the call is kept too, since nvJPEG does part of its work (the
-Huffman decoding of some backends) on the calling thread. Their sum over the measured time is the
-device's decode/augment share, a resource on the step's side: the step and the pipeline now share it.
+augmentation on the stream that runs them; the host's own time in the call is kept too, since nvJPEG does
+part of its work (the Huffman decoding of some backends) on the calling thread. With the step's marks on its
+own stream they give the overlap achieved (:func:`overlap_ms`): the pipeline's device time that ran while the
+step's did.
 
 A stand-in for the step (``stand_in_s``) keeps the device busy for the step's own time before each batch,
 as the step does end to end: the host then decodes and queues the next batch while the device works, and
 the marks bracket the pipeline's own device time, not the host's. Without it (the pipeline alone) the
-device waits for the host inside the marks, and its time alone overstates what it adds end to end, where a
-batch costs the step's time plus the pipeline's own device time (docs/measured.md, "The GPU pipeline").
+device waits for the host inside the marks, and its time alone overstates what it adds end to end
+(docs/measured.md, "The GPU pipeline").
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from typing import Optional
+from contextlib import nullcontext
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
+from pipeprof.data import gpu_decode
 from pipeprof.data.encoded import unpacked
 from pipeprof.data.gpu_augment import for_preset
 from pipeprof.measure.step import DeviceClock
 
+AHEAD = 2  # batches the producer prepares ahead of the step: one in the step's hands, one more to absorb jitter
+
 
 class DeviceSide:
-    """``side(batch, measuring) -> batch`` with ``"image"`` decoded and augmented on ``device``."""
+    """``side(batch, measuring) -> batch`` with ``"image"`` decoded and augmented on ``device`` (serially, on
+    the current stream); :meth:`prepare` is the same work without the bookkeeping, for a producer thread."""
 
-    def __init__(self, preset: str, size: Optional[int], device: torch.device, seed: int = 0, stand_in_s: float = 0.0):
+    def __init__(
+        self,
+        preset: str,
+        size: Optional[int],
+        device: torch.device,
+        seed: int = 0,
+        stand_in_s: float = 0.0,
+        decoder: str = gpu_decode.DEFAULT,
+    ):
         self.pipe = for_preset(preset, size, device, seed)
+        self.decoder = decoder
+        self.decode = gpu_decode.decoder(decoder, device)  # refuses a backend that cannot run here, with why
         self.clock = DeviceClock(device)
         self.marks: list[tuple] = []
         self.host_s: list[float] = []
         self.stand_in = StandIn(device, stand_in_s) if stand_in_s > 0 else None
 
-    def __call__(self, batch: dict, measuring: bool) -> dict:
-        if self.stand_in is not None:
-            self.stand_in()  # queued ahead of the marks: the pipeline's own device time stays inside them
+    def prepare(self, batch: dict) -> tuple[dict, tuple, float]:
+        """(the batch with its images on the device, the three marks around decode and augment, host seconds)."""
         t0 = time.perf_counter()
         m0 = self.clock.mark()
-        images = self.pipe.decode(unpacked(batch))
+        images = self.decode(unpacked(batch))
         m1 = self.clock.mark()
         out = self.pipe.augment(images)
         m2 = self.clock.mark()
+        return {**batch, "image": out}, (m0, m1, m2), time.perf_counter() - t0
+
+    def __call__(self, batch: dict, measuring: bool) -> dict:
+        if self.stand_in is not None:
+            self.stand_in()  # queued ahead of the marks: the pipeline's own device time stays inside them
+        out, marks, host_s = self.prepare(batch)
+        self.keep(marks, host_s, measuring)
+        return out
+
+    def keep(self, marks: tuple, host_s: float, measuring: bool) -> None:
         if measuring:
-            self.marks.append((m0, m1, m2))
-            self.host_s.append(time.perf_counter() - t0)
-        return {**batch, "image": out}
+            self.marks.append(marks)
+            self.host_s.append(host_s)
 
     def sync(self) -> None:
         self.clock.sync()
@@ -57,10 +94,11 @@ class DeviceSide:
         """Per batch: device ms in decode and in augment, host ms in the call; the device's share of the
         measured time (``device_pipeline_frac``). Read after the last window's sync."""
         if not self.marks:
-            return {}
+            return {"gpu_decoder": self.decoder}
         decode = np.array([self.clock.elapsed_ms(a, b) for a, b, _ in self.marks])
         augment = np.array([self.clock.elapsed_ms(b, c) for _, b, c in self.marks])
         return {
+            "gpu_decoder": self.decoder,
             "device_decode_ms_mean": float(decode.mean()),
             "device_augment_ms_mean": float(augment.mean()),
             "device_pipeline_host_ms_mean": float(np.mean(self.host_s) * 1e3),
@@ -68,6 +106,178 @@ class DeviceSide:
             if measured_s > 0
             else None,
         } | (self.stand_in.columns() if self.stand_in is not None else {})
+
+
+class Fed(NamedTuple):
+    batch: dict
+    wait_s: float  # how long the training thread waited for it
+
+
+class Plain:
+    """The CPU pipeline's batches: the loader's, as they come (nothing for the training process to do)."""
+
+    side = None
+
+    def take(self, it, measuring: bool) -> Fed:
+        t0 = time.perf_counter()
+        batch = next(it)
+        return Fed(batch, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        pass
+
+    def turn(self, on: bool) -> None:
+        """An action trial's side gets (True) or gives up (False) its turn: only a producer thread cares."""
+
+
+class Serial(Plain):
+    """The GPU pipeline on the training thread's stream, after the wait for the batch's bytes and before its
+    step (overlap off)."""
+
+    def __init__(self, side: DeviceSide):
+        self.side = side
+
+    def take(self, it, measuring: bool) -> Fed:
+        fed = super().take(it, measuring)
+        return Fed(self.side(fed.batch, measuring), fed.wait_s)
+
+
+class _Failed(NamedTuple):
+    exc: BaseException
+
+
+class Overlapped(Plain):
+    """The GPU pipeline in a producer thread on a stream of its own, ``ahead`` batches ahead of the step.
+
+    The producer starts at the first :meth:`take` (on the loader iterator it is handed) and stops at
+    :meth:`close`, which must come before the loader shuts down. A failure in the producer (a bad JPEG, the
+    loader's own error) is raised at the next :meth:`take`. Which batches count as measured is decided when the
+    training thread takes them, so a batch prepared during warm-up but taken in a window counts in the window."""
+
+    def __init__(self, side: DeviceSide, device: torch.device, ahead: int = AHEAD):
+        self.side, self.ahead = side, ahead
+        self.device = torch.device(device)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.ready: queue.Queue = queue.Queue(maxsize=ahead)
+        self.stopping = threading.Event()
+        self.gate = threading.Event()  # set: the producer may take the next batch (cleared out of its side's turn)
+        self.gate.set()
+        self.thread: Optional[threading.Thread] = None
+        self.it = None
+
+    def take(self, it, measuring: bool) -> Fed:
+        if self.thread is None:
+            self.it = it
+            self.thread = threading.Thread(target=self._produce, name="pipeprof-gpu-pipeline", daemon=True)
+            self.thread.start()
+        t0 = time.perf_counter()
+        item = self.ready.get()
+        wait = time.perf_counter() - t0
+        if isinstance(item, _Failed):
+            raise item.exc
+        batch, marks, host_s, done = item
+        if self.stream is not None:
+            here = torch.cuda.current_stream(self.device)
+            here.wait_event(done)  # the step's kernels start after the pipeline's last one for this batch
+            for v in batch.values():
+                if isinstance(v, torch.Tensor) and v.is_cuda:
+                    v.record_stream(here)  # freed by the producer's stream, reused only after the step's use
+        if self.side.stand_in is not None:
+            self.side.stand_in()  # on the training thread's stream, where the step would run
+        self.side.keep(marks, host_s, measuring)
+        return Fed(batch, wait)
+
+    def _produce(self) -> None:
+        try:
+            if self.stream is not None:
+                torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+                while not self.stopping.is_set():
+                    if not self.gate.wait(0.1):
+                        continue
+                    batch = next(self.it)
+                    out, marks, host_s = self.side.prepare(batch)
+                    done = torch.cuda.Event() if self.stream is not None else None
+                    if done is not None:
+                        done.record(self.stream)
+                    self._put((out, marks, host_s, done))
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
+            self._put(_Failed(exc))
+
+    def _put(self, item) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.ready.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def turn(self, on: bool) -> None:
+        (self.gate.set if on else self.gate.clear)()
+
+    def close(self) -> None:
+        """Stop the producer (it finishes the batch it is on) and wait for it: before the loader closes."""
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout=60)
+        while not self.ready.empty():
+            self.ready.get_nowait()
+        if self.stream is not None:
+            self.stream.synchronize()
+
+
+def overlap_ms(step: np.ndarray, pipe: np.ndarray) -> float:
+    """Milliseconds in which the step and the pipeline both had work on the device: ``step`` and ``pipe`` are
+    (n, 2) arrays of [start, end] intervals on one clock. Each set is merged first (its own intervals may touch
+    or overlap), then their intersection is summed."""
+
+    def merged(iv: np.ndarray) -> list:
+        out: list = []
+        for a, b in sorted(map(tuple, iv)):
+            if out and a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return out
+
+    s, p = merged(step), merged(pipe)
+    i = j = 0
+    total = 0.0
+    while i < len(s) and j < len(p):
+        total += max(0.0, min(s[i][1], p[j][1]) - max(s[i][0], p[j][0]))
+        if s[i][1] < p[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap_columns(clock: DeviceClock, step_marks: list, pipe_marks: list) -> dict:
+    """The overlap achieved over the measured batches: the share of the pipeline's device time that ran while
+    the step ran (``gpu_overlap_frac``), and both busy times. ``step_marks``: (start, end) of each step's compute;
+    ``pipe_marks``: the pipeline's (decode start, decode end, augment end). Read after the last window's sync,
+    on the clock of the first pipeline mark (CUDA events of one device compare across streams)."""
+    if not step_marks or not pipe_marks:
+        return {}
+    ref = pipe_marks[0][0]
+    at = np.vectorize(lambda m: clock.elapsed_ms(ref, m), otypes=[float])
+    step = np.column_stack([at([m[0] for m in step_marks]), at([m[1] for m in step_marks])])
+    pipe = np.column_stack([at([m[0] for m in pipe_marks]), at([m[2] for m in pipe_marks])])
+    busy = float((pipe[:, 1] - pipe[:, 0]).sum())
+    both = overlap_ms(step, pipe)
+    return {
+        "gpu_overlap_frac": both / busy if busy > 0 else None,
+        "gpu_overlap_ms_per_batch": both / len(pipe_marks),
+    }
+
+
+def feed(ctx, spec) -> Plain:
+    """How a trial's batches reach its step: :class:`Plain` for the CPU pipeline, :class:`Serial` or
+    :class:`Overlapped` for the GPU's (``spec.augment_overlap``)."""
+    side = device_side(ctx, spec)
+    if side is None:
+        return Plain()
+    return Overlapped(side, ctx.device) if spec.augment_overlap else Serial(side)
 
 
 class StandIn:
@@ -119,9 +329,5 @@ def device_side(ctx, spec) -> Optional[DeviceSide]:
     """The DeviceSide of a trial whose workers only read bytes (``spec.augment_device`` set), else None."""
     if spec.augment_device in (None, "cpu") or ctx.user_dataset is not None or ctx.user_loader is not None:
         return None
-    return DeviceSide(spec.preset, spec.image_size, ctx.device, ctx.seed, ctx.stand_in_step_s)
-
-
-def passthrough(batch: dict, measuring: bool) -> dict:
-    """The CPU pipeline's batches need nothing from the training process before the step."""
-    return batch
+    decoder = spec.gpu_decoder or gpu_decode.DEFAULT
+    return DeviceSide(spec.preset, spec.image_size, ctx.device, ctx.seed, ctx.stand_in_step_s, decoder)

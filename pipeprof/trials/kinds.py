@@ -33,13 +33,14 @@ from pipeprof.data.dataset import (
     collate_bytes,
     collate_pipeline,
 )
+from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.loader import prefetch_depth
-from pipeprof.measure.windows import alternating, summarize_rates
+from pipeprof.measure.windows import alternating, rotating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
 
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
-from .device_side import device_side, passthrough
+from .device_side import AHEAD, Overlapped, Serial, device_side, feed, overlap_columns
 from .skeleton import (
     close_loader,
     collate_for,
@@ -56,21 +57,26 @@ from .spec import TrialContext, TrialSpec
 def end_to_end(ctx: TrialContext, spec: TrialSpec) -> dict:
     dataset = pipeline_dataset(ctx, spec)
     step = make_step(ctx, spec)
-    side = device_side(ctx, spec)  # augment.device cuda: the step's device decodes and augments, after the wait
+    fed = feed(ctx, spec)  # augment.device cuda: the step's device decodes and augments, before or beside the step
     records: list = []
 
     def one_batch(it, measuring: bool) -> int:
-        t0 = time.perf_counter()
-        batch = next(it)
-        wait = time.perf_counter() - t0
-        batch = (side or passthrough)(batch, measuring)
+        batch, wait = fed.take(it, measuring)
         marks = step.run(batch["image"], batch["label"])
         if measuring:
             records.append(StepRecord(wait, marks, batch.get("stage_s")))
         return batch["image"].shape[0]
 
-    m, extra = loader_trial(ctx, spec, dataset, one_batch, step.clock.sync)
-    return m.stats() | step_columns(step, records, m) | stage_totals(dataset, records, m) | extra | _side(side, m)
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, step.clock.sync, before_close=fed.close)
+    overlap = overlap_columns(step.clock, [r.marks[1:] for r in records], fed.side.marks) if fed.side else {}
+    return (
+        m.stats()
+        | step_columns(step, records, m)
+        | stage_totals(dataset, records, m)
+        | extra
+        | _side(fed.side, m)
+        | overlap
+    )
 
 
 def gpu_ceiling(ctx: TrialContext, spec: TrialSpec) -> dict:
@@ -89,21 +95,112 @@ def gpu_ceiling(ctx: TrialContext, spec: TrialSpec) -> dict:
     return m.stats() | step_columns(step, records, m)
 
 
+#: gpu_shared's sides, in the rotation's numbering (0 the baseline, whose rate is the trial's)
+TOGETHER, STEP_ALONE, PIPELINE_ALONE = 0, 1, 2
+
+
+def gpu_shared(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """The GPU pipeline and the step on one device, no loader: one batch of the source's JPEG bytes, read once and
+    held in memory, decoded and augmented as the spec says (serial or overlapped, its decoder), and the step
+    trained on what comes out. Windows of the two together rotate with windows of the step alone (on a resident
+    batch) and of the pipeline alone, so each is measured alone and together in one trial: the model of the GPU
+    pipeline's end-to-end rate (``analysis.bounds``) reads all three, and the overlap achieved comes from the
+    events of the together windows."""
+    step = make_step(ctx, spec)
+    side = device_side(ctx, spec)
+    if side is None:
+        raise ValueError("gpu_shared runs the GPU pipeline: augment.device cuda")
+    source = EncodedDataset(ctx.source_for(spec), False, ctx.sample_policy)
+    samples = [source[i % len(source)] for i in range(spec.batch_size)]  # read once, outside any timer
+    bytes_batch = collate_encoded(samples)
+    x, y = step.synthetic_batch(spec.batch_size, spec.image_size, getattr(torch, spec.input_dtype))
+    fed = Overlapped(side, ctx.device) if spec.augment_overlap else Serial(side)
+    held = _Endless(bytes_batch)
+    now = {"side": TOGETHER}
+    steps: dict[int, list] = {TOGETHER: [], STEP_ALONE: []}
+    measuring = {"on": False}
+
+    def one() -> int:
+        if now["side"] == STEP_ALONE:
+            marks = step.run(x, y, on_device=True)
+        else:
+            batch, _ = fed.take(held, measuring["on"] and now["side"] == TOGETHER)
+            if now["side"] == PIPELINE_ALONE:
+                return spec.batch_size
+            marks = step.run(batch["image"], batch["label"], on_device=True)
+        if measuring["on"]:
+            steps[now["side"]].append(marks)
+        return spec.batch_size
+
+    def on_phase(p: str) -> None:
+        measuring["on"] = p == "measure"
+        ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
+
+    def set_side(s: int) -> None:
+        now["side"] = s
+
+    try:
+        r = rotating(
+            one, set_side, 2, ctx.measure, drain_batches=AHEAD, sync=step.clock.sync, clock=ctx.clock, on_phase=on_phase
+        )
+        on_phase("done")
+    finally:
+        fed.close()
+    step.clock.sync()
+    return _shared_columns(r, spec) | _side_columns(side, step, steps, r)
+
+
+class _Endless:
+    """The same batch of bytes for ever: the iterator a producer thread reads in gpu_shared."""
+
+    def __init__(self, batch: dict):
+        self.batch = batch
+
+    def __next__(self) -> dict:
+        return self.batch
+
+
+def _shared_columns(r, spec: TrialSpec) -> dict:
+    """The together windows' rate as the trial's (its summary, interval and windows), each side's median rate,
+    and the serial model's figure from the two alone: 1 / (1/step + 1/pipeline)."""
+    rates = {s: [c[s].rate for c in r.cycles] for s in (TOGETHER, STEP_ALONE, PIPELINE_ALONE)}
+    out = summarize_rates(rates[TOGETHER]) | {"pairs": len(r.cycles), "time_capped": r.time_capped}
+    step, pipe = (float(np.median(rates[s])) if rates[s] else float("nan") for s in (STEP_ALONE, PIPELINE_ALONE))
+    out |= {
+        "step_alone_samples_per_s": step,
+        "pipeline_alone_samples_per_s": pipe,
+        "serial_model_samples_per_s": 1 / (1 / step + 1 / pipe) if step > 0 and pipe > 0 else float("nan"),
+    }
+    return out
+
+
+def _side_columns(side, step, steps: dict, r) -> dict:
+    """The pipeline's device times in the together windows, the step's compute time there and alone, and the
+    overlap achieved (read after the last sync)."""
+    measured = sum(c[TOGETHER].t_end - c[TOGETHER].t_start for c in r.cycles)
+    out = side.columns(measured)
+    for s, name in ((TOGETHER, "together"), (STEP_ALONE, "alone")):
+        if steps[s]:
+            out[f"step_{name}_compute_ms_p50"] = float(np.median([step.clock.elapsed_ms(m[1], m[2]) for m in steps[s]]))
+    return out | overlap_columns(step.clock, [m[1:] for m in steps[TOGETHER]], side.marks)
+
+
 def cpu_pipeline(ctx: TrialContext, spec: TrialSpec) -> dict:
     if spec.stage_timing is False:
         return clock_overhead(ctx, spec)
     dataset = pipeline_dataset(ctx, spec)
-    side = device_side(ctx, spec)  # augment.device cuda: the loader's output is decoded batches on the device
+    fed = feed(ctx, spec)  # augment.device cuda: the loader's output is decoded batches on the device
     records: list = []
 
     def one_batch(it, measuring: bool) -> int:
-        batch = (side or passthrough)(next(it), measuring)
+        batch, _ = fed.take(it, measuring)
         if measuring:
             records.append(StepRecord(None, (), batch.get("stage_s")))
         return batch["image"].shape[0]
 
-    m, extra = loader_trial(ctx, spec, dataset, one_batch, side.sync if side else lambda: None)
-    return m.stats() | stage_totals(dataset, records, m) | extra | _side(side, m)
+    sync = fed.side.sync if fed.side else lambda: None
+    m, extra = loader_trial(ctx, spec, dataset, one_batch, sync, before_close=fed.close)
+    return m.stats() | stage_totals(dataset, records, m) | extra | _side(fed.side, m)
 
 
 def _side(side, m) -> dict:
@@ -334,6 +431,7 @@ class Kind:
     own_source: bool = False  # needs pipeprof's own source (not a user's Dataset)
     check: bool = False  # an overhead check: planned only with ``overhead_checks``
     own_samples: bool = False  # needs the samples of a Dataset (not a user's own DataLoader)
+    gpu_pipeline: bool = False  # planned once per GPU-pipeline setting (augment.device cuda), with the step
 
 
 KINDS: dict[TrialKind, Kind] = {
@@ -343,6 +441,18 @@ KINDS: dict[TrialKind, Kind] = {
         "and dtype as the loader's; windows closed by device sync",
         step=True,
         loader=False,
+    ),
+    TrialKind.GPU_SHARED: Kind(
+        gpu_shared,
+        "the GPU pipeline (decode + augment of one batch of the source's JPEG bytes held in memory, serial or "
+        "overlapped as set, its decoder) and the step on what it yields, no loader; rotated with windows of the "
+        "step alone on a resident batch and of the pipeline alone (each next to a together window); "
+        "samples_per_s is the together windows'; windows closed by device sync",
+        step=True,
+        loader=False,
+        pipeline=True,
+        own_source=True,
+        gpu_pipeline=True,
     ),
     TrialKind.STORAGE_FETCH: Kind(
         storage_fetch,

@@ -211,14 +211,24 @@ class CacheCheck:
         return cols
 
 
-def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=lambda: None, collate=None, loop=None):
+def loader_trial(
+    ctx: TrialContext,
+    spec: TrialSpec,
+    dataset,
+    one_batch,
+    sync=lambda: None,
+    collate=None,
+    loop=None,
+    before_close=lambda: None,
+):
     """The shape every loader-driven trial shares: set the cache state, open the loader, run
     the steady-state windows over ``one_batch(it, measuring) -> samples``, take memory, close.
 
     ``loop(one, phase, check, it) -> Measurement`` replaces the standard warm-up and windows
     (storage_fetch's cold reads plan theirs). ``one_batch`` reads through a SampleTally, so the row
-    counts the bad samples and outsize images the workers met. Returns (measurement, memory, storage
-    and sample columns).
+    counts the bad samples and outsize images the workers met. ``before_close``: stops what reads the loader
+    besides ``one_batch`` (the GPU pipeline's producer thread) before the loader closes. Returns (measurement,
+    memory, storage and sample columns).
     """
     check = CacheCheck(_source_of(dataset), spec.cache_state)
     prepared = check.prepare()
@@ -245,6 +255,7 @@ def loader_trial(ctx: TrialContext, spec: TrialSpec, dataset, one_batch, sync=la
             )
         memory = memory_columns(it) | loader_columns(ctx, it) | sample_columns(tally, ctx.sample_policy)
     finally:
+        before_close()
         check.stop()
         close_loader(ctx, it)
     return m, memory | _storage_columns(dataset, check, spec, m, prepared)

@@ -35,6 +35,10 @@ class TrialSpec:
     # None: decode and augment in the workers; 'cuda': workers read bytes, the step's device decodes and
     # augments (config augment.device; on a CPU-only machine only tests build it, on the CPU device)
     augment_device: Optional[str] = None
+    # the GPU pipeline only (augment_device 'cuda'): decode and augment in a producer thread on a stream of its
+    # own, beside the step (True), or on the step's stream before it (False); and which JPEG decoder runs
+    augment_overlap: Optional[bool] = None
+    gpu_decoder: Optional[str] = None
     action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.variants)
 
     @property
@@ -45,7 +49,7 @@ class TrialSpec:
             self.model,
             self.precision,
             self.preset,
-            "gpu-augment" if self.augment_device not in (None, "cpu") else None,
+            self._gpu_part(),
             self.source,
             cache_state,
             f"bs{self.batch_size}",
@@ -57,6 +61,15 @@ class TrialSpec:
         if self.gpus > 1:
             parts.append(f"g{self.gpus}" + ("-p2p-off" if self.p2p is False else ""))
         return "/".join(str(p) for p in parts if p is not None)
+
+    def _gpu_part(self) -> Optional[str]:
+        """'gpu-augment' for the GPU pipeline as it runs by default (overlapped, nvJPEG), its other settings
+        appended: 'gpu-augment-serial', 'gpu-augment-nvimgcodec'."""
+        if self.augment_device in (None, "cpu"):
+            return None
+        extra = ["serial" if self.augment_overlap is False else None]
+        extra.append(self.gpu_decoder if self.gpu_decoder not in (None, "nvjpeg") else None)
+        return "-".join(["gpu-augment", *filter(None, extra)])
 
     def columns(self) -> dict:
         return asdict(self) | {"trial_id": self.trial_id}

@@ -25,7 +25,7 @@ from pipeprof.data.augment import A, load_preset
 from pipeprof.data.dataset import PipelineDataset
 
 from .action_trial import Variant, action_trials
-from .device_side import device_side
+from .device_side import feed
 from .skeleton import collate_for, pipeline_dataset
 from .spec import TrialContext, TrialSpec
 
@@ -41,7 +41,7 @@ def baseline(ctx: TrialContext, spec: TrialSpec) -> Variant:
         collate_for(dataset) if dataset is not None else None,
         bool(spec.pin_memory),
         ctx.prefetch_factor,
-        device_side(ctx, spec),
+        feed(ctx, spec),
         ctx.user_loader,
     )
 
@@ -65,7 +65,7 @@ def uint8(ctx: TrialContext, spec: TrialSpec, params: dict) -> Variant:
     ]
     timing = ctx.stage_timing if spec.stage_timing is None else spec.stage_timing
     dataset = PipelineDataset(ctx.source_for(spec), spec.decoder, A.from_dict(spec_), timing, ctx.sample_policy)
-    return baseline(ctx, spec)._replace(dataset=dataset, collate=collate_for(dataset), side=None)
+    return baseline(ctx, spec)._replace(dataset=dataset, collate=collate_for(dataset), feed=None)
 
 
 def knobs(ctx: TrialContext, spec: TrialSpec, params: dict) -> Variant:
