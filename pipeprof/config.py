@@ -334,6 +334,13 @@ class AugmentConfig(_Strict):
     overlap: Axis[Literal["on", "off"]] = ["on"]
     gpu_decoder: Axis[Literal["nvjpeg", "torchcodec", "nvimgcodec"]] = ["nvjpeg"]
 
+    @field_validator("overlap", mode="before")
+    @classmethod
+    def _on_off(cls, v):
+        """YAML 1.1 reads a bare on/off as a boolean: take it as the word it was."""
+        items = v if isinstance(v, list) else [v]
+        return [{True: "on", False: "off"}.get(x, x) if isinstance(x, bool) else x for x in items]
+
     @field_validator("device", "overlap", "gpu_decoder")
     @classmethod
     def _devices(cls, v, info):

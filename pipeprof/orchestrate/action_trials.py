@@ -244,7 +244,8 @@ def _predict_gpu_pipeline(
         step = base.get("step_bound_samples_per_s") if base is not None else None
         if step is None or step != step:  # no step ceiling measured: nothing to set the pipeline beside
             continue
-        beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, augment_device="cuda")
+        gpu = ACTIONS["gpu_pipeline"].params(base, None)  # the settings its action trial runs with
+        beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, **gpu)
         stand_in_s = spec.batch_size / step  # the step's own time a batch, from its ceiling
         log(
             f"the GPU pipeline at {beside.num_workers} workers (they read bytes), beside a stand-in for the step "
