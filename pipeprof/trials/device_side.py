@@ -157,6 +157,8 @@ class Overlapped(Plain):
     def __init__(self, side: DeviceSide, device: torch.device, ahead: int = AHEAD):
         self.side, self.ahead = side, ahead
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # streams and set_device need the index
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.ready: queue.Queue = queue.Queue(maxsize=ahead)
         self.stopping = threading.Event()

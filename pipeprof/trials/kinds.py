@@ -127,7 +127,7 @@ def gpu_shared(ctx: TrialContext, spec: TrialSpec) -> dict:
             batch, _ = fed.take(held, measuring["on"] and now["side"] == TOGETHER)
             if now["side"] == PIPELINE_ALONE:
                 return spec.batch_size
-            marks = step.run(batch["image"], batch["label"], on_device=True)
+            marks = step.run(batch["image"], y, on_device=True)  # the held batch's labels stay on the host
         if measuring["on"]:
             steps[now["side"]].append(marks)
         return spec.batch_size
