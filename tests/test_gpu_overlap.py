@@ -69,6 +69,39 @@ def test_a_failure_in_the_producer_is_raised_where_the_batch_is_taken(byte_batch
     assert not feed.thread.is_alive()
 
 
+class _SlowSide(DeviceSide):
+    """A GPU pipeline of known cost: 80 ms a batch on the producer's thread."""
+
+    def prepare(self, batch):
+        out = super().prepare(batch)
+        threading.Event().wait(0.08)
+        return out
+
+
+def test_the_data_wait_is_the_loaders_part_of_the_wait_the_rest_is_the_pipelines(byte_batches):
+    """A slow loader (80 ms a batch) before a quick pipeline: the training thread's waits are data waits. A quick
+    loader before a slow pipeline (80 ms): they are the GPU pipeline's, and the data wait is near nothing."""
+    import time
+
+    def slow_loader():
+        for b in byte_batches:
+            time.sleep(0.08)
+            yield b
+
+    def take_all(feed, it):
+        try:
+            return [feed.take(it, True).wait_s for _ in byte_batches[:5]]
+        finally:
+            feed.close()
+
+    cpu = torch.device("cpu")
+    waits = take_all(Overlapped(DeviceSide("standard", 64, cpu), cpu), slow_loader())
+    assert np.median(waits) > 0.04  # most of each 80 ms the producer waited on the loader
+    feed = Overlapped(_SlowSide("standard", 64, cpu), cpu)
+    waits = take_all(feed, iter(byte_batches))
+    assert max(waits) < 0.02 and np.median(feed.pipeline_wait_s) > 0.04
+
+
 def test_out_of_its_turn_the_producer_takes_nothing(byte_batches):
     taken = []
 

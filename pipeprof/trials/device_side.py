@@ -110,7 +110,7 @@ class DeviceSide:
 
 class Fed(NamedTuple):
     batch: dict
-    wait_s: float  # how long the training thread waited for it
+    wait_s: float  # how long the training thread waited for it on the loader (its data wait)
 
 
 class Plain:
@@ -166,6 +166,7 @@ class Overlapped(Plain):
         self.gate.set()
         self.thread: Optional[threading.Thread] = None
         self.it = None
+        self.pipeline_wait_s: list[float] = []  # measured batches: the training thread's wait beyond the loader's
 
     def take(self, it, measuring: bool) -> Fed:
         if self.thread is None:
@@ -177,7 +178,13 @@ class Overlapped(Plain):
         wait = time.perf_counter() - t0
         if isinstance(item, _Failed):
             raise item.exc
-        batch, marks, host_s, done = item
+        batch, marks, host_s, done, loader_s = item
+        # the data wait is the part of the training thread's wait the loader accounts for: at most what the
+        # producer itself waited for this batch's bytes; the rest it waited on the GPU pipeline (decoding and
+        # augmenting, slowed where the step holds the SMs), which is the step's side of the device, not input
+        data_wait = min(wait, loader_s)
+        if measuring:
+            self.pipeline_wait_s.append(wait - data_wait)
         if self.stream is not None:
             here = torch.cuda.current_stream(self.device)
             here.wait_event(done)  # the step's kernels start after the pipeline's last one for this batch
@@ -187,7 +194,7 @@ class Overlapped(Plain):
         if self.side.stand_in is not None:
             self.side.stand_in()  # on the training thread's stream, where the step would run
         self.side.keep(marks, host_s, measuring)
-        return Fed(batch, wait)
+        return Fed(batch, data_wait)
 
     def _produce(self) -> None:
         try:
@@ -197,12 +204,14 @@ class Overlapped(Plain):
                 while not self.stopping.is_set():
                     if not self.gate.wait(0.1):
                         continue
+                    t0 = time.perf_counter()
                     batch = next(self.it)
+                    loader_s = time.perf_counter() - t0
                     out, marks, host_s = self.side.prepare(batch)
                     done = torch.cuda.Event() if self.stream is not None else None
                     if done is not None:
                         done.record(self.stream)
-                    self._put((out, marks, host_s, done))
+                    self._put((out, marks, host_s, done, loader_s))
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
             self._put(_Failed(exc))
 
@@ -226,6 +235,15 @@ class Overlapped(Plain):
             self.ready.get_nowait()
         if self.stream is not None:
             self.stream.synchronize()
+
+
+def pipeline_wait_columns(fed, measured_s: float) -> dict:
+    """An overlapped GPU pipeline's share of the measured time the training thread waited for it, beyond its
+    data wait (the loader's): ``gpu_pipeline_wait_frac`` ({} for the other feeds)."""
+    waits = getattr(fed, "pipeline_wait_s", None)
+    if not waits or measured_s <= 0:
+        return {}
+    return {"gpu_pipeline_wait_frac": float(sum(waits) / measured_s)}
 
 
 def overlap_ms(step: np.ndarray, pipe: np.ndarray) -> float:

@@ -40,7 +40,7 @@ from pipeprof.measure.windows import alternating, rotating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
 
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
-from .device_side import AHEAD, Overlapped, Serial, device_side, feed, overlap_columns
+from .device_side import AHEAD, Overlapped, Serial, device_side, feed, overlap_columns, pipeline_wait_columns
 from .skeleton import (
     close_loader,
     collate_for,
@@ -69,6 +69,7 @@ def end_to_end(ctx: TrialContext, spec: TrialSpec) -> dict:
 
     m, extra = loader_trial(ctx, spec, dataset, one_batch, step.clock.sync, before_close=fed.close)
     overlap = overlap_columns(step.clock, [r.marks[1:] for r in records], fed.side.marks) if fed.side else {}
+    overlap |= pipeline_wait_columns(fed, m.t_measure_end - m.t_measure_start)
     return (
         m.stats()
         | step_columns(step, records, m)
