@@ -48,6 +48,7 @@ LAYERS = {
         "data.cache",
         "data.check",
         "data.user_samples",
+        "data.gpu_decode",
     ],
     3: ["data.augment", "data.gpu_augment"],
     4: ["data.dataset", "data.prepare", "data.encoded", "data.user_pipeline"],

@@ -6,6 +6,8 @@
 - ``gpu_augment``: a preset on the GPU (``augment.device: cuda``): nvJPEG decode and the transforms'
   torchvision counterparts, one table, each on the whole batch (per-sample forms kept as the reference);
   the device is a parameter (CPU in tests)
+- ``gpu_decode``: the GPU pipeline's JPEG decoders (``augment.gpu_decoder``: torchvision's nvJPEG,
+  TorchCodec, nvImageCodec's hardware engines), each refused with its reason where it cannot run
 - ``dataset``:   the map-style Dataset running read → decode → augment with per-stage timing
 - ``encoded``:   the Dataset whose workers only read bytes, for the GPU pipeline
 - ``synthetic``: the cached ImageNet-like JPEG dataset the default run makes

@@ -83,8 +83,28 @@ def augment_devices(cfg, user_dataset: bool) -> list[dict]:
     return out
 
 
-def _device_only(dev: dict) -> dict:
-    return {k: v for k, v in dev.items() if k == "augment_device"}
+def _once_per_pipeline(cfg, kinds: dict, devices: list, pipe_at: Callable, step: dict, dtype) -> list[TrialSpec]:
+    """The kinds planned once per pipeline at the first storage point: the hand-off limit and an overhead check
+    at the most workers (the hand-off passes bytes alike whichever decoder and overlap the GPU pipeline has: once
+    per device), and the GPU pipeline beside the step on one batch of bytes held in memory (once per setting)."""
+    once = [
+        TrialSpec(
+            k.value,
+            num_workers=max(cfg.loader.num_workers),
+            **pipe_at({key: v for key, v in dev.items() if key == "augment_device"}),
+        )
+        for k, kind in kinds.items()
+        if kind.once
+        for dev in devices
+    ]
+    beside = [
+        TrialSpec(k.value, input_dtype=dtype, **pipe_at(dev), **step)
+        for k, kind in kinds.items()
+        if kind.gpu_pipeline
+        for dev in devices
+        if dev
+    ]
+    return once + beside
 
 
 def expand(
@@ -138,22 +158,7 @@ def expand(
                 for k, kind in kinds.items()
                 if kind.loader and not kind.once
             ]
-        # once-per-pipeline kinds (the hand-off limit, an overhead check): most workers, first storage point
-        # (the hand-off passes bytes alike whichever decoder and overlap the GPU pipeline has: once per device)
-        specs += [
-            TrialSpec(k.value, num_workers=max(cfg.loader.num_workers), **pipe_at(*storage[0], _device_only(dev)))
-            for k, kind in kinds.items()
-            if kind.once
-            for dev in devices
-        ]
-        # the GPU pipeline beside the step, on one batch of the source's bytes held in memory: once per setting
-        specs += [
-            TrialSpec(k.value, input_dtype=dtype, **pipe_at(*storage[0], dev), **step)
-            for k, kind in kinds.items()
-            if kind.gpu_pipeline
-            for dev in devices
-            if dev
-        ]
+        specs += _once_per_pipeline(cfg, kinds, devices, lambda dev: pipe_at(*storage[0], dev), step, dtype)
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:
             # the same pipeline at the most workers and the first storage point, stage clocks switched on
             # and off between windows: their cost (once per preset; it does not depend on the storage)
