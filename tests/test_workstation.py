@@ -94,3 +94,29 @@ def test_size_reads_a_stored_run_and_prints_the_table(tmp_path, capsys):
     machines.write_text(yaml.safe_dump({"machines": [{"name": "box"}]}))
     assert main(["size", str(run), "--machines", str(machines)]) == 2
     assert "'cores' is required" in capsys.readouterr().err
+
+
+def test_the_report_of_a_gpu_run_has_the_sizing_table_its_lines_and_plot(tmp_path):
+    """The stored CPU run's trials, its run.json saying it ran on a GPU: report.html gains the candidate table at
+    the report's core counts, the buyer's lines and the plot; said of a CPU run, none (a CPU step shares the
+    cores, so there are no cores per GPU)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from pipeprof.report.html import render_html
+    from pipeprof.results import load_run
+
+    src = Path(__file__).parent / "data" / "run-cpu-files"
+    assert 'id="sizing"' not in render_html(load_run(src))
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["device"] = "cuda"
+    (run / "run.json").write_text(json.dumps(meta))
+    page = render_html(load_run(run))
+    assert 'id="sizing"' in page and 'id="table-sizing"' in page and 'id="fig-sizing"' in page
+    table = page[page.index('id="table-sizing"') :]
+    assert ">32 cores, 1 GPU<" in table and ">extrapolated<" in table  # past the 2 cores that run measured
+    # its step (the CPU's, 2 samples/s) is below what any candidate's cores feed: the fewest cores keep it busy
+    assert "for mobilenet_v3_small fp32 light, 4 cores, 1 GPU keeps the GPUs at 100% of their ceiling" in page

@@ -552,3 +552,47 @@ def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
                 )
             )
     return out
+
+
+#: cores per GPU the report's sizing reads (the candidates drawn as points and listed in its table)
+SIZING_CORES = (4, 8, 12, 16, 24, 32)
+
+
+def sizing_figure(run) -> list[Figure]:
+    """Per workload the predicted samples/s on one GPU against the cores beside it (``analysis.workstation``):
+    the interval as a band, past the cores measured dotted, the step's ceiling as a dashed line, the
+    candidate core counts as points."""
+    from pipeprof.analysis import workstation as ws
+
+    loads = ws.workloads(run) if run.meta.get("config", {}).get("device") == "cuda" else []
+    if not loads:
+        return []
+    top = max(max(SIZING_CORES), int(max(w.cores for w in loads)))
+    cores = list(range(1, top + 1))
+    with matplotlib.rc_context(STYLE):
+        fig, ax = _subplots(figsize=(7.5, 3.6))
+        for w in loads:
+            rows = ws.table([w], ws.grid(cores, [1]))
+            seen = rows[~rows["extrapolated"]]
+            line = ax.plot(seen["cores"], seen["samples_per_s"], label=w.label)[0]
+            colour = line.get_color()
+            past = rows[rows["cores"] >= (seen["cores"].max() if len(seen) else 1)]
+            ax.plot(past["cores"], past["samples_per_s"], linestyle=":", color=colour)
+            ax.fill_between(
+                rows["cores"], rows["samples_per_s_low"], rows["samples_per_s_high"], color=colour, alpha=0.15
+            )
+            ax.axhline(w.step[0], linestyle="--", color=colour, alpha=0.6)
+            pts = rows[rows["cores"].isin(SIZING_CORES)]
+            ax.plot(pts["cores"], pts["samples_per_s"], "o", color=colour)
+        ax.set(xlabel="cores per GPU", ylabel="samples/s (one GPU)", ylim=(0, None))
+        ax.legend(fontsize=9)
+        return [
+            Figure(
+                "fig-sizing",
+                "Samples/s against the cores beside one GPU",
+                to_svg(fig, "fig-sizing"),
+                "Solid: predicted from this run's CPU curve at the cores it measured; dotted: extrapolated past "
+                "them (the band's low end falls by the curve's per-worker fall-off per doubling); band: the "
+                "interval; dashed: the step's ceiling; points: the candidates of the sizing table.",
+            )
+        ]

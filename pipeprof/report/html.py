@@ -219,11 +219,53 @@ def _figures(run) -> str:
         F.mode_figure,
         F.storage_figure,
         F.scaling_figure,
+        F.sizing_figure,
     ):
         out += build(run)
     return "".join(
         f'<figure id="{esc(f.id)}"><h3>{esc(f.title)}</h3>{f.svg}<figcaption>{esc(f.caption)}</figcaption></figure>'
         for f in out
+    )
+
+
+def _sizing(run, target: float = 0.9) -> str:
+    """``pipeprof size`` for this run alone: the candidate table at 1 GPU and the cores of
+    :data:`figures.SIZING_CORES`, and the buyer's lines (nothing where the run measured no step and curve)."""
+    from pipeprof.analysis import workstation as ws
+
+    from .workstation import sentence
+
+    if run.meta.get("config", {}).get("device") != "cuda":  # a CPU step shares the cores: no cores per GPU
+        return ""
+    loads = ws.workloads(run)
+    if not loads:
+        return ""
+    rows = ws.table(loads, ws.grid(list(F.SIZING_CORES), [1]))
+    best = ws.cheapest(rows, target)
+    body = [
+        [
+            r["workload"],
+            r["machine"],
+            f"{r['samples_per_s']:,.0f} ({r['samples_per_s_low']:,.0f}–{r['samples_per_s_high']:,.0f})",
+            r["binding"],
+            f"{r['of_ceiling_frac']:.0%} (≥ {r['of_ceiling_low_frac']:.0%})",
+            "extrapolated" if r["extrapolated"] else "",
+        ]
+        for _, r in rows.iterrows()
+    ]
+    lines = "".join(f"<li>{esc(t)}</li>" for t in sentence(rows, best, target))
+    return (
+        '<h2 id="sizing">Sizing: cores per GPU</h2>'
+        + f"<ul>{lines}</ul>"
+        + table_html(
+            ["workload", "machine", "samples/s (range)", "binding", "of the step's ceiling", "note"],
+            rows=body,
+            table_id="table-sizing",
+            text_cols=frozenset({"workload", "machine", "binding", "note"}),
+        )
+        + '<p class="small">From this run alone (<code>pipeprof size RUN_DIR... --machines FILE</code> reads several '
+        f"runs and priced machines): the target is {target:.0%} of the step's ceiling; a figure past the cores "
+        "this run measured is extrapolated.</p>"
     )
 
 
@@ -276,6 +318,7 @@ def render_html(run) -> str:
         _review(run),
         "<h2>Figures</h2>",
         _figures(run),
+        _sizing(run),
         _trial_tables(run),
         f'<h2>Notes</h2><ul class="notes">{notes}</ul>' if notes else "",
         _details(run),
