@@ -73,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
         "--cores", help="with --sizing: core counts to check, e.g. 4,8 (default: 1/4 and 1/2 of the usable cores)"
     )
     validate.add_argument("--full-run", help="with --sizing: reuse this run folder as the all-cores run")
+    validate.add_argument(
+        "--machines",
+        help="with --sizing: a machines file (as `pipeprof size` reads): each machine with fewer cores than this "
+        "one is a mask to check (instead of --cores)",
+    )
     _multi_run_parsers(sub)
     pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
     pack.add_argument("src", help="dataset folder (class folders of images)")
@@ -507,7 +512,17 @@ def _validate_sizing(args, console) -> int:
         import yaml
 
         raw = yaml.safe_load(open(args.config)) or {}
-    cores = _counts(args.cores, "--cores") if args.cores else sizing.default_core_counts(usable_cores()["usable"])
+    usable = usable_cores()["usable"]
+    if args.machines:  # the size table's candidates of fewer cores than this machine: each one a mask
+        import yaml
+
+        from .analysis.workstation import parse_machines
+
+        cores = sorted({m.cores for m in parse_machines(yaml.safe_load(open(args.machines))) if m.cores < usable})
+        if not cores:
+            raise ValueError(f"--machines {args.machines}: no machine has fewer cores than this one ({usable:g})")
+    else:
+        cores = _counts(args.cores, "--cores") if args.cores else sizing.default_core_counts(usable)
     df = sizing.check(
         raw,
         cores,
@@ -542,6 +557,7 @@ def _validate_sizing(args, console) -> int:
     console.print(t)
     for _, r in df.iterrows():
         console.print(f"cores per GPU from the {r['cores']}-core run: {r['cores_per_gpu_basis']}", highlight=False)
+    _print_size_check(console, sizing.size_check(df))
     s = sizing.summary(df)
     spread = f"{s['cores_per_gpu_spread_frac']:.0%}"
     worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
@@ -551,6 +567,32 @@ def _validate_sizing(args, console) -> int:
         f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}"
     )
     return 0 if s["passed"] else 1
+
+
+def _print_size_check(console, rows) -> None:
+    """``pipeprof size``'s candidates of the masked core counts, each workload's prediction with its interval
+    beside what the masked run measured."""
+    from rich.table import Table
+
+    if rows.empty:
+        console.print("the size table: no workload of the all-cores run has both a step ceiling and a CPU curve")
+        return
+    t = Table(title="the size table's candidates (one GPU) against the masked runs", title_justify="left")
+    for h in ("workload", "cores", "predicted/s (interval)", "binding", "measured/s", "at w", "err", "in interval"):
+        t.add_column(h, justify="left" if h in ("workload", "binding") else "right")
+    for _, r in rows.iterrows():
+        t.add_row(
+            r["workload"],
+            str(r["cores"]),
+            f"{r['predicted_samples_per_s']:,.1f} ({r['predicted_low']:,.1f}–{r['predicted_high']:,.1f})"
+            + (" extrap." if r["extrapolated"] else ""),
+            r["binding"],
+            f"{r['measured_samples_per_s']:,.1f}",
+            str(r["measured_workers"]),
+            "–" if r["error_frac"] != r["error_frac"] else f"{r['error_frac']:+.1%}",
+            "yes" if r["within_interval"] else "no",
+        )
+    console.print(t)
 
 
 def cmd_merge(args) -> int:

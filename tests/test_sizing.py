@@ -91,3 +91,8 @@ def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path)
     # both runs' own curves say a 1,600 samples/s step needs about 16 cores of this pipeline
     assert df["cores_per_gpu"].between(13, 21).all()
     assert sizing.summary(df)["max_rate_error_frac"] == pytest.approx(abs(one["rate_error_frac"]))
+    # the size table's 1-core candidate beside the same masked run: 100 samples/s a core, predicted and measured
+    (row,) = sizing.size_check(df.reset_index()).to_dict("records")
+    assert row["cores"] == 1 and row["measured_samples_per_s"] == one["measured_samples_per_s"]
+    assert row["predicted_samples_per_s"] == pytest.approx(100, rel=0.2)
+    assert row["predicted_low"] <= row["predicted_samples_per_s"] <= row["predicted_high"]

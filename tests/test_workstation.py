@@ -120,3 +120,12 @@ def test_the_report_of_a_gpu_run_has_the_sizing_table_its_lines_and_plot(tmp_pat
     assert ">32 cores, 1 GPU<" in table and ">extrapolated<" in table  # past the 2 cores that run measured
     # its step (the CPU's, 2 samples/s) is below what any candidate's cores feed: the fewest cores keep it busy
     assert "for mobilenet_v3_small fp32 light, 4 cores, 1 GPU keeps the GPUs at 100% of their ceiling" in page
+
+
+def test_validate_sizing_takes_its_masks_from_the_machines_file(tmp_path, capsys):
+    """Each machine with fewer cores than this one is a mask; a file with none is refused before any run."""
+    machines = tmp_path / "m.yaml"
+    machines.write_text(yaml.safe_dump({"machines": [{"name": "big", "cores": 4096}]}))
+    assert main(["validate", "--sizing", "--machines", str(machines), "--out-dir", str(tmp_path)]) == 2
+    assert "no machine has fewer cores than this one" in capsys.readouterr().err
+    assert not (tmp_path / "sizing").exists()  # nothing ran

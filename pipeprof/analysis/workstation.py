@@ -141,6 +141,15 @@ def _ends(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rate, low, high
 
 
+def label(key) -> str:
+    """A workload's name from its group's settings (a dict or a row): model, precision, preset, and where the
+    GPU decodes and augments, that (the CPU's and the GPU's pipeline of one preset are two workloads)."""
+    words = [key.get(k) for k in ("model", "precision", "preset")]
+    gpu = key.get("augment_device")
+    words.append("gpu-augment" if isinstance(gpu, str) and gpu != "cpu" else None)
+    return " ".join(str(w) for w in words if w is not None and w == w)
+
+
 def workloads(run) -> list[Workload]:
     """One workload per answer of a stored run that measured both its step and its CPU curve."""
     t, out = run.trials, []
@@ -156,10 +165,10 @@ def workloads(run) -> list[Workload]:
         s = [float(np.median(v)) for v in _ends(step)]
         rates, lows, highs = _ends(curve)
         handoff = _rows(t, "handoff", a.key, ["preset", "augment_device", "batch_size"])
-        label = " ".join(str(a.key[k]) for k in ("model", "precision", "preset") if a.key.get(k) is not None)
+        name = label(a.key)
         out.append(
             Workload(
-                label,
+                name,
                 tuple(s),
                 curve["num_workers"].to_numpy(float),
                 rates,
@@ -182,9 +191,9 @@ def cheapest(rows: pd.DataFrame, target: float) -> dict:
     ceiling at the lowest price (the fewest cores, then GPUs, where unpriced); None where none does."""
     out = {}
     key = ["price", "cores", "gpus"] if rows["price"].notna().all() else ["cores", "gpus"]
-    for label, g in rows.groupby("workload", sort=False):
+    for name, g in rows.groupby("workload", sort=False):
         ok = g[g["of_ceiling_low_frac"] >= target].sort_values(key)
-        out[label] = ok.iloc[0]["machine"] if len(ok) else None
+        out[name] = ok.iloc[0]["machine"] if len(ok) else None
     every = rows.groupby("machine", sort=False)["of_ceiling_low_frac"].min()
     fits = rows.drop_duplicates("machine").set_index("machine").loc[every[every >= target].index]
     out["all workloads"] = fits.sort_values(key).index[0] if len(fits) else None

@@ -200,6 +200,53 @@ def check(
     return pd.DataFrame(rows)
 
 
+def size_check(df: pd.DataFrame) -> pd.DataFrame:
+    """``pipeprof size``'s table checked against the masked runs of :func:`check` (its ``run`` column: the
+    all-cores run first): per workload of the all-cores run and per masked core count, the candidate of that
+    many cores and one GPU as ``analysis.workstation.predict`` gives it (samples/s with its interval, binding,
+    extrapolated) beside the best end-to-end rate the masked run measured for that workload."""
+    from pipeprof.analysis import workstation as ws
+
+    full = load_run(df["run"].iloc[0])
+    loads = ws.workloads(full)
+    rows = []
+    for _, r in df.iloc[1:].iterrows():
+        best = _best_per_workload(load_run(r["run"]))
+        for w in loads:
+            p = ws.predict(w, ws.Candidate(f"{r['cores']} cores", int(r["cores"])))
+            m = best.get(w.label)
+            got = float(m["samples_per_s"]) if m is not None else float("nan")
+            rows.append(
+                {
+                    "workload": w.label,
+                    "cores": int(r["cores"]),
+                    "predicted_samples_per_s": p["samples_per_s"],
+                    "predicted_low": p["samples_per_s_low"],
+                    "predicted_high": p["samples_per_s_high"],
+                    "binding": p["binding"],
+                    "extrapolated": p["extrapolated"],
+                    "measured_samples_per_s": got,
+                    "measured_workers": None if m is None else int(m["num_workers"]),
+                    "error_frac": p["samples_per_s"] / got - 1 if got == got and got > 0 else float("nan"),
+                    "within_interval": bool(p["samples_per_s_low"] <= got <= p["samples_per_s_high"]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _best_per_workload(run: Run) -> dict:
+    """The best end-to-end row of each workload of a run, by ``analysis.workstation.label``."""
+    from pipeprof.analysis import workstation as ws
+
+    cv = curves(run.trials)
+    out: dict = {}
+    for _, r in cv.iterrows():
+        label = ws.label(r)
+        if label not in out or r["samples_per_s"] > out[label]["samples_per_s"]:
+            out[label] = r
+    return out
+
+
 def _need(run: Run, step: float) -> dict:
     need = cores_per_gpu(run, step)
     return {
