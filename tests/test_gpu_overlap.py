@@ -291,3 +291,31 @@ def test_the_prediction_of_a_gpu_pipeline_row_is_the_shared_trials_rate():
     near = verdicts(_gpu_rows(4600.0), cores=16, device="cuda").iloc[0]
     assert near["predicted_samples_per_s"] == pytest.approx(4600.0)
     assert "the step binds" in near["verdict_basis"] and "80% of its device time" in near["verdict_basis"]
+
+
+def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tiny_dataset, quick_measure):
+    """The GPU pipeline (on CPU tensors), overlapped, as an action trial's variant against workers that decode and
+    augment: both sides' windows are timed in rotation, the variant's rows carry its decoder and device times, and
+    its producer thread is gone when the trial ends (it stops before its loader closes)."""
+    from pipeprof.checks.calibrate import FixedStepModel
+    from pipeprof.data.augment import load_preset
+    from pipeprof.data.dataset import PipelineDataset, collate_pipeline
+    from pipeprof.measure.monitors import Monitor
+    from pipeprof.trials import TrialContext, TrialSpec
+    from pipeprof.trials.action_trial import Variant, action_trial
+
+    src = source_class("files")(tiny_dataset)
+    quick = quick_measure | {"action_window_s": 0.3, "action_pairs": 2, "action_max_pairs": 2, "max_trial_s": 30}
+    cpu = torch.device("cpu")
+    base = Variant(PipelineDataset(src, "pil", load_preset("standard", 64), True), collate_pipeline, False, 2)
+    feed = Overlapped(DeviceSide("standard", 64, cpu), cpu)
+    alt = Variant(EncodedDataset(src, True), collate_encoded, False, 2, feed=feed)
+    spec = TrialSpec("action", num_workers=1, batch_size=4, model="fixed", precision="fp32", mode="train")
+    with Monitor(hz=10, gpu=False) as mon:
+        ctx = TrialContext(
+            cpu, src, C.MeasureConfig(**quick), mon, num_classes=10, models={"fixed": lambda: FixedStepModel(0.002, 10)}
+        )
+        row = action_trial(ctx, spec, base, alt)
+    assert row["pairs"] >= 2 and row["samples_per_s"] > 0 and row["baseline_samples_per_s"] > 0
+    assert row["gpu_decoder"] == "nvjpeg" and row["device_decode_ms_mean"] > 0
+    assert feed.thread is not None and not feed.thread.is_alive()
