@@ -496,3 +496,26 @@ def watch_run_folder(tmp: Path):
     run = load_run(found[0])
     assert "analysis_error" not in run.meta, run.meta["analysis_error"]
     return run
+
+
+@contextlib.contextmanager
+def fixed_step_context(src, measure, step_s: float):
+    """A CPU TrialContext over source ``src`` (labelled "files") whose model ``"fixed"`` takes ``step_s`` a batch
+    (``FixedStepModel``), one step thread, with a monitor running: the GPU pipeline's trials on CPU tensors."""
+    import torch
+
+    from pipeprof.checks.calibrate import FixedStepModel
+    from pipeprof.measure.monitors import Monitor
+    from pipeprof.trials import TrialContext
+
+    with Monitor(hz=10, gpu=False) as mon:
+        yield TrialContext(
+            torch.device("cpu"),
+            src,
+            measure,
+            mon,
+            num_classes=10,
+            sources={"files": src},
+            models={"fixed": lambda: FixedStepModel(step_s, 10)},
+            step_threads=1,
+        )

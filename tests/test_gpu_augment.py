@@ -108,9 +108,8 @@ def test_a_preset_the_gpu_cannot_run_fails_before_the_run(tmp_path):
 def test_end_to_end_and_cpu_pipeline_trials_with_workers_that_read_bytes(tiny_dataset, quick_measure):
     """augment.device cuda on the CPU device: the workers read bytes, the training process decodes and
     augments, and its time is a column (device clock marks around it)."""
-    from pipeprof.checks.calibrate import FixedStepModel
-    from pipeprof.measure.monitors import Monitor
-    from pipeprof.trials import TrialContext, TrialSpec, run_trial
+    from conftest import fixed_step_context
+    from pipeprof.trials import TrialSpec, run_trial
 
     measure = C.MeasureConfig(**quick_measure | {"window_s": 0.2, "windows": 2, "max_windows": 2})
     src = source_class("files")(tiny_dataset)
@@ -124,17 +123,7 @@ def test_end_to_end_and_cpu_pipeline_trials_with_workers_that_read_bytes(tiny_da
         augment_device="cuda",
         pin_memory=False,
     )
-    with Monitor(hz=10, gpu=False) as mon:
-        ctx = TrialContext(
-            torch.device("cpu"),
-            src,
-            measure,
-            mon,
-            num_classes=10,
-            sources={"files": src},
-            models={"fixed": lambda: FixedStepModel(0.002, 10)},
-            step_threads=1,
-        )
+    with fixed_step_context(src, measure, 0.002) as ctx:
         e2e = run_trial(ctx, TrialSpec("end_to_end", model="fixed", precision="fp32", mode="train", **spec_))
         cpu = run_trial(ctx, TrialSpec("cpu_pipeline", **spec_))
     for row in (e2e, cpu):

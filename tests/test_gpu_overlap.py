@@ -204,9 +204,8 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
 def test_the_shared_trial_measures_each_alone_and_together(tiny_dataset, quick_measure):
     """The step of known cost (FixedStepModel: 20 ms a batch of 4, 200 samples/s) beside the GPU pipeline on CPU
     tensors, serially: together below either alone, and near the serial model 1 / (1/step + 1/pipeline)."""
-    from pipeprof.checks.calibrate import FixedStepModel
-    from pipeprof.measure.monitors import Monitor
-    from pipeprof.trials import TrialContext, TrialSpec, run_trial
+    from conftest import fixed_step_context
+    from pipeprof.trials import TrialSpec, run_trial
 
     measure = C.MeasureConfig(**quick_measure | {"window_s": 0.3, "windows": 2, "max_windows": 2, "max_trial_s": 20})
     src = source_class("files")(tiny_dataset)
@@ -223,17 +222,7 @@ def test_the_shared_trial_measures_each_alone_and_together(tiny_dataset, quick_m
         augment_device="cuda",
         augment_overlap=False,
     )
-    with Monitor(hz=10, gpu=False) as mon:
-        ctx = TrialContext(
-            torch.device("cpu"),
-            src,
-            measure,
-            mon,
-            num_classes=10,
-            sources={"files": src},
-            models={"fixed": lambda: FixedStepModel(0.02, 10)},
-            step_threads=1,
-        )
+    with fixed_step_context(src, measure, 0.02) as ctx:
         row = run_trial(ctx, spec)
     step, pipe, together = row["step_alone_samples_per_s"], row["pipeline_alone_samples_per_s"], row["samples_per_s"]
     assert 100 < step <= 205  # the known 200 samples/s, less the loop's own time
