@@ -308,3 +308,33 @@ def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tin
     assert row["pairs"] >= 2 and row["samples_per_s"] > 0 and row["baseline_samples_per_s"] > 0
     assert row["gpu_decoder"] == "nvjpeg" and row["device_decode_ms_mean"] > 0
     assert feed.thread is not None and not feed.thread.is_alive()
+
+
+def test_the_adaptive_search_reads_the_step_with_the_pipeline_beside_it_as_that_sides_ceiling(tmp_path):
+    """Without num_workers the search plans the GPU pipeline's gpu_shared trial beside the ceilings, and a
+    GPU-pipeline group looks up its step by the pipeline's settings: each overlap its own, the CPU's the plain
+    ceiling's."""
+    from pipeprof.orchestrate.search import _groups, _pipe, _step_key
+
+    cfg = C.resolve(
+        C.build(
+            {
+                "model": {"name": ["resnet18"], "precision": ["bf16"]},
+                "augment": {"device": ["cpu", "cuda"], "overlap": ["on", "off"]},
+                "out_dir": str(tmp_path),
+            }
+        ),
+        cuda=True,
+        bf16_ok=True,
+        usable_cores=16,
+    )
+    ceilings, groups, _ = _groups(cfg, lambda preset, size: ("float32", 224), False, False)
+    kinds = sorted(c.kind for c in ceilings)
+    assert kinds == ["gpu_ceiling", "gpu_shared", "gpu_shared"]
+    keys = {_step_key(c): c for c in ceilings}
+    for g in groups:
+        e2e, pipe = g["end_to_end"], g["cpu_pipeline"]
+        assert _pipe(pipe) == _pipe(e2e)  # the loader alone of its own overlap, not the other's
+        ceiling = keys[_step_key(e2e)]
+        assert ceiling.kind == ("gpu_shared" if e2e.augment_device == "cuda" else "gpu_ceiling")
+        assert ceiling.augment_overlap == e2e.augment_overlap

@@ -266,15 +266,28 @@ def _groups(cfg, probe, user: bool, user_loader: bool) -> tuple[list[TrialSpec],
         }
         groups.append(specs)
     once = [s for s in at_one if KINDS[TrialKind(s.kind)].once or s.stage_timing is not None]
-    return of(TrialKind.GPU_CEILING), groups, once
+    return of(TrialKind.GPU_CEILING) + of(TrialKind.GPU_SHARED), groups, once
 
 
 def _pipe(s: TrialSpec) -> tuple:
-    return s.preset, s.augment_device, s.source, s.cache_state, s.batch_size, s.image_size, s.gpus
+    return (
+        s.preset,
+        s.augment_device,
+        s.augment_overlap,
+        s.gpu_decoder,
+        s.source,
+        s.cache_state,
+        s.batch_size,
+        s.image_size,
+        s.gpus,
+    )
 
 
 def _step_key(s: TrialSpec) -> tuple:
-    return s.model, s.precision, s.mode, s.batch_size, s.gpus, s.p2p
+    """The step's settings, and for the GPU pipeline's, the pipeline's that share its device (``gpu_shared``: the
+    step with the pipeline beside it is that side's ceiling, which the search reads as the step's)."""
+    gpu = (s.preset, s.augment_device, s.augment_overlap, s.gpu_decoder) if s.augment_device == "cuda" else ()
+    return (s.model, s.precision, s.mode, s.batch_size, s.gpus, s.p2p, *gpu)
 
 
 def run_adaptive(
@@ -314,11 +327,13 @@ def run_adaptive(
         ceilings, groups, once = _groups(cfg, probe, user, user_loader)
         # per GPU: an N-GPU ceiling is the job's total
         steps = {_step_key(c): (run(c).get("samples_per_s") or math.inf) / c.gpus for c in ceilings}
+        steps = {k: min(v, steps.get(k[:6], math.inf)) for k, v in steps.items()}  # with a pipeline: its lower
         most: dict = {}  # pipeline -> the most workers its search measured
         budget = cfg.measure.answer_max_s
         for k, specs in enumerate(groups, start=1):
             e2e = specs[TrialKind.END_TO_END.value]
-            step, cores = steps.get(_step_key(e2e), math.inf), max(ctx.cores // e2e.gpus, 1)
+            key = _step_key(e2e)
+            step, cores = steps.get(key, steps.get(key[:6], math.inf)), max(ctx.cores // e2e.gpus, 1)
             ends_at = started + k * budget if started is not None and budget else None
             points, cut = _search_group(run, dict(specs), step, cores, record["skipped"], ends_at)
             _record_group(
