@@ -21,6 +21,8 @@ GROUP_KEYS = [
     "mode",
     "preset",
     "augment_device",
+    "augment_overlap",
+    "gpu_decoder",
     "batch_size",
     "source",
     "cache_state",

@@ -69,14 +69,26 @@ def group_label(g) -> str:
 
 def shape(g: dict) -> str:
     """What sets a trial or group apart beyond its pipeline: inference, N GPUs (batch and workers per GPU),
-    the GPUs' peer-to-peer link off; '' for one GPU training."""
+    the GPUs' peer-to-peer link off, the GPU pipeline; '' for one GPU training of the workers' pipeline."""
     gpus = g.get("gpus")
     parts = [
+        gpu_pipeline(g),
         "inference" if g.get("mode") == "inference" else "",
         f"{int(gpus)} GPUs" if gpus is not None and gpus == gpus and gpus > 1 else "",
         "p2p off" if g.get("p2p") is False else "",
     ]
     return ", ".join(p for p in parts if p)
+
+
+def gpu_pipeline(g) -> str:
+    """'GPU pipeline' where the GPU decodes and augments, with 'serial' (overlap off) and its decoder where not
+    nvJPEG; '' for the workers' pipeline."""
+    if g.get("augment_device") != "cuda":
+        return ""
+    words = ["GPU pipeline", "serial" if g.get("augment_overlap") in (False, 0.0) else ""]
+    decoder = g.get("gpu_decoder")
+    words.append(decoder if isinstance(decoder, str) and decoder != "nvjpeg" else "")
+    return " ".join(w for w in words if w)
 
 
 def group_answers(run) -> list[Answer]:
