@@ -233,13 +233,13 @@ def test_the_shared_trial_measures_each_alone_and_together(tiny_dataset, quick_m
     assert spec.trial_id == "gpu_shared/fixed/fp32/standard/gpu-augment-serial/files/bs4"
 
 
-def _gpu_rows(together: float, overlap: bool = True):
+def _gpu_rows(together: float, overlap: bool = True, workers: int = 14):
     base = dict(model="m", precision="bf16", mode="train", batch_size=256, image_size=224)
     pipe = dict(preset="p", augment_device="cuda", augment_overlap=overlap, gpu_decoder="nvjpeg")
     ok = dict(status="ok", samples_per_s_cv=0.01)
     rows = [
         base | ok | {"kind": "gpu_ceiling", "samples_per_s": 4669.0, "trial_id": "c"},
-        base | pipe | ok | {"kind": "cpu_pipeline", "samples_per_s": 7189.0, "num_workers": 14, "trial_id": "p"},
+        base | pipe | ok | {"kind": "cpu_pipeline", "samples_per_s": 7189.0, "num_workers": workers, "trial_id": "p"},
         base
         | pipe
         | ok
@@ -249,6 +249,7 @@ def _gpu_rows(together: float, overlap: bool = True):
             "samples_per_s_ci95_low": together * 0.98,
             "samples_per_s_ci95_high": together * 1.02,
             "serial_model_samples_per_s": 3325.0,
+            "step_alone_samples_per_s": 4640.0,
             "gpu_overlap_frac": 0.8,
             "trial_id": "s",
         },
@@ -258,7 +259,7 @@ def _gpu_rows(together: float, overlap: bool = True):
         | {
             "kind": "end_to_end",
             "samples_per_s": together * 0.98,
-            "num_workers": 14,
+            "num_workers": workers,
             "data_wait_frac": 0.01,
             "trial_id": "e",
         },
@@ -280,6 +281,19 @@ def test_the_prediction_of_a_gpu_pipeline_row_is_the_shared_trials_rate():
     near = verdicts(_gpu_rows(4600.0), cores=16, device="cuda").iloc[0]
     assert near["predicted_samples_per_s"] == pytest.approx(4600.0)
     assert "the step binds" in near["verdict_basis"] and "80% of its device time" in near["verdict_basis"]
+    assert "of the step alone (4,640)" in near["verdict_basis"]  # as the same trial measured it
+
+
+def test_with_no_workers_the_gpu_pipelines_loader_is_not_counted_twice():
+    """At 0 workers the loader alone (7,189 here) already holds the GPU's decode/augment: serially the batch costs
+    it plus the step alone (4,669), not plus the step with the pipeline beside it; overlapped, the producer thread
+    loads while the step runs, and the slower side binds."""
+    from pipeprof.analysis import verdicts
+
+    serial = verdicts(_gpu_rows(3325.0, overlap=False, workers=0), cores=16, device="cuda").iloc[0]
+    assert serial["predicted_samples_per_s"] == pytest.approx(1 / (1 / 7189 + 1 / 4669))
+    overlapped = verdicts(_gpu_rows(3910.0, workers=0), cores=16, device="cuda").iloc[0]
+    assert overlapped["predicted_samples_per_s"] == pytest.approx(3910.0)
 
 
 def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tiny_dataset, quick_measure):

@@ -336,8 +336,10 @@ def _shared(row: pd.Series) -> Optional[tuple[str, str]]:
     """(resource, basis) where the GPU pipeline shares the step's device and the two were measured together:
     'gpu-pipeline' when together they fall short of the step alone by more than the noise (the decode/augment
     takes GPU time the step needed), else 'gpu' (the step binds; the pipeline fits beside it)."""
-    together, alone = _num(row, "shared_bound_samples_per_s"), _num(row, "step_bound_samples_per_s")
-    if together is None or alone is None:
+    # the step alone as the same trial measured it, next to its together windows (the ceiling's trial otherwise)
+    together = _num(row, "shared_bound_samples_per_s")
+    alone = _num(row, "shared_step_alone") or _num(row, "step_bound_samples_per_s")
+    if together is None or not alone:
         return None
     half = _num(row, "shared_bound_samples_per_s_noise") or 0.0
     overlap = _num(row, "shared_overlap_frac")

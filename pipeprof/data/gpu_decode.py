@@ -3,19 +3,23 @@ encoded byte tensors (CPU, 1-D uint8) into a list of CHW uint8 RGB images on the
 
 | backend      | library                                     | where it decodes                                 |
 |--------------|---------------------------------------------|--------------------------------------------------|
-| ``nvjpeg``     | ``torchvision.io.decode_jpeg`` (batched)     | nvJPEG on the SMs (the CPU's libjpeg on a CPU)    |
+| ``nvjpeg``     | ``torchvision.io.decode_jpeg`` (batched)     | nvJPEG: its hardware backend for baseline JPEGs  |
+|              |                                             | on A100/H100/H200, else the SMs (libjpeg on CPU) |
 | ``torchcodec`` | ``torchcodec.decoders.decode_jpeg`` (≥ 0.14) | nvJPEG on CUDA, libjpeg-turbo on the CPU          |
-| ``nvimgcodec`` | ``nvidia.nvimgcodec`` HW_GPU_ONLY backend    | the GPU's hardware JPEG engines (NVJPG), not SMs |
+| ``nvimgcodec`` | ``nvidia.nvimgcodec`` HW_GPU_ONLY backend    | the GPU's hardware JPEG engines (NVJPG) only     |
 
 torchvision 0.29 deprecates its ``decode_jpeg`` in favour of TorchCodec's, so the path must not rest on it
-alone; nvImageCodec's hardware backend leaves the SMs to the step, which only a measurement end to end shows
-is worth it (the issue's probe: 12,801–17,913 images/s against nvJPEG's 17,243–18,188, and no faster end to
-end). A backend that cannot run here is refused with the reason (:class:`BackendMissing`): the sweep records
-the trial as failed with it, the benchmark skips it and says why.
+alone. torchvision's decoder already asks nvJPEG for its hardware backend (its source: ``NVJPEG_BACKEND_HARDWARE``
+where the GPU has the engines, baseline JPEGs batched there, the others on the SMs); nvImageCodec's HW_GPU_ONLY
+takes the engines only, and only a measurement end to end says which is faster (the issue's probe: 12,801–17,913
+images/s against torchvision's 17,243–18,188, and no faster end to end). A backend that cannot run here is
+refused with the reason (:class:`BackendMissing`): the sweep records the trial as failed with it, the benchmark
+skips it and says why.
 
-Each decoder works on the *current* CUDA stream, so the producer thread of an overlapped pipeline
-(``trials.device_side.Overlapped``) decodes on its own stream: torchvision and TorchCodec launch on the
-current stream; nvImageCodec is handed it (``cuda_stream``) and orders its output on it.
+Each decoder's output is ordered on the *current* CUDA stream, so the producer thread of an overlapped pipeline
+(``trials.device_side.Overlapped``) gets its batches on its own stream: torchvision and TorchCodec decode on a
+stream of their own and make the current one wait for it; nvImageCodec is handed the current one
+(``cuda_stream``). Before each decode the current stream's queued work is waited for (:func:`settle`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,17 @@ class BackendMissing(ConfigError):
 
 
 Decode = Callable[[list], list]
+
+
+def settle(clock) -> None:
+    """Wait for the work queued on the current stream before a decode. torchvision's CUDA decoder takes its output
+    tensors from PyTorch's cache on the current stream but writes them from a stream of its own, which waits for
+    nothing: a block freed with kernels still queued (the step's activations, the last batch's augment scratch)
+    could be written while they read it. The wait costs the producer thread nothing it would not wait anyway (the
+    decode call blocks it); on the training thread (overlap off) it keeps the next batch's decode behind this
+    step, which is what serial means. ``clock``: a ``measure.step.DeviceClock`` (nothing to wait for on a CPU)."""
+    if clock.cuda:
+        torch.cuda.current_stream().synchronize()
 
 
 def missing(name: str, device: torch.device) -> Optional[str]:
@@ -96,7 +111,11 @@ def _nvimgcodec(device: torch.device) -> Decode:
         device_id=device.index if device.index is not None else torch.cuda.current_device(),
         backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY)],
     )
-    rgb = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, sample_format=nvimgcodec.SampleFormat.I_RGB)
+    rgb = nvimgcodec.DecodeParams(  # as torchvision decodes: no EXIF rotation
+        apply_exif_orientation=False,
+        color_spec=nvimgcodec.ColorSpec.SRGB,
+        sample_format=nvimgcodec.SampleFormat.I_RGB,
+    )
 
     def decode(encoded: list) -> list:
         stream = torch.cuda.current_stream(device)

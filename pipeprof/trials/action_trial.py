@@ -162,7 +162,8 @@ class _Turns:
             self.pauses[self.side].stop()
             self.pauses[k].resume()
             # the batches dispatched before the stop (half-made ones among them): their clocks hold it
-            self.unclocked = self.depth if PAUSABLE else 0
+            # (and a producer thread's batches taken ahead: theirs too were under way at the stop)
+            self.unclocked = self.depth + self.feeds[k].held if PAUSABLE else 0
             self.feeds[self.side].turn(False)
             self.feeds[k].turn(True)
         self.side = k
@@ -179,11 +180,10 @@ class _Turns:
 def _close(ctx: TrialContext, its: dict, pauses: dict, sides: list) -> None:
     ctx.monitor.track_workers([])
     for side, it in its.items():
-        if sides[side].feed is not None:  # a producer thread stops before its loader
-            sides[side].feed.turn(True)
-            sides[side].feed.close()
-        if side in pauses:  # a stopped worker cannot exit
+        if side in pauses:  # a stopped worker cannot exit (nor hand a waiting producer thread its batch)
             pauses[side].resume()
+        if sides[side].feed is not None:  # a producer thread stops before its loader
+            sides[side].feed.close()
         shutdown(it)
 
 

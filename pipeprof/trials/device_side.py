@@ -68,6 +68,7 @@ class DeviceSide:
     def prepare(self, batch: dict) -> tuple[dict, tuple, float]:
         """(the batch with its images on the device, the three marks around decode and augment, host seconds)."""
         t0 = time.perf_counter()
+        gpu_decode.settle(self.clock)  # the decoder may write from a stream of its own: see gpu_decode.settle
         m0 = self.clock.mark()
         images = self.decode(unpacked(batch))
         m1 = self.clock.mark()
@@ -117,6 +118,7 @@ class Plain:
     """The CPU pipeline's batches: the loader's, as they come (nothing for the training process to do)."""
 
     side = None
+    held = 0  # batches taken from the loader ahead of the step (a producer thread's queue and hands)
 
     def take(self, it, measuring: bool) -> Fed:
         t0 = time.perf_counter()
@@ -155,7 +157,7 @@ class Overlapped(Plain):
     training thread takes them, so a batch prepared during warm-up but taken in a window counts in the window."""
 
     def __init__(self, side: DeviceSide, device: torch.device, ahead: int = AHEAD):
-        self.side, self.ahead = side, ahead
+        self.side, self.ahead, self.held = side, ahead, ahead + 1
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:  # streams and set_device need the index
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -202,7 +204,7 @@ class Overlapped(Plain):
                 torch.cuda.set_device(self.device)
             with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
                 while not self.stopping.is_set():
-                    if not self.gate.wait(0.1):
+                    if not self.gate.wait(0.1) or self.stopping.is_set():
                         continue
                     t0 = time.perf_counter()
                     batch = next(self.it)
@@ -227,10 +229,17 @@ class Overlapped(Plain):
         (self.gate.set if on else self.gate.clear)()
 
     def close(self) -> None:
-        """Stop the producer (it finishes the batch it is on) and wait for it: before the loader closes."""
+        """Stop the producer (it finishes the batch it is on) and wait for it: before the loader closes, and with
+        the loader's workers running (a producer inside ``next`` waits for their batch). A producer that does not
+        stop is an error: the loader would shut down under it."""
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout=60)
+            if self.thread.is_alive():
+                raise RuntimeError(
+                    "the GPU pipeline's producer thread did not stop within 60 s (inside the loader's next() or "
+                    "a decode call): its loader is left open"
+                )
         while not self.ready.empty():
             self.ready.get_nowait()
         if self.stream is not None:

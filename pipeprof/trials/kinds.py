@@ -40,7 +40,7 @@ from pipeprof.measure.windows import alternating, rotating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
 
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
-from .device_side import AHEAD, Overlapped, Serial, device_side, feed, overlap_columns, pipeline_wait_columns
+from .device_side import Overlapped, Serial, device_side, feed, overlap_columns, pipeline_wait_columns
 from .skeleton import (
     close_loader,
     collate_for,
@@ -118,37 +118,51 @@ def gpu_shared(ctx: TrialContext, spec: TrialSpec) -> dict:
     fed = Overlapped(side, ctx.device) if spec.augment_overlap else Serial(side)
     held = _Endless(bytes_batch)
     now = {"side": TOGETHER}
-    steps: dict[int, list] = {TOGETHER: [], STEP_ALONE: []}
-    measuring = {"on": False}
+    taken: list = []  # together batches: (host time taken, the step's marks, the place of the pipeline's marks)
 
     def one() -> int:
         if now["side"] == STEP_ALONE:
-            marks = step.run(x, y, on_device=True)
-        else:
-            batch, _ = fed.take(held, measuring["on"] and now["side"] == TOGETHER)
-            if now["side"] == PIPELINE_ALONE:
-                return spec.batch_size
+            step.run(x, y, on_device=True)
+            return spec.batch_size
+        kept = len(side.marks)
+        batch, _ = fed.take(held, now["side"] == TOGETHER)
+        if now["side"] == TOGETHER:
             marks = step.run(batch["image"], y, on_device=True)  # the held batch's labels stay on the host
-        if measuring["on"]:
-            steps[now["side"]].append(marks)
+            taken.append((ctx.clock(), marks[1:], kept if len(side.marks) > kept else None))
         return spec.batch_size
 
     def on_phase(p: str) -> None:
-        measuring["on"] = p == "measure"
         ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
     def set_side(s: int) -> None:
         now["side"] = s
+        fed.turn(s != STEP_ALONE)  # a producer thread prepares nothing beside the step alone
 
     try:
+        for _ in range(fed.held + 2):  # the pipeline's first batches (nvJPEG's start, the allocator's growth)
+            one()
         r = rotating(
-            one, set_side, 2, ctx.measure, drain_batches=AHEAD, sync=step.clock.sync, clock=ctx.clock, on_phase=on_phase
+            one,
+            set_side,
+            2,
+            ctx.measure,
+            drain_batches=fed.held + 1,  # a producer's queued batches were made beside the side before
+            sync=step.clock.sync,
+            clock=ctx.clock,
+            on_phase=on_phase,
         )
         on_phase("done")
     finally:
         fed.close()
     step.clock.sync()
-    return _shared_columns(r, spec) | _side_columns(side, step, steps, r)
+    return _shared_columns(r, spec) | _side_columns(side, step, _in_windows(taken, r), r)
+
+
+def _in_windows(taken: list, r) -> list:
+    """The together batches taken inside a together window (not the drains after a switch, nor a window the time
+    cap left out of its cycles)."""
+    spans = [(c[TOGETHER].t_start, c[TOGETHER].t_end) for c in r.cycles]
+    return [t for t in taken if t[2] is not None and any(a <= t[0] <= b for a, b in spans)]
 
 
 class _Endless:
@@ -175,15 +189,16 @@ def _shared_columns(r, spec: TrialSpec) -> dict:
     return out
 
 
-def _side_columns(side, step, steps: dict, r) -> dict:
-    """The pipeline's device times in the together windows, the step's compute time there and alone, and the
+def _side_columns(side, step, taken: list, r) -> dict:
+    """The pipeline's device times over the together windows' batches, the step's compute time there, and the
     overlap achieved (read after the last sync)."""
     measured = sum(c[TOGETHER].t_end - c[TOGETHER].t_start for c in r.cycles)
+    side.marks, side.host_s = [side.marks[t[2]] for t in taken], [side.host_s[t[2]] for t in taken]
     out = side.columns(measured)
-    for s, name in ((TOGETHER, "together"), (STEP_ALONE, "alone")):
-        if steps[s]:
-            out[f"step_{name}_compute_ms_p50"] = float(np.median([step.clock.elapsed_ms(m[1], m[2]) for m in steps[s]]))
-    return out | overlap_columns(step.clock, [m[1:] for m in steps[TOGETHER]], side.marks)
+    if taken:
+        compute = [step.clock.elapsed_ms(*t[1]) for t in taken]
+        out["step_together_compute_ms_p50"] = float(np.median(compute))
+    return out | overlap_columns(step.clock, [t[1] for t in taken], side.marks)
 
 
 def cpu_pipeline(ctx: TrialContext, spec: TrialSpec) -> dict:
