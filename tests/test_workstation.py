@@ -129,3 +129,24 @@ def test_validate_sizing_takes_its_masks_from_the_machines_file(tmp_path, capsys
     assert main(["validate", "--sizing", "--machines", str(machines), "--out-dir", str(tmp_path)]) == 2
     assert "no machine has fewer cores than this one" in capsys.readouterr().err
     assert not (tmp_path / "sizing").exists()  # nothing ran
+
+
+def test_the_gpu_count_scaling_is_read_from_the_runs_n_gpu_ceilings():
+    """One GPU at 1,000 samples/s (three trials: 990, 1,000, 1,010); two GPUs as one DDP job at 1,800 with the link
+    and 1,700 without it: 90% scaling (the better link). The 2-GPU rows stay out of the one-GPU ceiling."""
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        {
+            "samples_per_s": [990.0, 1000.0, 1010.0, 1800.0, 1700.0],
+            "samples_per_s_ci95_low": [980.0, 990.0, 1000.0, 1790.0, 1690.0],
+            "samples_per_s_ci95_high": [1000.0, 1010.0, 1020.0, 1810.0, 1710.0],
+            "gpus": [1, 1, 1, 2, 2],
+            "p2p": [None, None, None, True, False],
+        }
+    )
+    one, scaling = ws.step_and_scaling(rows)
+    assert one == (1000.0, 990.0, 1010.0) and scaling == {2: pytest.approx(0.9)}
+    two = ws.predict(W._replace(step=one, scaling=scaling), ws.Candidate("32c2g", 32, gpus=2))
+    assert two["gpu_scaling"] == "measured" and two["samples_per_s"] == pytest.approx(1800)
+    assert ws.step_and_scaling(rows[rows["gpus"] == 2]) == (None, {})  # no one-GPU ceiling: no workload

@@ -151,25 +151,30 @@ def label(key) -> str:
 
 
 def workloads(run) -> list[Workload]:
-    """One workload per answer of a stored run that measured both its step and its CPU curve."""
+    """One workload per one-GPU answer of a stored run that measured both its step and its CPU curve (its N-GPU
+    ceilings give the scaling: :func:`step_and_scaling`)."""
     t, out = run.trials, []
     usable = ((run.meta.get("machine") or {}).get("cores") or {}).get("usable") or 1
     for a in (run.meta.get("analysis") or {}).get("groups") or []:
+        if (a.key.get("gpus") or 1) > 1:  # an N-GPU group's answer: its ceiling is read as the scaling below
+            continue
         step = _rows(t, "gpu_ceiling", a.key, ["model", "precision", "mode", "batch_size"])
-        curve = _rows(t, "cpu_pipeline", a.key, ["preset", "augment_device", "source", "cache_state", "batch_size"])
+        curve = _rows(
+            t, "cpu_pipeline", a.key, ["preset", "augment_device", "source", "cache_state", "batch_size", "gpus"]
+        )
         curve = (
             curve[curve["num_workers"].notna()].sort_values("num_workers").drop_duplicates("num_workers", keep="last")
         )
-        if step.empty or len(curve) < 2:
+        one, scaling = step_and_scaling(step)
+        if one is None or len(curve) < 2:
             continue
-        s = [float(np.median(v)) for v in _ends(step)]
         rates, lows, highs = _ends(curve)
         handoff = _rows(t, "handoff", a.key, ["preset", "augment_device", "batch_size"])
         name = label(a.key)
         out.append(
             Workload(
                 name,
-                tuple(s),
+                one,
                 curve["num_workers"].to_numpy(float),
                 rates,
                 lows,
@@ -177,9 +182,25 @@ def workloads(run) -> list[Workload]:
                 a.main_cpu_s_per_sample or 0.0,
                 float(usable),
                 float(_ends(handoff)[2].max()) if len(handoff) else math.inf,
+                scaling,
             )
         )
     return out
+
+
+def step_and_scaling(step: pd.DataFrame) -> tuple[Optional[tuple], dict]:
+    """(the one-GPU ceiling as (median, low, high) of its trials, {GPUs: scaling efficiency}) from a workload's
+    ``gpu_ceiling`` rows: an N-GPU row's rate is the job's total, so its efficiency is that over N one-GPU
+    ceilings; of several link settings (``p2p``) the better. (None, {}) without a one-GPU ceiling."""
+    gpus = step["gpus"].fillna(1) if "gpus" in step else pd.Series(1, index=step.index)
+    one = step[gpus == 1]
+    if one.empty:
+        return None, {}
+    ceiling = tuple(float(np.median(v)) for v in _ends(one))
+    scaling = {
+        int(n): float(rows["samples_per_s"].max()) / (n * ceiling[0]) for n, rows in step[gpus > 1].groupby(gpus)
+    }
+    return ceiling, scaling
 
 
 def table(workloads: list[Workload], candidates: list[Candidate]) -> pd.DataFrame:
