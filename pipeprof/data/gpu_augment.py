@@ -579,12 +579,17 @@ class GpuPipeline:
         self.device = torch.device(device)
         self.g = torch.Generator().manual_seed(seed)
         self.batched = batched
+        self._decode = None  # made at the first batch: it imports torchvision's decoder
 
     def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor]:
-        """One call for the whole batch (nvJPEG on CUDA); RGB whatever the JPEG holds (grey, CMYK)."""
-        from torchvision.io import ImageReadMode, decode_jpeg
+        """One call for the whole batch (nvJPEG on CUDA, ``gpu_decode``'s default); RGB whatever the JPEG holds
+        (grey, CMYK). The current stream's queued work is waited for first (``gpu_decode.settle``)."""
+        from . import gpu_decode
 
-        return decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=self.device)
+        if self._decode is None:
+            self._decode = gpu_decode.decoder(gpu_decode.DEFAULT, self.device)
+        gpu_decode.settle(self.device)
+        return self._decode(encoded)
 
     def augment(self, images: list[torch.Tensor]) -> torch.Tensor:
         """The ops in the preset's order, each on the whole batch where it has a batch form that takes the

@@ -43,14 +43,14 @@ class BackendMissing(ConfigError):
 Decode = Callable[[list], list]
 
 
-def settle(clock) -> None:
+def settle(device: torch.device) -> None:
     """Wait for the work queued on the current stream before a decode. torchvision's CUDA decoder takes its output
     tensors from PyTorch's cache on the current stream but writes them from a stream of its own, which waits for
     nothing: a block freed with kernels still queued (the step's activations, the last batch's augment scratch)
     could be written while they read it. The wait costs the producer thread nothing it would not wait anyway (the
     decode call blocks it); on the training thread (overlap off) it keeps the next batch's decode behind this
-    step, which is what serial means. ``clock``: a ``measure.step.DeviceClock`` (nothing to wait for on a CPU)."""
-    if clock.cuda:
+    step, which is what serial means. Nothing to wait for on a CPU."""
+    if torch.device(device).type == "cuda":
         torch.cuda.current_stream().synchronize()
 
 

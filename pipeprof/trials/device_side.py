@@ -68,7 +68,7 @@ class DeviceSide:
     def prepare(self, batch: dict) -> tuple[dict, tuple, float]:
         """(the batch with its images on the device, the three marks around decode and augment, host seconds)."""
         t0 = time.perf_counter()
-        gpu_decode.settle(self.clock)  # the decoder may write from a stream of its own: see gpu_decode.settle
+        gpu_decode.settle(self.pipe.device)  # the decoder may write from a stream of its own (see there)
         m0 = self.clock.mark()
         images = self.decode(unpacked(batch))
         m1 = self.clock.mark()
