@@ -523,7 +523,7 @@ def _validate_sizing(args, console) -> int:
             raise ValueError(f"--machines {args.machines}: no machine has fewer cores than this one ({usable:g})")
     else:
         cores = _counts(args.cores, "--cores") if args.cores else sizing.default_core_counts(usable)
-    df = sizing.check(
+    df, size = sizing.check(
         raw,
         cores,
         f"{args.out_dir}/sizing",
@@ -557,7 +557,7 @@ def _validate_sizing(args, console) -> int:
     console.print(t)
     for _, r in df.iterrows():
         console.print(f"cores per GPU from the {r['cores']}-core run: {r['cores_per_gpu_basis']}", highlight=False)
-    _print_size_check(console, sizing.size_check(df))
+    _print_size_check(console, size)
     s = sizing.summary(df)
     spread = f"{s['cores_per_gpu_spread_frac']:.0%}"
     worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"

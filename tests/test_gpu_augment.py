@@ -139,8 +139,7 @@ def test_nvjpeg_decode_and_augment_on_cuda_match_the_cpu_path(encoded):
     chain = spec(A.CenterCrop(128, 128), A.Normalize(), A.pytorch.ToTensorV2())
     gpu, cpu = GpuPipeline(chain, "cuda")(encoded), GpuPipeline(chain, "cpu")(encoded)
     assert gpu.device.type == "cuda" and gpu.shape == cpu.shape
-    # nvJPEG upsamples chroma otherwise than libjpeg-turbo: 3.2 grey levels apart on average on the H200 box
-    # (torchvision 0.26, 2026-12-04; the 2-level bound failed there)
+    # nvJPEG upsamples chroma otherwise than libjpeg-turbo (docs/measured.md, "The GPU pipeline": how far apart)
     assert float((gpu.cpu() - cpu).abs().mean()) < 4 / 255 / 0.224
     assert tuple(for_preset("heavy", 224, "cuda")(encoded).shape) == (6, 3, 224, 224)
 

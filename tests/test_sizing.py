@@ -80,7 +80,8 @@ def test_the_all_cores_run_reads_the_known_workload(full_run):
 def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path):
     # 10 ms of CPU per sample feeding a 5 ms step that uses no CPU: 100 samples/s per core. The masks come from
     # the CPUs this process may use (a lane's one CPU under xdist)
-    df = sizing.check(sizing.KNOWN, [1], tmp_path, overrides=QUICK, full_run=full_run).set_index("cores")
+    df, size = sizing.check(sizing.KNOWN, [1], tmp_path, overrides=QUICK, full_run=full_run)
+    df = df.set_index("cores")
     assert df.loc[df.index.max(), "run"] == full_run
     one = df.loc[1]
     assert one["cpus"] == str(sizing.mask_for(1, cpu_groups())[0])
@@ -92,7 +93,7 @@ def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path)
     assert df["cores_per_gpu"].between(13, 21).all()
     assert sizing.summary(df)["max_rate_error_frac"] == pytest.approx(abs(one["rate_error_frac"]))
     # the size table's 1-core candidate beside the same masked run: 100 samples/s a core, predicted and measured
-    (row,) = sizing.size_check(df.reset_index()).to_dict("records")
+    (row,) = size.to_dict("records")
     assert row["cores"] == 1 and row["measured_samples_per_s"] == one["measured_samples_per_s"]
     assert row["predicted_samples_per_s"] == pytest.approx(100, rel=0.2)
     assert row["predicted_low"] <= row["predicted_samples_per_s"] <= row["predicted_high"]

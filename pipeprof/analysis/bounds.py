@@ -356,7 +356,7 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
         return (1 / sum(1 / b for b in serial) if serial else float("nan")), bounds
     main, main_s = _step_cpu(row)
     # the step holds its cores only while it runs: at most the share of the time the loader lets it run (a loop
-    # fed at 700 samples/s by a step that takes 6,400 alone steps 11% of the time, and its workers have the rest)
+    # fed at a ninth of its step's rate alone steps a ninth of the time, and its workers have the rest)
     alone = row.get("cpu_bound_samples_per_s")
     duty = min(1.0, alone / step) if _known(alone) and _known(step) else 1.0
     w_eff = min(w, max(cores - main * duty, 1.0))

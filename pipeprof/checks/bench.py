@@ -43,6 +43,7 @@ import psutil
 
 from pipeprof import config as cfgmod
 from pipeprof.answer import Answer, Confidence
+from pipeprof.data.sources.base import Source
 from pipeprof.env import usable_cores
 from pipeprof.orchestrate.runner import execute, prepare
 from pipeprof.report.summary import group_answers, group_label
@@ -480,11 +481,10 @@ def decoders_alone(
     return df
 
 
-class _HeldJpegs:
-    """The bench's JPEGs as a pipeprof Source (``data.sources.Source``'s methods), held in memory."""
+class _HeldJpegs(Source):
+    """The bench's JPEGs as a pipeprof Source held in memory (the gpu_shared trial reads its batch from one)."""
 
     kind = "memory"
-    emulated = False
 
     def __init__(self, encoded: list):
         self.data = [bytes(e.numpy()) for e in encoded]
@@ -501,9 +501,6 @@ class _HeldJpegs:
     def nbytes(self, index: int) -> int:
         return len(self.data[index])
 
-    def files(self):
-        return None
-
 
 def beside_the_step(
     encoded: list,
@@ -519,7 +516,6 @@ def beside_the_step(
     """The ``gpu_shared`` trial (``trials.kinds``) for each decoder backend, serial and overlapped: the step alone,
     the GPU pipeline alone and the two together, each with its rate, and the overlap achieved. One row per
     (backend, overlap); a backend that cannot run is its row's error."""
-    import torch
 
     from pipeprof import config as C
     from pipeprof.data import gpu_decode
@@ -571,7 +567,6 @@ def beside_the_step(
                         else f"skipped: {row['reason'][:200]}"
                     )
                 )
-        torch.cuda.empty_cache() if device.type == "cuda" else None
     return pd.DataFrame(rows)
 
 

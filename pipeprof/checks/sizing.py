@@ -162,8 +162,9 @@ def check(
     full_run: Optional[str] = None,
     groups: Optional[list[list[int]]] = None,
     progress=lambda text: None,
-) -> pd.DataFrame:
-    """One row per core count: the full run's prediction, the masked run's measurement, cores-per-GPU."""
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per core count: the full run's prediction, the masked run's measurement, cores-per-GPU; and
+    ``pipeprof size``'s table checked against the same masked runs (:func:`size_check`)."""
     from pipeprof.env import cpu_groups
 
     out = Path(out_dir)
@@ -180,6 +181,7 @@ def check(
         raise RuntimeError(f"the full run {full.path} has no step ceiling (gpu_ceiling trial): nothing to size against")
     all_cores = int(full.meta["machine"]["cores"]["usable"])
     rows = [{"cores": all_cores, "cpus": "all", "run": str(full.path), **measured(full), **_need(full, step)}]
+    masked: dict = {}
     for c in core_counts:
         cpus = mask_for(c, groups or cpu_groups())
         if len(cpus) < c:
@@ -197,29 +199,29 @@ def check(
         got = measured(run) | predict_at(full, step, c)
         got["rate_error_frac"] = got["predicted_samples_per_s"] / got["measured_samples_per_s"] - 1
         rows.append({"cores": c, "cpus": ",".join(map(str, cpus)), "run": str(run.path), **got, **_need(run, step)})
-    return pd.DataFrame(rows)
+        masked[c] = run
+    return pd.DataFrame(rows), size_check(full, masked)
 
 
-def size_check(df: pd.DataFrame) -> pd.DataFrame:
-    """``pipeprof size``'s table checked against the masked runs of :func:`check` (its ``run`` column: the
-    all-cores run first): per workload of the all-cores run and per masked core count, the candidate of that
-    many cores and one GPU as ``analysis.workstation.predict`` gives it (samples/s with its interval, binding,
-    extrapolated) beside the best end-to-end rate the masked run measured for that workload."""
+def size_check(full: Run, masked: dict) -> pd.DataFrame:
+    """``pipeprof size``'s table checked against masked runs (``masked``: cores -> its run): per workload of the
+    all-cores run and per masked core count, the candidate of that many cores and one GPU as
+    ``analysis.workstation.predict`` gives it (samples/s with its interval, binding, extrapolated) beside the best
+    end-to-end rate the masked run measured for that workload."""
     from pipeprof.analysis import workstation as ws
 
-    full = load_run(df["run"].iloc[0])
     loads = ws.workloads(full)
     rows = []
-    for _, r in df.iloc[1:].iterrows():
-        best = _best_per_workload(load_run(r["run"]))
+    for cores, run in masked.items():
+        best = _best_per_workload(run)
         for w in loads:
-            p = ws.predict(w, ws.Candidate(f"{r['cores']} cores", int(r["cores"])))
+            p = ws.predict(w, ws.Candidate(f"{cores} cores", int(cores)))
             m = best.get(w.label)
             got = float(m["samples_per_s"]) if m is not None else float("nan")
             rows.append(
                 {
                     "workload": w.label,
-                    "cores": int(r["cores"]),
+                    "cores": int(cores),
                     "predicted_samples_per_s": p["samples_per_s"],
                     "predicted_low": p["samples_per_s_low"],
                     "predicted_high": p["samples_per_s_high"],

@@ -11,8 +11,8 @@ encoded byte tensors (CPU, 1-D uint8) into a list of CHW uint8 RGB images on the
 torchvision 0.29 deprecates its ``decode_jpeg`` in favour of TorchCodec's, so the path must not rest on it
 alone. torchvision's decoder already asks nvJPEG for its hardware backend (its source: ``NVJPEG_BACKEND_HARDWARE``
 where the GPU has the engines, baseline JPEGs batched there, the others on the SMs); nvImageCodec's HW_GPU_ONLY
-takes the engines only, and only a measurement end to end says which is faster (the issue's probe: 12,801–17,913
-images/s against torchvision's 17,243–18,188, and no faster end to end). A backend that cannot run here is
+takes the engines only, and only a measurement end to end says which is faster (docs/measured.md, "The GPU
+pipeline"). A backend that cannot run here is
 refused with the reason (:class:`BackendMissing`): the sweep records the trial as failed with it, the benchmark
 skips it and says why.
 

@@ -155,7 +155,7 @@ def gpu_shared(ctx: TrialContext, spec: TrialSpec) -> dict:
     finally:
         fed.close()
     step.clock.sync()
-    return _shared_columns(r, spec) | _side_columns(side, step, _in_windows(taken, r), r)
+    return _shared_columns(r) | _side_columns(side, step, _in_windows(taken, r), r)
 
 
 def _in_windows(taken: list, r) -> list:
@@ -175,7 +175,7 @@ class _Endless:
         return self.batch
 
 
-def _shared_columns(r, spec: TrialSpec) -> dict:
+def _shared_columns(r) -> dict:
     """The together windows' rate as the trial's (its summary, interval and windows), each side's median rate,
     and the serial model's figure from the two alone: 1 / (1/step + 1/pipeline)."""
     rates = {s: [c[s].rate for c in r.cycles] for s in (TOGETHER, STEP_ALONE, PIPELINE_ALONE)}
