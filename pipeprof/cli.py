@@ -444,7 +444,8 @@ def cmd_compare(args) -> int:
         return 0
     from pipeprof.analysis.guard import guard, lines
 
-    found = guard(runs[0], runs[1], args.fail_if_slower / 100, args.allow_other_machine)
+    # matched as the table above matched them: across the settings the new run changed wholesale
+    found = guard(runs[0], runs[1], args.fail_if_slower / 100, args.allow_other_machine, result.changed[labels[1]])
     for line in lines(found):
         print(f"guard: {line}")
     return 1 if found.failed else 2 if found.verdict == "other machine" else 0
@@ -590,7 +591,7 @@ def _print_size_check(console, rows) -> None:
             f"{r['measured_samples_per_s']:,.1f}",
             str(r["measured_workers"]),
             "–" if r["error_frac"] != r["error_frac"] else f"{r['error_frac']:+.1%}",
-            "yes" if r["within_interval"] else "no",
+            {True: "yes", False: "no"}.get(r["within_interval"], "–"),
         )
     console.print(t)
 
@@ -816,9 +817,12 @@ def cmd_size(args) -> int:
         candidates = ws.parse_machines(yaml.safe_load(Path(args.machines).read_text()))
     else:
         candidates = ws.grid(_counts(args.cores, "--cores"), _counts(args.gpus, "--gpus"))
-    workloads = [w for d in args.run_dirs for w in ws.workloads(load_run(d))]
+    runs = [load_run(d) for d in args.run_dirs]
+    workloads = [w for r in runs for w in ws.workloads(r)]
     if not workloads:
-        raise ValueError("no run holds both a gpu_ceiling trial and a CPU curve (cpu_pipeline at 2+ worker counts)")
+        skipped = sorted({a.cpu_figures_skipped for r in runs for a in r.meta.get("analysis", {}).get("groups", [])})
+        why = "; ".join(filter(None, skipped)) or "no gpu_ceiling trial and CPU curve (cpu_pipeline at 2+ counts)"
+        raise ValueError(f"no workload to size in {', '.join(args.run_dirs)}: {why}")
     rows = ws.table(workloads, candidates)
     print(render_size(rows, ws.cheapest(rows, args.target), args.target), end="")
     return 0

@@ -80,46 +80,63 @@ def test_the_machines_file_is_checked_field_by_field():
             ws.parse_machines(bad)
 
 
+def gpu_run(tmp_path):
+    """The stored CPU run's trials as a GPU run's folder would hold them (its config on cuda, its GPU named, the
+    analysis's cores figures not skipped): what ``pipeprof size`` and the report's sizing read."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    run = tmp_path / "gpu-run"
+    shutil.copytree(Path(__file__).parent / "data" / "run-cpu-files", run)
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["device"] = "cuda"
+    meta["machine"]["gpus"] = [{"index": 0, "name": "NVIDIA H200"}]
+    for g in meta["analysis"]["groups"]:
+        g.pop("cpu_figures_skipped", None)
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+NAME = "mobilenet_v3_small fp32 light bs4 files warm"
+
+
 def test_size_reads_a_stored_run_and_prints_the_table(tmp_path, capsys):
     from pathlib import Path
 
-    run = Path(__file__).parent / "data" / "run-cpu-files"
+    run = gpu_run(tmp_path)
     assert main(["size", str(run), "--cores", "1,2,4", "--gpus", "1,2"]) == 0
     out = capsys.readouterr().out
-    assert "| mobilenet_v3_small fp32 light | 4 cores, 2 GPUs |" in out and "extrapolated" in out
+    assert f"| {NAME} | 4 cores, 2 GPUs |" in out and "extrapolated" in out
     machines = tmp_path / "m.yaml"
-    machines.write_text(yaml.safe_dump({"machines": [{"name": "box", "cores": 2, "price": 1000}]}))
+    machines.write_text(yaml.safe_dump({"machines": [{"name": "box", "cores": 2, "price": 1000, "gpu": "A100"}]}))
     assert main(["size", str(run), "--machines", str(machines)]) == 0
-    assert "| box |" in capsys.readouterr().out
+    box = [line for line in capsys.readouterr().out.splitlines() if "| box |" in line]
+    assert len(box) == 1 and "this run's NVIDIA H200's, not measured on a A100" in box[0]  # another GPU: said
     machines.write_text(yaml.safe_dump({"machines": [{"name": "box"}]}))
     assert main(["size", str(run), "--machines", str(machines)]) == 2
     assert "'cores' is required" in capsys.readouterr().err
+    # a CPU run's answers skip the cores figures (its step shares the cores): nothing to size, and why
+    assert main(["size", str(Path(__file__).parent / "data" / "run-cpu-files"), "--cores", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "no workload to size" in err and "no GPU" in err
 
 
 def test_the_report_of_a_gpu_run_has_the_sizing_table_its_lines_and_plot(tmp_path):
-    """The stored CPU run's trials, its run.json saying it ran on a GPU: report.html gains the candidate table at
-    the report's core counts, the buyer's lines and the plot; said of a CPU run, none (a CPU step shares the
-    cores, so there are no cores per GPU)."""
-    import json
-    import shutil
+    """A GPU run's report.html gains the candidate table at the report's core counts, the buyer's lines and the plot;
+    a CPU run's, none (its answers skip the cores figures: a CPU step shares the cores)."""
     from pathlib import Path
 
     from pipeprof.report.html import render_html
     from pipeprof.results import load_run
 
-    src = Path(__file__).parent / "data" / "run-cpu-files"
-    assert 'id="sizing"' not in render_html(load_run(src))
-    run = tmp_path / "run"
-    shutil.copytree(src, run)
-    meta = json.loads((run / "run.json").read_text())
-    meta["config"]["device"] = "cuda"
-    (run / "run.json").write_text(json.dumps(meta))
-    page = render_html(load_run(run))
+    assert 'id="sizing"' not in render_html(load_run(Path(__file__).parent / "data" / "run-cpu-files"))
+    page = render_html(load_run(gpu_run(tmp_path)))
     assert 'id="sizing"' in page and 'id="table-sizing"' in page and 'id="fig-sizing"' in page
     table = page[page.index('id="table-sizing"') :]
     assert ">32 cores, 1 GPU<" in table and ">extrapolated<" in table  # past the 2 cores that run measured
     # its step (the CPU's, 2 samples/s) is below what any candidate's cores feed: the fewest cores keep it busy
-    assert "for mobilenet_v3_small fp32 light, 4 cores, 1 GPU keeps the GPUs at 100% of their ceiling" in page
+    assert f"for {NAME}, 4 cores, 1 GPU keeps the GPUs at 100% of their ceiling" in page
 
 
 def test_validate_sizing_takes_its_masks_from_the_machines_file(tmp_path, capsys):

@@ -23,8 +23,10 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
+from pipeprof.schema import GROUP_KEYS
+
 from .advice import rate_for_cores
-from .bounds import matching, ok
+from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_interval, matching, ok
 
 
 class Candidate(NamedTuple):
@@ -47,6 +49,7 @@ class Workload(NamedTuple):
     cores: float  # the measuring machine's usable cores
     cap: float = math.inf  # the hand-off limit one loader passes (inf: not measured)
     scaling: dict = {}  # GPUs -> measured scaling efficiency (DDP trials)
+    gpu: Optional[str] = None  # the GPU the run measured its step on (its name)
 
 
 MACHINE_FIELDS = {"name": str, "cores": int, "gpus": int, "gpu": str, "threads_per_core": int, "price": float}
@@ -112,7 +115,18 @@ def predict(w: Workload, c: Candidate) -> dict:
         "gpu_scaling": "measured" if eff is not None else ("assumed linear" if c.gpus > 1 else "one GPU"),
         "price": c.price,
         "samples_per_s_per_price": rate / c.price if c.price else None,
+        "note": "; ".join(_caveats(w, c, bool(extrapolated))),
     }
+
+
+def _caveats(w: Workload, c: Candidate, extrapolated: bool) -> list[str]:
+    """What the row's figure assumes beyond what the run measured."""
+    out = ["extrapolated"] if extrapolated else []
+    if c.gpu and w.gpu and c.gpu.lower() not in w.gpu.lower():
+        out.append(f"the step's ceiling is this run's {w.gpu}'s, not measured on a {c.gpu}")
+    if c.threads_per_core > 1:
+        out.append("cores counted, not their SMT threads (the curve was measured one worker a core)")
+    return out
 
 
 def _falloff(w: Workload) -> float:
@@ -129,11 +143,6 @@ def _doublings(w: Workload, cores: int) -> float:
     return max(0.0, math.log2(cores / top)) if cores > top else 0.0
 
 
-def _rows(trials: pd.DataFrame, kind: str, key: dict, keys: list[str]) -> pd.DataFrame:
-    """The run's ok trials of ``kind`` whose settings in ``keys`` match the answer's ``key``."""
-    return matching(ok(trials, kind), pd.Series({k: key[k] for k in keys if k in key}), keys)
-
-
 def _ends(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rate = t["samples_per_s"].to_numpy(float)
     low = t.get("samples_per_s_ci95_low", t["samples_per_s"]).fillna(t["samples_per_s"]).to_numpy(float)
@@ -142,38 +151,56 @@ def _ends(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def label(key) -> str:
-    """A workload's name from its group's settings (a dict or a row): model, precision, preset, and where the
-    GPU decodes and augments, that (the CPU's and the GPU's pipeline of one preset are two workloads)."""
-    words = [key.get(k) for k in ("model", "precision", "preset")]
+    """A workload's name from its group's settings (an answer's ``key``): every group key that names one, so that
+    two groups of a run never share a name (batch, source and cache state too; the GPU pipeline, inference)."""
     gpu = key.get("augment_device")
-    words.append("gpu-augment" if isinstance(gpu, str) and gpu != "cpu" else None)
+    words = [
+        key.get("model"),
+        key.get("precision"),
+        "inference" if key.get("mode") == "inference" else None,
+        key.get("preset"),
+        ("gpu-augment" + ("-serial" if key.get("augment_overlap") in (False, 0.0) else ""))
+        if isinstance(gpu, str) and gpu != "cpu"
+        else None,
+        key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, "nvjpeg") else None,
+        f"bs{key['batch_size']}" if key.get("batch_size") is not None else None,
+        key.get("source"),
+        key.get("cache_state") if key.get("cache_state") not in (None, "n/a") else None,
+    ]
     return " ".join(str(w) for w in words if w is not None and w == w)
 
 
-def workloads(run) -> list[Workload]:
-    """One workload per one-GPU answer of a stored run that measured both its step and its CPU curve (its N-GPU
-    ceilings give the scaling: :func:`step_and_scaling`)."""
-    t, out = run.trials, []
-    usable = ((run.meta.get("machine") or {}).get("cores") or {}).get("usable") or 1
+#: the step's settings a workload's ceilings share: every GPU count (its N-GPU rows are the scaling) and link
+STEP_KEYS = [k for k in BOUND_KEYS["gpu_ceiling"] if k not in ("gpus", "p2p")]
+
+
+def workloads(run, skipped: bool = False) -> list[Workload]:
+    """One workload per one-GPU answer of a stored run that measured both its step and its CPU curve, read as the
+    analysis reads them (``bounds.cpu_curve_rows``, ``bounds.handoff_interval`` at the group's first end-to-end
+    row); its N-GPU ceilings give the scaling (:func:`step_and_scaling`). An answer whose cores figures the
+    analysis skipped (``cpu_figures_skipped``: no GPU, the GPU pipeline, a pipeline at the storage's pace) is not
+    a workload: its curve does not say what cores deliver; ``skipped`` takes them all the same (the sizing check,
+    whose masked runs measure what the table says, and whose known workload's CPU step stands in for a GPU's)."""
+    t, out = run.trials.reset_index(drop=True), []
+    machine = run.meta.get("machine") or {}
+    usable = (machine.get("cores") or {}).get("usable") or 1
+    gpu = next((g.get("name") for g in machine.get("gpus") or [] if g.get("name")), None)
+    e2e = ok(t, "end_to_end")
     for a in (run.meta.get("analysis") or {}).get("groups") or []:
-        if (a.key.get("gpus") or 1) > 1:  # an N-GPU group's answer: its ceiling is read as the scaling below
+        if (a.key.get("gpus") or 1) > 1 or (a.cpu_figures_skipped and not skipped):  # N GPUs: the scaling
             continue
-        step = _rows(t, "gpu_ceiling", a.key, ["model", "precision", "mode", "batch_size"])
-        curve = _rows(
-            t, "cpu_pipeline", a.key, ["preset", "augment_device", "source", "cache_state", "batch_size", "gpus"]
-        )
-        curve = (
-            curve[curve["num_workers"].notna()].sort_values("num_workers").drop_duplicates("num_workers", keep="last")
-        )
-        one, scaling = step_and_scaling(step)
+        rows = matching(e2e, pd.Series(a.key), GROUP_KEYS)
+        if rows.empty:
+            continue
+        like = rows.iloc[0]
+        one, scaling = step_and_scaling(matching(ok(t, "gpu_ceiling"), like, STEP_KEYS))
+        curve = t.iloc[cpu_curve_rows(t, like)]
         if one is None or len(curve) < 2:
             continue
         rates, lows, highs = _ends(curve)
-        handoff = _rows(t, "handoff", a.key, ["preset", "augment_device", "batch_size"])
-        name = label(a.key)
         out.append(
             Workload(
-                name,
+                label(a.key),
                 one,
                 curve["num_workers"].to_numpy(float),
                 rates,
@@ -181,8 +208,9 @@ def workloads(run) -> list[Workload]:
                 highs,
                 a.main_cpu_s_per_sample or 0.0,
                 float(usable),
-                float(_ends(handoff)[2].max()) if len(handoff) else math.inf,
+                handoff_interval(t, like)[1],
                 scaling,
+                gpu,
             )
         )
     return out

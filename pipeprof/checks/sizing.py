@@ -210,7 +210,7 @@ def size_check(full: Run, masked: dict) -> pd.DataFrame:
     end-to-end rate the masked run measured for that workload."""
     from pipeprof.analysis import workstation as ws
 
-    loads = ws.workloads(full)
+    loads = ws.workloads(full, skipped=True)
     rows = []
     for cores, run in masked.items():
         best = _best_per_workload(run)
@@ -230,7 +230,9 @@ def size_check(full: Run, masked: dict) -> pd.DataFrame:
                     "measured_samples_per_s": got,
                     "measured_workers": None if m is None else int(m["num_workers"]),
                     "error_frac": p["samples_per_s"] / got - 1 if got == got and got > 0 else float("nan"),
-                    "within_interval": bool(p["samples_per_s_low"] <= got <= p["samples_per_s_high"]),
+                    "within_interval": bool(p["samples_per_s_low"] <= got <= p["samples_per_s_high"])
+                    if got == got
+                    else None,  # nothing measured: neither
                 }
             )
     return pd.DataFrame(rows)

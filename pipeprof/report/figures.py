@@ -564,7 +564,7 @@ def sizing_figure(run) -> list[Figure]:
     candidate core counts as points."""
     from pipeprof.analysis import workstation as ws
 
-    loads = ws.workloads(run) if run.meta.get("config", {}).get("device") == "cuda" else []
+    loads = ws.workloads(run)
     if not loads:
         return []
     top = max(max(SIZING_CORES), int(max(w.cores for w in loads)))

@@ -235,9 +235,7 @@ def _sizing(run, target: float = 0.9) -> str:
 
     from .workstation import sentence
 
-    if run.meta.get("config", {}).get("device") != "cuda":  # a CPU step shares the cores: no cores per GPU
-        return ""
-    loads = ws.workloads(run)
+    loads = ws.workloads(run)  # none where the analysis skipped the cores figures (a CPU step, the GPU pipeline)
     if not loads:
         return ""
     rows = ws.table(loads, ws.grid(list(F.SIZING_CORES), [1]))
@@ -249,7 +247,7 @@ def _sizing(run, target: float = 0.9) -> str:
             f"{r['samples_per_s']:,.0f} ({r['samples_per_s_low']:,.0f}–{r['samples_per_s_high']:,.0f})",
             r["binding"],
             f"{r['of_ceiling_frac']:.0%} (≥ {r['of_ceiling_low_frac']:.0%})",
-            "extrapolated" if r["extrapolated"] else "",
+            r["note"],
         ]
         for _, r in rows.iterrows()
     ]

@@ -42,7 +42,7 @@ def render_size(rows: pd.DataFrame, best: dict, target: float) -> str:
             f"| {r['workload']} | {r['machine']} | {r['samples_per_s']:,.1f} ({r['samples_per_s_low']:,.1f}–"
             f"{r['samples_per_s_high']:,.1f}) | {r['binding']} | {r['of_ceiling_frac']:.0%} "
             f"(≥ {r['of_ceiling_low_frac']:.0%}) | {r['gpu_scaling']} | {per} | "
-            f"{'extrapolated' if r['extrapolated'] else ''} |"
+            f"{r['note']} |"
         )
     out += [""] + sentence(rows, best, target)
     out.append(f"cheapest reaching {target:.0%} of the ceiling for all workloads: {best['all workloads'] or 'none'}")
