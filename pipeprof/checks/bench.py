@@ -441,7 +441,7 @@ def render_gpu_augment(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-# the issue's anchor: nvJPEG's batched decode of these ~116 KB JPEGs on one H200, a hand-written probe
+# the reference figure (docs/measured.md, "The GPU pipeline"): nvJPEG's batched decode of these JPEGs on one H200
 NVJPEG_ANCHOR_IMAGES_S = 16_022
 
 
@@ -526,7 +526,7 @@ def beside_the_step(
     source = _HeldJpegs(encoded)
     rows = []
     with Monitor(hz=10, gpu=device.type == "cuda") as mon:
-        ctx = TrialContext(  # the step as a run sets it on a GPU (channels_last: half the rate without it)
+        ctx = TrialContext(  # the step as a run sets it on a GPU (channels_last)
             device,
             source,
             measure,
@@ -573,7 +573,7 @@ def beside_the_step(
 def render_decoders(df: pd.DataFrame, anchor: float = NVJPEG_ANCHOR_IMAGES_S) -> str:
     """Markdown: per backend the median (range) decode ms and images/s, against the anchor; skipped ones with why."""
     lines = [
-        f"| decoder | batches | decode ms | images/s | vs anchor ({anchor:,.0f}) |",
+        f"| decoder | batches | decode ms | images/s | vs the H200 anchor ({anchor:,.0f}: docs/measured.md) |",
         "|" + "---|" * 5,
     ]
     for name, g in df.groupby("backend", sort=False):

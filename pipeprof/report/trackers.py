@@ -34,7 +34,6 @@ FIGURES = (
 )
 #: the monitor's timeline columns exported (those a run has): the machine's CPU, the run's own cores, the GPU, disk
 TIMELINE = ("cpu_util_pct", "run_cores", "foreign_cores", "gpu_util_pct", "disk_read_mb_s")
-EXTRAS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 
 
 class Scalar(NamedTuple):
@@ -68,20 +67,19 @@ def scalars(run) -> list[Scalar]:
     return out
 
 
-def _need(extra: str, module: str):
+def _need(extra: str):
+    """The tracker's module (each is named as its pipeprof extra), or why it is missing and how to install it."""
     import importlib
 
     try:
-        return importlib.import_module(module)
+        return importlib.import_module(extra)
     except ImportError as exc:
-        raise ValueError(
-            f"--to {extra} needs the {extra} extra: pip install 'pipeprof[{EXTRAS[extra]}]' ({exc})"
-        ) from None
+        raise ValueError(f"--to {extra} needs the {extra} extra: pip install 'pipeprof[{extra}]' ({exc})") from None
 
 
 def to_tensorboard(run, log_dir: str) -> str:
     """Event files under ``log_dir/<run folder's name>`` (point TensorBoard at ``log_dir``)."""
-    _need("tensorboard", "tensorboard")
+    _need("tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
     where = Path(log_dir) / run.path.name
@@ -103,7 +101,7 @@ def to_mlflow(run, uri: Optional[str] = None) -> str:
     the user has set, MLFLOW_TRACKING_URI, else a SQLite store beside the run folder: ``mlflow.db``)."""
     import os
 
-    mlflow = _need("mlflow", "mlflow")
+    mlflow = _need("mlflow")
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{run.path.parent.resolve() / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     if uri.startswith("sqlite:///") and mlflow.get_experiment_by_name("pipeprof") is None:
@@ -124,7 +122,7 @@ def to_mlflow(run, uri: Optional[str] = None) -> str:
 
 def to_wandb(run, directory: str) -> str:
     """An offline W&B run under ``directory`` (``wandb sync`` uploads it later)."""
-    wandb = _need("wandb", "wandb")
+    wandb = _need("wandb")
     active = wandb.init(
         mode="offline", dir=directory, name=run.path.name, project="pipeprof", config=run.meta.get("config") or {}
     )
