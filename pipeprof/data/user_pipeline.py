@@ -340,18 +340,27 @@ def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:
 # ---- the other decoder -------------------------------------------------------------------------
 
 
+_CV2_THREADS = {"set": False}
+
+
 def cv2_loader(path: str):
-    """A file decoded by OpenCV, handed on as the RGB PIL image torchvision's loader gives."""
+    """A file decoded by OpenCV (``data.decode.decode_cv2``), handed on as the RGB PIL image torchvision's loader
+    gives. The user's workers run their own worker_init_fn, so OpenCV's threads are capped here, once a process:
+    a worker's decode on its own core (the confounders' rule)."""
     import cv2
-    import numpy as np
     from PIL import Image
 
-    cv2.setNumThreads(0)  # a worker's decode on its own core (the confounders' rule)
+    from .decode import DecodeError, decode_cv2
+
+    if not _CV2_THREADS["set"]:
+        cv2.setNumThreads(0)
+        _CV2_THREADS["set"] = True
     with open(path, "rb") as f:
-        bgr = cv2.imdecode(np.frombuffer(f.read(), np.uint8), cv2.IMREAD_COLOR)
-    if bgr is None:
-        raise ValueError(f"OpenCV cannot decode {path}")
-    return Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+        data = f.read()
+    try:
+        return Image.fromarray(decode_cv2(data))
+    except DecodeError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def decoder(dataset) -> UserVariant:

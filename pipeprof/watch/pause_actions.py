@@ -72,9 +72,7 @@ def changes_for(loader, action: Optional[str], params: dict) -> tuple[dict, Opti
     """(the DataLoader keywords ``action``'s variant changes, its work on the device or None) (None: the
     baseline, the user's loader as it is)."""
     if action is None or action not in BUILDERS:  # the baseline, or a knob: the user's dataset as it is
-        if params.get("prefetch_factor") == "2x":
-            params = params | {"prefetch_factor": 2 * (loader.prefetch_factor or 2)}
-        return dict(params), None
+        return dict(params), None  # (a knob's figures: the watch plans them on the loader's own settings)
     variant = BUILDERS[action](loader.dataset)
     return {"dataset": variant.dataset} | (
         {"collate_fn": variant.collate} if variant.collate else {}

@@ -79,7 +79,7 @@ def search(
             break
         points[w] = p._replace(workers=w)
         w = next_workers(points, step_rate, per_worker, cores)
-    for a, b in _rises(seen):  # once: a point that met the machine's load, not the loader (see suspects)
+    for a, b in _rises(seen):  # once: a point that met the machine's load, not the loader (see _rises)
         if not _pass_explains(batches_per_pass, a, b):
             seen[a] = measure(a)
     return seen
@@ -160,15 +160,10 @@ def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str
 # ---- the curve's check, and the actions tried in the pause -----------------------------------------
 
 
-def suspects(seen: dict[int, dict]) -> list[int]:
-    """Counts whose rate per worker reads below a larger count's, beyond both intervals. A loader's rate per
-    worker can only fall as workers are added (they share the cores and one hand-off), so such a point met
-    something else on the machine: the search measures it once more."""
-    return [a for a, b in _rises(seen)]
-
-
 def _rises(seen: dict[int, dict]) -> list[tuple[int, int]]:
-    """(a, b): the smallest larger count b whose rate per worker reads above a's, beyond both intervals."""
+    """(a, b): the smallest larger count b whose rate per worker reads above a's, beyond both intervals. A loader's
+    rate per worker can only fall as workers are added (they share the cores and one hand-off), so such an ``a``
+    met something else on the machine, or the end of a pass (:func:`curve_note`): the search measures it again."""
     ok = sorted(w for w, s in seen.items() if s.get("samples_per_s") and w > 0)
 
     def per_worker(w: int, end: str) -> float:
@@ -202,8 +197,9 @@ def curve_note(seen: dict[int, dict], batches_per_pass: Optional[int] = None) ->
         if _pass_explains(batches_per_pass, a, b):
             reasons.append(
                 f"a pass of {batches_per_pass} batches keeps {a} workers busy in {ea:.0%} of their rounds' slots "
-                f"against {eb:.0%} at {b} (its last round leaves workers idle until the next pass starts): the rate "
-                f"per worker at {a} falls below {b}'s by that; a count that divides {batches_per_pass} loses none"
+                f"against {eb:.0%} at {b} (its last round leaves workers idle until the next pass starts), which "
+                f"may explain the lower rate per worker at {a} than at {b}; a count that divides {batches_per_pass} "
+                "loses none"
             )
         else:
             reasons.append(
@@ -220,15 +216,12 @@ def point_cap(tune_max_s: float) -> float:
 
 
 def handoff_cap(rows: list[dict]) -> tuple[float, Optional[float]]:
-    """(upper, lower) end of the pause's measured hand-off limit; (inf, None) where it did not run."""
-    h = [r for r in rows if r.get("kind") == "handoff" and r.get("status") == "ok" and r.get("samples_per_s")]
-    if not h:
-        return float("inf"), None
-    r = h[-1]
-    return (
-        r.get("samples_per_s_ci95_high") or r["samples_per_s"],
-        r.get("samples_per_s_ci95_low") or r["samples_per_s"],
-    )
+    """(upper, lower) end of the pause's measured hand-off limit (``analysis.bounds.handoff_interval`` over the
+    pause's rows: they are all of the watched loader); (inf, None) where it did not run."""
+    from pipeprof.analysis.bounds import handoff_interval
+
+    low, high = handoff_interval(pd.DataFrame(rows), pd.Series(dtype=object)) if rows else (math.inf, math.inf)
+    return high, (low if math.isfinite(low) else None)
 
 
 def _mean(values: list) -> Optional[float]:
@@ -261,7 +254,7 @@ def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
         "action_gain_ci95_low": lo,
         "action_gain_ci95_high": hi,
         "device_us_per_sample": side.get("device_us_per_sample"),
-        "baseline_device_us_per_sample": statistics.fmean(base_us) if base_us else None,
+        "baseline_device_us_per_sample": _mean(base_us),
         # the training process's CPU in the side's windows and in the baseline's (for the record: not modelled)
         "main_cpu_pct_mean": side.get("main_cpu_pct_mean"),
         "baseline_main_cpu_pct_mean": _mean([b.get("main_cpu_pct_mean") for b in bases]),
