@@ -11,7 +11,7 @@ faster storage). Its entry says everything the rest of the package asks of it:
   trial says what it does);
 - how its variant is built for an action trial: ``variant`` names a builder of ``trials.variants`` (None:
   pipeprof cannot make the change itself, and ``cannot`` says why), and ``params`` what that variant sets;
-  ``on_user`` names its builder in ``data.user_pipeline`` for a user's own dataset (``watch --tune``: the
+  ``on_user``: it has a builder of its id in ``data.user_pipeline`` for a user's own dataset (``watch --tune``: the
   change made to the dataset a watched DataLoader was built with, tried in the pause);
 - when it applies and why not: ``scope`` (what pipeline it needs), ``needs_cuda``, ``needs_workers``,
   ``cpu_side`` and ``rule`` (its own reason, if any), read by :func:`plan` in one order for every action.
@@ -80,7 +80,7 @@ class Action:
         False  # what the loader hands over changes (bytes, uint8): the float32 hand-off's limit is not its
     )
     cannot: Optional[str] = None  # why a predicted action stays a prediction
-    on_user: Optional[str] = None  # its builder in data.user_pipeline (a user's own dataset), if any
+    on_user: bool = False  # it has a form on a user's own dataset: data.user_pipeline's builder of its id
     user_label: Optional[str] = None  # its words for a user's dataset (the label's are pipeprof's pipeline's)
 
 
@@ -129,7 +129,7 @@ ACTIONS: dict[str, Action] = {
             variant="pipeline_as",
             params=_other_decoder,
             cpu_side=True,
-            on_user="decoder",
+            on_user=True,
             user_label="decode with OpenCV instead of Pillow (the dataset's loader: cv2_loader)",
         ),
         Action(
@@ -142,7 +142,7 @@ ACTIONS: dict[str, Action] = {
             needs_cuda=True,
             cpu_side=True,
             new_handoff=True,
-            on_user="uint8",
+            on_user=True,
             user_label="hand over uint8 images, convert and normalise in the training process on its device",
         ),
         Action(
@@ -158,7 +158,7 @@ ACTIONS: dict[str, Action] = {
             needs_cuda=True,
             cpu_side=True,
             new_handoff=True,
-            on_user="gpu_pipeline",
+            on_user=True,
             user_label="workers read bytes; decode (nvJPEG) and augment on the GPU",
         ),
         Action(
@@ -318,7 +318,7 @@ def why_not(a: Action, answer, row, facts: Facts) -> Optional[str]:
     if not input_side(answer):
         return "the answer binds on the step side: an input-side change cannot raise the rate"
     if a.scope == PIPELINE and facts.own != "pipeline" and a.on_user and facts.user is not None:
-        found = facts.user.get(a.on_user) or {"why_not": "the pause could not read the user's dataset"}
+        found = facts.user.get(a.id) or {"why_not": "the pause could not read the user's dataset"}
         if found.get("why_not"):
             return found["why_not"]
     elif a.scope in (PIPELINE, STORAGE) and facts.own != "pipeline" and facts.user is not None:
@@ -432,9 +432,10 @@ def at_trial_baseline(a: dict, m: dict) -> Optional[float]:
     return a["predicted_samples_per_s"] / base - 1
 
 
-def best_measured(actions: list[dict]) -> Optional[dict]:
-    """The verified action with the largest measured gain, else the measured one with the largest gain."""
-    tried = [a for a in actions if a.get("measured")]
+def best_measured(actions: list[dict], gain: str = "measured_gain_frac", verified_only: bool = False) -> Optional[dict]:
+    """The verified action with the largest ``gain``, else (unless ``verified_only``) the measured one with the
+    largest. ``gain``: the figure they are ranked by (the watch ranks by the end-to-end gain it predicts)."""
+    tried = [a for a in actions if a.get("measured") and (a.get("verified") or not verified_only)]
     if not tried:
         return None
-    return max(tried, key=lambda a: (bool(a.get("verified")), a.get("measured_gain_frac") or 0.0))
+    return max(tried, key=lambda a: (bool(a.get("verified")), a.get(gain) or 0.0))

@@ -372,7 +372,7 @@ def decoder(dataset) -> UserVariant:
     return UserVariant(out)
 
 
-#: action id -> builder of its variant on a user's dataset (named by ``Action.on_user``)
+#: action id -> builder of its variant on a user's dataset (the actions with ``Action.on_user``)
 BUILDERS: dict[str, Callable[[Any], UserVariant]] = {"uint8": uint8, "gpu_pipeline": gpu_pipeline, "decoder": decoder}
 
 

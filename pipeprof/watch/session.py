@@ -484,7 +484,7 @@ class Session:
 
         tuning = tuning_module()
         # the dataset's changes first, those that change what the loader hands over (bytes, uint8) before others
-        todo = sorted(todo, key=lambda p: (ACTIONS[p.id].on_user is None, not ACTIONS[p.id].new_handoff))
+        todo = sorted(todo, key=lambda p: (not ACTIONS[p.id].on_user, not ACTIONS[p.id].new_handoff))
         if not todo:
             return []
         cap = max(tuning.point_cap(self.o.tune_max_s), min(20.0, self._left(t0, math.inf) / (len(todo) + 2)))
@@ -541,7 +541,7 @@ class Session:
         loader = self.store.loaders[label]
         site = f"{loader.get('path')}:{loader.get('line')}"
         for entry in tried:
-            snip = (user.get(ACTIONS[entry["id"]].on_user or "") or {}).get("snippet")
+            snip = (user.get(entry["id"]) or {}).get("snippet") if ACTIONS[entry["id"]].on_user else None
             entry["snippet"] = (
                 snip.replace("{site}", site) if snip else tuning_module().knob_snippet(site, entry.get("params") or {})
             )

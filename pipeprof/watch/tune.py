@@ -294,8 +294,9 @@ def with_step(row: dict, step_rate: float) -> dict:
 def best_action(tried: list[dict]) -> Optional[dict]:
     """The verified action with the largest predicted end-to-end gain (its loader gain's interval above zero),
     else None: no action tried was shown to help."""
-    ok = [a for a in tried if a.get("measured") and a.get("verified")]
-    return max(ok, key=lambda a: a["predicted_e2e_gain_frac"]) if ok else None
+    from pipeprof.actions import best_measured
+
+    return best_measured(tried, "predicted_e2e_gain_frac", verified_only=True)
 
 
 def knob_snippet(site: str, params: dict) -> str:
