@@ -167,3 +167,10 @@ def test_the_users_pipeline_on_cuda_matches_its_cpu_form(folder):
     u8 = up.uint8(ds)
     batch = torch.stack([u8.dataset[i][0] for i in range(4)])
     assert torch.allclose(u8.on_device(batch, "cuda").cpu(), u8.on_device(batch, "cpu"), atol=1e-5)
+
+
+def test_each_action_with_a_user_form_has_its_builder_and_no_builder_is_orphaned():
+    from pipeprof.actions import ACTIONS
+    from pipeprof.data.user_pipeline import BUILDERS
+
+    assert {a.id for a in ACTIONS.values() if a.on_user} == set(BUILDERS)
