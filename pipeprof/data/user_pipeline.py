@@ -123,13 +123,14 @@ class ToUint8CHW:
 
 
 def normaliser(t: Tail) -> Callable:
-    """``fn(images, device) -> float32 images``: the uint8 batch copied to ``device`` and normalised there."""
-    mean = torch.tensor(t.mean, dtype=torch.float32).view(1, -1, 1, 1) * t.scale
-    std = torch.tensor(t.std, dtype=torch.float32).view(1, -1, 1, 1) * t.scale
+    """``fn(images, device) -> float32 images``: the uint8 batch copied to ``device`` and normalised there by the
+    GPU pipeline's Normalize (``gpu_augment.normalize``: (x / scale - mean) / std)."""
+    from .gpu_augment import normalize
+
+    op = normalize({"mean": list(t.mean), "std": list(t.std), "max_pixel_value": t.scale})
 
     def on_device(images: torch.Tensor, device) -> torch.Tensor:
-        x = images.to(device, non_blocking=True).float()
-        return x.sub_(mean.to(device, non_blocking=True)).div_(std.to(device, non_blocking=True))
+        return op.batch(images.to(device, non_blocking=True), None)
 
     return on_device
 
