@@ -84,6 +84,10 @@ def test_the_training_process_work_adds_to_the_step_end_to_end():
     assert slow["predicted_e2e_gain_frac"] < 0
     assert tune.best_action([row, slow | {"verified": False}]) is row
     assert math.isfinite(row["predicted_e2e_gain_ci95_high"])
+    # a loader made faster (verified) behind a step that binds it already: the loop gains nothing, no change named
+    bound = tune.with_step(tune.bracketed(before, _side([3996.0, 4000.0, 4004.0], 10.0), after), 900.0)
+    assert bound["verified"] and bound["predicted_e2e_gain_ci95_low"] == bound["predicted_e2e_gain_frac"] == 0.0
+    assert tune.best_action([bound]) is None
 
 
 def test_a_window_holds_whole_passes_where_a_pass_is_short():

@@ -292,11 +292,14 @@ def with_step(row: dict, step_rate: float) -> dict:
 
 
 def best_action(tried: list[dict]) -> Optional[dict]:
-    """The verified action with the largest predicted end-to-end gain (its loader gain's interval above zero),
-    else None: no action tried was shown to help."""
+    """The verified action (its loader gain's interval above zero) with the largest predicted end-to-end gain,
+    among those whose end-to-end interval is above zero too, else None: no action tried was shown to help the
+    loop. A loader made faster behind a step that binds gains the loop nothing (+0.0% … +0.0%): that is not a
+    change to write (a watched loop named one such in one run of two and none in the other, on noise)."""
     from pipeprof.actions import best_measured
 
-    return best_measured(tried, "predicted_e2e_gain_frac", verified_only=True)
+    helps = [a for a in tried if a.get("measured") and (a.get("predicted_e2e_gain_ci95_low") or 0.0) > 0]
+    return best_measured(helps, "predicted_e2e_gain_frac", verified_only=True)
 
 
 def knob_snippet(site: str, params: dict) -> str:
