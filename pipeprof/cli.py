@@ -95,9 +95,11 @@ def _size_parser(sub) -> None:
     size = sub.add_parser("size", help="size a workstation: what each candidate machine delivers for measured runs")
     size.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs of the workloads (models, precisions ...)")
     size.add_argument("--machines", metavar="FILE", help="candidate machines (YAML; configs/machines.yaml is one)")
-    size.add_argument("--cores", default="4,8,16,24,32", help="without --machines: core counts, comma-separated")
+    size.add_argument(
+        "--cores", help="without --machines: core counts, comma-separated (default: 4,8,12,16,24,32, as the report's)"
+    )
     size.add_argument("--gpus", default="1", help="without --machines: GPU counts, comma-separated")
-    size.add_argument("--target", type=float, default=0.9, help="share of the GPUs' ceiling to keep (default 0.9)")
+    size.add_argument("--target", type=float, help="share of the GPUs' ceiling to keep (default 0.9, as the report's)")
 
 
 def _watch_parser(sub) -> None:
@@ -811,20 +813,25 @@ def cmd_size(args) -> int:
 
     from .results import load_run
 
-    if not 0 < args.target <= 1:
-        raise ValueError(f"--target is a share of the GPUs' ceiling, above 0 and at most 1, not {args.target:g}")
+    target = ws.DEFAULT_TARGET if args.target is None else args.target
+    if not 0 < target <= 1:
+        raise ValueError(f"--target is a share of the GPUs' ceiling, above 0 and at most 1, not {target:g}")
     if args.machines:
         candidates = ws.parse_machines(yaml.safe_load(Path(args.machines).read_text()))
     else:
-        candidates = ws.grid(_counts(args.cores, "--cores"), _counts(args.gpus, "--gpus"))
+        cores = _counts(args.cores, "--cores") if args.cores else list(ws.DEFAULT_CORES)
+        candidates = ws.grid(cores, _counts(args.gpus, "--gpus"))
     runs = [load_run(d) for d in args.run_dirs]
     workloads = [w for r in runs for w in ws.workloads(r)]
     if not workloads:
-        skipped = sorted({a.cpu_figures_skipped for r in runs for a in r.meta.get("analysis", {}).get("groups", [])})
-        why = "; ".join(filter(None, skipped)) or "no gpu_ceiling trial and CPU curve (cpu_pipeline at 2+ counts)"
+        groups = [a for r in runs for a in r.meta.get("analysis", {}).get("groups", [])]
+        skipped = sorted({a.cpu_figures_skipped for a in groups if a.cpu_figures_skipped})
+        if any(not a.cpu_figures_skipped for a in groups) or not groups:
+            skipped.append("no gpu_ceiling trial and CPU curve (cpu_pipeline at 2+ worker counts) of one GPU")
+        why = "; ".join(skipped)
         raise ValueError(f"no workload to size in {', '.join(args.run_dirs)}: {why}")
     rows = ws.table(workloads, candidates)
-    print(render_size(rows, ws.cheapest(rows, args.target), args.target), end="")
+    print(render_size(rows, ws.cheapest(rows, target), target), end="")
     return 0
 
 

@@ -28,6 +28,11 @@ from pipeprof.schema import GROUP_KEYS
 from .advice import rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_interval, matching, ok
 
+#: the candidates' core counts and the target share of the GPUs' ceiling where none are given (``pipeprof size``,
+#: the report's sizing section)
+DEFAULT_CORES = (4, 8, 12, 16, 24, 32)
+DEFAULT_TARGET = 0.9
+
 
 class Candidate(NamedTuple):
     name: str

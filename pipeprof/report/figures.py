@@ -554,10 +554,6 @@ def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
     return out
 
 
-#: cores per GPU the report's sizing reads (the candidates drawn as points and listed in its table)
-SIZING_CORES = (4, 8, 12, 16, 24, 32)
-
-
 def sizing_figure(run) -> list[Figure]:
     """Per workload the predicted samples/s on one GPU against the cores beside it (``analysis.workstation``):
     the interval as a band, past the cores measured dotted, the step's ceiling as a dashed line, the
@@ -567,7 +563,7 @@ def sizing_figure(run) -> list[Figure]:
     loads = ws.workloads(run)
     if not loads:
         return []
-    top = max(max(SIZING_CORES), int(max(w.cores for w in loads)))
+    top = max(max(ws.DEFAULT_CORES), int(max(w.cores for w in loads)))
     cores = list(range(1, top + 1))
     with matplotlib.rc_context(STYLE):
         fig, ax = _subplots(figsize=(7.5, 3.6))
@@ -582,7 +578,7 @@ def sizing_figure(run) -> list[Figure]:
                 rows["cores"], rows["samples_per_s_low"], rows["samples_per_s_high"], color=colour, alpha=0.15
             )
             ax.axhline(w.step[0], linestyle="--", color=colour, alpha=0.6)
-            pts = rows[rows["cores"].isin(SIZING_CORES)]
+            pts = rows[rows["cores"].isin(ws.DEFAULT_CORES)]
             ax.plot(pts["cores"], pts["samples_per_s"], "o", color=colour)
         ax.set(xlabel="cores per GPU", ylabel="samples/s (one GPU)", ylim=(0, None))
         ax.legend(fontsize=9)

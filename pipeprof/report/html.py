@@ -228,9 +228,9 @@ def _figures(run) -> str:
     )
 
 
-def _sizing(run, target: float = 0.9) -> str:
+def _sizing(run) -> str:
     """``pipeprof size`` for this run alone: the candidate table at 1 GPU and the cores of
-    :data:`figures.SIZING_CORES`, and the buyer's lines (nothing where the run measured no step and curve)."""
+    :data:`analysis.workstation.DEFAULT_CORES`, and the buyer's lines (nothing where it has no workload)."""
     from pipeprof.analysis import workstation as ws
 
     from .workstation import sentence
@@ -238,7 +238,7 @@ def _sizing(run, target: float = 0.9) -> str:
     loads = ws.workloads(run)  # none where the analysis skipped the cores figures (a CPU step, the GPU pipeline)
     if not loads:
         return ""
-    rows = ws.table(loads, ws.grid(list(F.SIZING_CORES), [1]))
+    rows, target = ws.table(loads, ws.grid(list(ws.DEFAULT_CORES), [1])), ws.DEFAULT_TARGET
     best = ws.cheapest(rows, target)
     body = [
         [
