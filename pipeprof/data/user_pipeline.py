@@ -97,13 +97,9 @@ def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
     if names[-1:] != ["Normalize"] or len(steps) < 2:
         return None, f"its transform ends with {names[-1] if names else 'nothing'}, not Normalize"
     norm, conv = steps[-1], steps[-2]
-    if names[-2] == "ToTensor":
-        kept, scale = steps[:-2], 255.0
-    elif names[-2] == "ToDtype" and len(steps) >= 3 and names[-3] == "ToImage":
-        kept, scale = steps[:-2], 255.0 if getattr(conv, "scale", False) else 1.0
-    else:
+    if not (names[-2] == "ToTensor" or names[-2] == "ToDtype" and len(steps) >= 3 and names[-3] == "ToImage"):
         return None, f"its Normalize follows {names[-2]}, not ToTensor (or ToImage + ToDtype)"
-    return Tail(kept, list(norm.mean), list(norm.std), scale), None
+    return Tail(steps[:-2], list(norm.mean), list(norm.std), conversion_scale(conv, 1.0)), None
 
 
 class ToUint8CHW:
@@ -224,6 +220,15 @@ TO_TABLE: dict[str, Callable[[Any], dict]] = {
     "ColorJitter": _jitter,
 }
 CONVERSIONS = {"ToTensor": 255.0, "PILToTensor": None, "ToImage": None, "ToDtype": "scale"}
+
+
+def conversion_scale(t, scale: Optional[float]) -> Optional[float]:
+    """The pixel value 1.0 stands for after conversion ``t`` (one of :data:`CONVERSIONS`), ``scale`` before it:
+    ToTensor divides by 255; ToDtype does where it scales; the others leave it as it was."""
+    conv = CONVERSIONS[_name(t)]
+    return 255.0 if conv == "scale" and getattr(t, "scale", False) else conv if isinstance(conv, float) else scale
+
+
 MAPPED = [*TO_TABLE, "Normalize", *CONVERSIONS]
 
 
@@ -247,10 +252,7 @@ def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
     for t in steps_of(transform):
         name = _name(t)
         if name in CONVERSIONS:
-            conv = CONVERSIONS[name]
-            scale = (
-                255.0 if conv == "scale" and getattr(t, "scale", False) else conv if isinstance(conv, float) else scale
-            )
+            scale = conversion_scale(t, scale)
             words.append(f"{name} -> (decoded as uint8 CHW)")
         elif name == "Normalize":
             out.append(
