@@ -47,6 +47,9 @@ MACHINE = [
     "pillow_jpeg.version",
     "libraries",
 ]
+#: of those, the ones that make two runs another machine's (the CI guard's refusal): the CPU, its usable cores, the
+#: GPUs and torch; memory, Pillow's JPEG library and the other libraries only differ
+IDENTITY = [f"machine.{f}" for f in ("cpu_model", "cores.usable", "torch.device_names", "torch.version")]
 
 
 class Difference(NamedTuple):

@@ -23,10 +23,7 @@ from typing import NamedTuple, Optional
 
 from pipeprof.stats import ratio_ci95
 
-from .compare import differences, ratios
-
-#: the machine's fields that make two runs another machine's (``compare.MACHINE``'s identity, not its versions)
-IDENTITY = ("machine.cpu_model", "machine.cores.usable", "machine.torch.device_names", "machine.torch.version")
+from .compare import IDENTITY, differences, ratios
 
 
 class Change(NamedTuple):
