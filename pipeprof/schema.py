@@ -67,6 +67,14 @@ TIMED_REGIONS = {
     "h2d_ms_mean / compute_ms": "CUDA events (CPU clock off the GPU) around the host->device copy and around the step, "
     "per measured step, read after the window's sync; device_busy_frac: their sum / "
     "measured time",
+    "device_decode_ms_mean / device_augment_ms_mean": "augment.device cuda: CUDA events (CPU clock off the GPU) on "
+    "the stream that decodes and augments (the training thread's, or the producer thread's with augment.overlap on) "
+    "around each measured batch's decode and its augment, read after the window's sync; device_pipeline_host_ms_mean: "
+    "the host's wall time in that call",
+    "gpu_overlap_frac": "augment.overlap on: of the measured batches' decode + augment spans (their CUDA events), the "
+    "share that lay inside the step's compute spans (the step's events on its stream), both on one device clock; "
+    "gpu_pipeline_wait_frac: the training thread's waits for a prepared batch beyond what the producer waited on the "
+    "loader for it, over the measured time (data_wait_frac holds the loader's part)",
     "trial_s": "the whole trial as the sweep saw it: model build, loader start-up, warm-up, windows, monitor "
     "summary, clean-up",
     "stage_clock_overhead_frac": "cpu_pipeline at the most workers on one loader, stage clocks switched on and off "
