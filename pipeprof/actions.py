@@ -57,6 +57,9 @@ class Facts(NamedTuple):
     user: Optional[dict] = None
 
 
+#: a decoder's id -> its name in the words a user reads (data.decode's ids, and torchvision.io seen in a user's dataset)
+DECODER_NAMES = {"pil": "Pillow", "cv2": "OpenCV", "torchvision": "torchvision.io"}
+
 Rule = Callable[[Any, Facts], Optional[str]]  # fn(row, facts) -> why the action does not apply here, or None
 Params = Callable[[Any, Facts], Optional[dict]]  # fn(row, facts) -> what the variant sets; None: not a change here
 
@@ -85,8 +88,8 @@ class Action:
 
 
 def _other_decoder(row, facts: Facts) -> dict:
-    if facts.user is not None:  # a user's dataset: torchvision's loader decodes with Pillow
-        return {"decoder": "cv2"}
+    if facts.user is not None:  # a user's dataset: the other of what the pause saw it decode with
+        return {"decoder": (facts.user.get("decoder") or {}).get("to") or "cv2"}
     return {"decoder": "cv2" if row.get("decoder") == "pil" else "pil"}
 
 
@@ -130,7 +133,7 @@ ACTIONS: dict[str, Action] = {
             params=_other_decoder,
             cpu_side=True,
             on_user=True,
-            user_label="decode with OpenCV instead of Pillow (the dataset's loader: cv2_loader)",
+            user_label="decode with {decoder} instead of {was} (the dataset's own decode swapped)",
         ),
         Action(
             "uint8",
@@ -303,8 +306,14 @@ def plan(answer, row, facts: Facts) -> list[Planned]:
         if params is None:
             continue
         was = row.get("decoder") if isinstance(row.get("decoder"), str) else "the dataset's own"
-        label = a.user_label if facts.user is not None and a.user_label else a.label
-        out.append(Planned(a.id, label.format(was=was, **params), params, why_not(a, answer, row, facts)))
+        label = a.label
+        if facts.user is not None and a.user_label:  # a user's dataset, in its decoders' names
+            label, names = a.user_label, DECODER_NAMES
+            was = names.get((facts.user.get(a.id) or {}).get("was"), was)
+            params_words = {k: names.get(v, v) if k == "decoder" else v for k, v in params.items()}
+        else:
+            params_words = params
+        out.append(Planned(a.id, label.format(was=was, **params_words), params, why_not(a, answer, row, facts)))
     return out
 
 

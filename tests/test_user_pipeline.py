@@ -118,12 +118,80 @@ def test_inspect_names_the_transform_without_a_counterpart_and_the_missing_gpu(f
     assert "ends with ToTensor, not Normalize" in mapped["uint8"]["why_not"]
 
 
-def test_a_dataset_without_a_file_list_or_with_its_own_loader_is_refused_with_why(folder):
+def test_a_dataset_without_a_file_list_or_that_does_more_than_decode_is_refused_with_why(folder):
     tensors = torch.utils.data.TensorDataset(torch.zeros(4, 3, 8, 8), torch.zeros(4))
     found = up.inspect(tensors, cuda=True)
     assert "has no file list" in found["gpu_pipeline"]["why_not"] and "has no file list" in found["decoder"]["why_not"]
-    own = datasets.ImageFolder(folder, transforms.ToTensor(), loader=lambda p: __import__("PIL.Image").Image.open(p))
-    assert "its own loader" in up.inspect(own, cuda=True)["decoder"]["why_not"]
+    from PIL import Image
+
+    grey = datasets.ImageFolder(folder, transforms.ToTensor(), loader=lambda p: Image.open(p).convert("L"))
+    why = up.inspect(grey, cuda=True)["decoder"]["why_not"]
+    assert "does more than decode a file" in why and "`samples`" in why and "Pillow" in why
+
+
+class FileList(torch.utils.data.Dataset):
+    """A dataset as users write one: its own list of paths and labels, OpenCV's decode, an albumentations
+    transform (``rgb``: converted to RGB, as it should; else handed on in OpenCV's BGR; ``crop``: a crop before
+    the transform)."""
+
+    def __init__(self, folder, transform, rgb=True, crop=False):
+        base = datasets.ImageFolder(folder)
+        self.paths = [str(p) for p, _ in base.samples]
+        self.labels = [t + 10 for _, t in base.samples]  # not the folder's indices: read from this list
+        self.transform, self.rgb, self.crop = transform, rgb, crop
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import cv2
+
+        img = cv2.imread(self.paths[i])
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if self.rgb else img
+        img = img[:32] if self.crop else img
+        return self.transform(image=img)["image"], self.labels[i]
+
+
+def _albumentations():
+    import albumentations as A
+
+    return A.Compose([A.RandomResizedCrop(size=(48, 48)), A.HorizontalFlip(), A.Normalize(MEAN, STD), A.ToTensorV2()])
+
+
+def test_a_file_list_dataset_is_read_by_watching_its_own_getitem(folder):
+    ds = FileList(folder, _albumentations())
+    files, why = up.files_of(ds)
+    assert why is None and (files.decoder, files.form, files.call, files.folder) == ("cv2", "rgb", "image", False)
+    assert files.samples == list(zip(ds.paths, ds.labels)) and "`FileList.paths`" in files.where
+    found = up.inspect(ds, cuda=True)
+    assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
+    assert (found["decoder"]["was"], found["decoder"]["to"]) == ("cv2", "pil")
+    assert (
+        'Image.open(path).convert("RGB")' in found["decoder"]["snippet"]
+        and "FileList.__getitem__" in (found["decoder"]["snippet"])
+    )
+    # the other decoder hands the user's transform the same image, the same way, with the same targets
+    plain = FileList(folder, lambda image: {"image": image})
+    other = up.decoder(plain).dataset
+    for i in range(len(ds)):
+        mine, theirs = plain[i], other[i]
+        assert theirs[1] == mine[1] and theirs[0].shape == mine[0].shape
+        assert abs(theirs[0].astype(float) - mine[0].astype(float)).mean() < 2.0  # two JPEG decoders
+    # the GPU path reads the listed files' bytes, with the listed targets
+    encoded, labels = up.collate_bytes([up.gpu_pipeline(ds).dataset[i] for i in range(3)])
+    assert bytes(encoded["encoded"]) == b"".join(open(p, "rb").read() for p in ds.paths[:3])
+    assert labels.tolist() == ds.labels[:3]
+
+
+def test_a_file_list_dataset_that_crops_or_keeps_bgr_is_read_as_it_is(folder):
+    why = up.inspect(FileList(folder, _albumentations(), crop=True), cuda=True)["gpu_pipeline"]["why_not"]
+    assert "does more than decode a file" in why and "`paths`" in why and "OpenCV" in why
+    bgr = FileList(folder, _albumentations(), rgb=False)
+    assert up.files_of(bgr)[0].form == "bgr"
+    found = up.inspect(bgr, cuda=True)
+    assert "BGR" in found["gpu_pipeline"]["why_not"] and found["decoder"]["why_not"] is None
+    plain = FileList(folder, lambda image: {"image": image}, rgb=False)
+    assert abs(up.decoder(plain).dataset[1][0].astype(float) - plain[1][0].astype(float)).mean() < 2.0
 
 
 def test_the_other_decoder_hands_the_transform_the_same_image(folder):
@@ -142,6 +210,10 @@ def test_the_registry_plans_the_users_pipeline_changes_from_what_the_pause_read(
     planned = {p.id: p for p in actions.plan(_answer(), {"num_workers": 2, "pin_memory": True}, facts)}
     assert planned["uint8"].why_not is None and planned["decoder"].why_not is None
     assert "decode with OpenCV instead of Pillow" in planned["decoder"].action
+    other = up.inspect(FileList(folder, _albumentations()), cuda=True)
+    flipped = actions.plan(_answer(), {"num_workers": 2}, actions.Facts("cuda", "loader", user=other))
+    assert [p.params for p in flipped if p.id == "decoder"] == [{"decoder": "pil"}]
+    assert "decode with Pillow instead of OpenCV" in next(p.action for p in flipped if p.id == "decoder")
     assert planned["gpu_pipeline"].why_not.startswith("transform `MyCrop`")
     assert "storage and decoding are its own" in planned["memory"].why_not
     assert planned["prefetch_factor"].params == {"prefetch_factor": 4}

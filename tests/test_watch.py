@@ -364,3 +364,21 @@ def test_windows_of_a_known_loop():
     # the later pass starts at the call for its first batch: 10 batches in 0.94 s, 0.4 s of it waiting
     assert later.t_start == pytest.approx(10.06) and later.rate == pytest.approx(80 / 0.94)
     assert later.wait_s == pytest.approx(0.4)
+
+
+def test_passes_shorter_than_half_a_window_are_joined_whole_without_the_time_between():
+    """A small dataset: passes of 4 batches (each 100 ms, 40 of them waiting; a pass from its first call
+    0.34 s), 2 s apart (a validation loop); window 1 s. Before, none of them made a window."""
+    batches = [
+        Batch(p, 2 * p + 0.1 * i + 0.06, 2 * p + 0.1 * i + 0.1, 8, True, None) for p in range(1, 9) for i in range(4)
+    ]
+    wins = windows(batches, 1.0, 1, 0, 8)
+    assert [len(w.items) for w in wins] == [12, 12, 8]  # 3 passes reach 1.02 s; the last 2 (0.68 s) >= half
+    for w in wins:
+        passes = len(w.items) // 4
+        assert w.span_s == pytest.approx(0.34 * passes) and w.gap_s == pytest.approx((2 - 0.34) * (passes - 1))
+        assert w.rate == pytest.approx(32 * passes / (0.34 * passes)) and w.wait_s / w.span_s == pytest.approx(
+            0.16 / 0.34
+        )
+        assert len(w.segments) == passes and sum(b - a for a, b in w.segments) == pytest.approx(w.span_s)
+    assert [b.t_call - (2 * p + 0.06) for b, _ in wins[0].items[::4] for p in [b.pass_no]] == pytest.approx([0] * 3)

@@ -33,6 +33,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
+from pipeprof.actions import DECODER_NAMES
+
 JPEG = (".jpg", ".jpeg", ".JPG", ".JPEG")
 
 
@@ -276,20 +278,242 @@ def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
     return out, "; ".join(words)
 
 
-def files_of(dataset) -> tuple[Optional[list], Optional[str]]:
-    """(the dataset's (path, target) list, None) where it reads image files through torchvision's loader, or
-    (None, why not)."""
-    samples = getattr(dataset, "samples", None)
-    if not isinstance(samples, list) or not samples:
-        return None, f"`{type(dataset).__name__}` has no file list (a DatasetFolder's `samples`)"
-    loader = getattr(dataset, "loader", None)
-    if getattr(loader, "__module__", "") != "torchvision.datasets.folder" or loader.__name__ not in (
+# ---- where a dataset's images come from: its files, its decoder, what its transform is handed ------------
+
+PROBES = 4  # samples a dataset's own __getitem__ is watched on (each decoded once more to check its file)
+
+
+class Files(NamedTuple):
+    """A dataset read as "decode file i, hand it to the transform": each index's (path, target), the decoder it
+    decodes with ('pil', 'cv2' or 'torchvision'), what its transform is handed (``form``: 'pil' an RGB PIL
+    image, 'rgb' / 'bgr' an HWC uint8 array, 'chw' a uint8 CHW tensor), how the transform is called
+    (``call``: 'positional', or albumentations' keyword 'image'), and where the list was found, in words."""
+
+    samples: list
+    decoder: str
+    form: str
+    call: str
+    where: str
+    folder: bool = False  # a torchvision DatasetFolder reading through torchvision's loader (``loader`` swaps)
+
+
+def _torchvision_loader(loader) -> bool:
+    return getattr(loader, "__module__", "") == "torchvision.datasets.folder" and getattr(loader, "__name__", "") in (
         "default_loader",
         "pil_loader",
-    ):
-        name = getattr(loader, "__qualname__", type(loader).__name__)
-        return None, f"it loads its files with its own loader `{name}`, not torchvision's"
-    return samples, None
+    )
+
+
+class _Recorder:
+    """A transform that hands its input on to the real one and keeps it (the dataset's decoded image) and how
+    it was called."""
+
+    def __init__(self, transform):
+        self.transform, self.seen, self.call = transform, None, None
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            self.seen, self.call = args[0], "positional"
+        elif set(kwargs) == {"image"}:
+            self.seen, self.call = kwargs["image"], "image"
+        else:
+            self.call = f"keywords {', '.join(sorted(kwargs))}"
+        return self.transform(*args, **kwargs)
+
+
+def _decoders_seen(found: set):
+    """A profile function that adds to ``found`` each image decoder a call on this thread enters: Pillow's
+    ``Image.open``, OpenCV's ``imread`` / ``imdecode``, torchvision.io's decoders. Seen by the calls, not by the
+    user's source: whatever name the dataset imported them under."""
+    import os
+    import sys
+
+    cv2 = sys.modules.get("cv2")
+    cv2_fns = {id(getattr(cv2, n, None)) for n in ("imread", "imdecode")} - {id(None)} if cv2 else set()
+    pil = os.path.join("PIL", "Image.py")
+    tvio = os.path.join("torchvision", "io", "image.py")
+
+    def profile(frame, event, arg):
+        if event == "c_call" and id(arg) in cv2_fns:
+            found.add("cv2")
+        elif event == "call":
+            code = frame.f_code
+            if code.co_name == "open" and code.co_filename.endswith(pil):
+                found.add("pil")
+            elif code.co_name in ("decode_image", "decode_jpeg", "read_image") and code.co_filename.endswith(tvio):
+                found.add("torchvision")
+
+    return profile
+
+
+def decode_file(path, decoder: str, form: str):
+    """File ``path`` decoded by ``decoder`` and handed on in ``form`` (see :class:`Files`)."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if decoder == "torchvision":
+        from torchvision.io import ImageReadMode, decode_image
+
+        chw = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        rgb = chw.permute(1, 2, 0).numpy()
+    else:
+        from .decode import decode_cv2, decode_pil
+
+        rgb = (decode_cv2 if decoder == "cv2" else decode_pil)(data)
+    if form == "pil":
+        from PIL import Image
+
+        return Image.fromarray(rgb)
+    if form == "chw":
+        return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).contiguous()
+    return np.ascontiguousarray(rgb[:, :, ::-1] if form == "bgr" else rgb)
+
+
+def _form_of(img, rgb) -> Optional[str]:
+    """The form (see :class:`Files`) in which ``img``, what the transform was handed, is the RGB array ``rgb``
+    (a decode of its file); None where it is not that image (cropped, resized, grey, another file)."""
+    import numpy as np
+
+    def same(a) -> bool:
+        a = np.asarray(a)
+        return a.shape == rgb.shape and float(np.abs(a.astype(np.int16) - rgb.astype(np.int16)).mean()) <= 0.5
+
+    if type(img).__module__.startswith("PIL") and getattr(img, "mode", None) == "RGB":
+        return "pil" if same(img) else None
+    if isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.dim() == 3 and img.shape[0] == 3:
+        return "chw" if same(img.permute(1, 2, 0).numpy()) else None
+    if isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3:
+        return "rgb" if same(img) else "bgr" if same(img[:, :, ::-1]) else None
+    return None
+
+
+def _int(v) -> Optional[int]:
+    try:
+        return int(v) if not isinstance(v, (str, bytes, float)) and int(v) == v else None
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _path(v) -> bool:
+    import os
+
+    return isinstance(v, (str, os.PathLike))
+
+
+def _lists(dataset, n: int) -> tuple[dict, dict]:
+    """The dataset's attributes of ``n`` entries: those of paths (or (path, target) pairs), and those of
+    integers (candidate targets), by name."""
+    import numpy as np
+
+    paths, ints = {}, {}
+    for name, v in vars(dataset).items():
+        if not isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) or len(v) != n or n == 0:
+            continue
+        first = v[0]
+        if _path(first):
+            paths[name] = [(p, None) for p in v]
+        elif isinstance(first, (list, tuple)) and len(first) >= 2 and _path(first[0]):
+            paths[name] = [(p[0], p[1]) for p in v]
+        elif _int(first) is not None:
+            ints[name] = v
+    return paths, ints
+
+
+class _Seen(NamedTuple):
+    index: int
+    rec: _Recorder
+    target: Any
+    decoders: set
+
+
+def _watch_getitem(dataset, n: int) -> tuple[list, Optional[str]]:
+    """The dataset's own ``__getitem__`` on :data:`PROBES` samples spread over it, its transform recorded and
+    the decoders it calls seen (``sys.setprofile`` on this thread): ([_Seen], None) or ([], why not)."""
+    import sys
+
+    name, seen = type(dataset).__name__, []
+    for i in sorted({round(k * (n - 1) / max(PROBES - 1, 1)) for k in range(PROBES)}):
+        rec, found = _Recorder(dataset.transform), set()
+        probe = _with_transform(dataset, rec)
+        old = sys.getprofile()
+        sys.setprofile(_decoders_seen(found))
+        try:
+            item = probe[i]
+        except Exception as exc:  # noqa: BLE001 - its own error, as a reason
+            return [], f"`{name}[{i}]` failed with its transform recorded: {type(exc).__name__}: {exc}"
+        finally:
+            sys.setprofile(old)
+        if rec.call is None or rec.call.startswith("keywords"):
+            how = "did not call its transform" if rec.call is None else f"called its transform with {rec.call[9:]}"
+            return [], f"`{name}.__getitem__` {how}: only (an image) or (image=...) is rebuilt"
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            return [], f"`{name}`'s items are not (image, target) pairs"
+        seen.append(_Seen(i, rec, item[1], found))
+    return seen, None
+
+
+def _matching_paths(paths: dict, seen: list, decoder: str) -> tuple[Optional[str], Optional[str]]:
+    """(the attribute whose paths decode to what the transform was handed on every sample seen, the form it was
+    handed in), or (None, None)."""
+    for attr, listed in paths.items():
+        forms = set()
+        for s in seen:
+            try:
+                forms.add(_form_of(s.rec.seen, decode_file(listed[s.index][0], decoder, "rgb")))
+            except Exception:  # noqa: BLE001 - not an image file: not this list
+                forms.add(None)
+                break
+        if len(forms) == 1 and None not in forms:
+            return attr, forms.pop()
+    return None, None
+
+
+def _probe(dataset) -> tuple[Optional[Files], Optional[str]]:
+    """A dataset that is not a DatasetFolder, read by watching its own ``__getitem__`` (:func:`_watch_getitem`):
+    the one decoder it calls, the list of paths that decodes to what its transform is handed, and the list
+    that holds the targets it returns."""
+    name = type(dataset).__name__
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None, f"`{name}` has no length: its files cannot be listed"
+    paths, ints = _lists(dataset, n)
+    if not paths:
+        return None, f"`{name}` has no file list (a list of {n} paths among its attributes, or `samples`)"
+    if getattr(dataset, "transform", None) is None:
+        return None, f"`{name}` has no `transform` attribute to see its decoded images through"
+    seen, why = _watch_getitem(dataset, n)
+    if why:
+        return None, why
+    decoders = set().union(*(s.decoders for s in seen))
+    if len(decoders) != 1:
+        what = " and ".join(DECODER_NAMES[d] for d in sorted(decoders)) or "no Pillow, OpenCV or torchvision.io call"
+        return None, f"`{name}.__getitem__` decodes with {what} (one of them, once a sample, is what can be swapped)"
+    decoder = decoders.pop()
+    attr, form = _matching_paths(paths, seen, decoder)
+    if attr is None:
+        return None, (
+            f"none of `{name}`'s path lists ({', '.join(f'`{a}`' for a in paths)}) decodes, with "
+            f"{DECODER_NAMES[decoder]}, to the image its transform is handed (checked on {len(seen)} samples): it "
+            "does more than decode a file"
+        )
+    listed = paths[attr]
+    for values in ([[t for _, t in listed]] if listed[0][1] is not None else []) + list(ints.values()):
+        if all(_int(values[s.index]) is not None and _int(values[s.index]) == _int(s.target) for s in seen):
+            where = f"`{name}.{attr}`, checked on {len(seen)} samples of its own __getitem__"
+            samples = [(p, _int(values[i])) for i, (p, _) in enumerate(listed)]
+            return Files(samples, decoder, form, seen[0].rec.call, where), None
+    return None, f"`{name}`'s targets are not class indices in a list of its own (checked on {len(seen)} samples)"
+
+
+def files_of(dataset) -> tuple[Optional[Files], Optional[str]]:
+    """(how the dataset's images come from its files, None) or (None, why not): a torchvision DatasetFolder read
+    through torchvision's loader at once; any other dataset by watching its own ``__getitem__`` (:func:`_probe`)."""
+    samples = getattr(dataset, "samples", None)
+    if isinstance(samples, list) and samples and _torchvision_loader(getattr(dataset, "loader", None)):
+        return Files(samples, "pil", "pil", "positional", f"`{type(dataset).__name__}.samples`", folder=True), None
+    return _probe(dataset)
 
 
 class FileBytes(torch.utils.data.Dataset):
@@ -317,12 +541,16 @@ def collate_bytes(batch: list) -> tuple[dict, torch.Tensor]:
     return packed([b for b, _ in batch]), torch.as_tensor([t for _, t in batch])
 
 
-def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:
-    files, why = files_of(dataset)
+def gpu_pipeline(dataset, seed: int = 0, files: Optional[Files] = None) -> UserVariant:
+    files, why = (files, None) if files is not None else files_of(dataset)
     if files is None:
         raise ValueError(why)
-    if not all(str(p).endswith(JPEG) for p, _ in files[:64]):
+    if not all(str(p).endswith(JPEG) for p, _ in files.samples[:64]):
         raise ValueError("its files are not all JPEGs (the GPU decoder reads JPEG)")
+    if files.form == "bgr":
+        raise ValueError(
+            "its transform is handed BGR images (OpenCV's order, not converted to RGB): the GPU decoder gives RGB"
+        )
     transforms, words = gpu_transforms(getattr(dataset, "transform", None))
     if transforms is None:
         raise ValueError(words)
@@ -337,7 +565,8 @@ def gpu_pipeline(dataset, seed: int = 0) -> UserVariant:
             pipes[key] = GpuPipeline(transforms, device, seed, preset="the dataset's transform")
         return pipes[key](unpacked(packed))
 
-    return UserVariant(FileBytes(files, getattr(dataset, "target_transform", None)), collate_bytes, on_device)
+    target_transform = getattr(dataset, "target_transform", None) if files.folder else None  # else: as returned
+    return UserVariant(FileBytes(files.samples, target_transform), collate_bytes, on_device)
 
 
 # ---- the other decoder -------------------------------------------------------------------------
@@ -348,16 +577,12 @@ _CV2_THREADS = {"set": False}
 
 def cv2_loader(path: str):
     """A file decoded by OpenCV (``data.decode.decode_cv2``), handed on as the RGB PIL image torchvision's loader
-    gives. The user's workers run their own worker_init_fn, so OpenCV's threads are capped here, once a process:
-    a worker's decode on its own core (the confounders' rule)."""
-    import cv2
+    gives."""
     from PIL import Image
 
     from .decode import DecodeError, decode_cv2
 
-    if not _CV2_THREADS["set"]:
-        cv2.setNumThreads(0)
-        _CV2_THREADS["set"] = True
+    _cv2_threads()
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -366,39 +591,89 @@ def cv2_loader(path: str):
         raise ValueError(f"{path}: {exc}") from None
 
 
-def decoder(dataset) -> UserVariant:
-    files, why = files_of(dataset)
+def other_decoder(files: Files) -> Optional[str]:
+    """The decoder the other-decoder action swaps in: OpenCV for Pillow and Pillow for OpenCV (None: neither)."""
+    return {"pil": "cv2", "cv2": "pil"}.get(files.decoder)
+
+
+class Decoded(torch.utils.data.Dataset):
+    """A dataset of :class:`Files` rebuilt with another decoder: file i decoded by ``decoder``, handed to the
+    dataset's own transform in the form and the call its ``__getitem__`` used, with its target."""
+
+    def __init__(self, files: Files, decoder: str, transform):
+        self.files, self.decoder, self.transform = files, decoder, transform
+
+    def __len__(self) -> int:
+        return len(self.files.samples)
+
+    def __getitem__(self, i):
+        path, target = self.files.samples[i]
+        img = decode_file(path, self.decoder, self.files.form)
+        if self.decoder == "cv2":
+            _cv2_threads()
+        out = self.transform(image=img)["image"] if self.files.call == "image" else self.transform(img)
+        return out, target
+
+
+def _cv2_threads() -> None:
+    """OpenCV's threads capped once a process: the user's workers run their own worker_init_fn, and a worker's
+    decode runs on its own core (the confounders' rule)."""
+    if not _CV2_THREADS["set"]:
+        import cv2
+
+        cv2.setNumThreads(0)
+        _CV2_THREADS["set"] = True
+
+
+def decoder(dataset, files: Optional[Files] = None) -> UserVariant:
+    files, why = (files, None) if files is not None else files_of(dataset)
     if files is None:
         raise ValueError(why)
-    out = copy.copy(dataset)
-    out.loader = cv2_loader
-    return UserVariant(out)
+    other = other_decoder(files)
+    if other is None:
+        raise ValueError(f"it decodes with {DECODER_NAMES[files.decoder]}: pipeprof swaps Pillow and OpenCV")
+    if files.folder:  # torchvision's loader: swap the loader, the dataset is otherwise the user's own
+        out = copy.copy(dataset)
+        out.loader = cv2_loader
+        return UserVariant(out)
+    return UserVariant(Decoded(files, other, dataset.transform))
 
 
 #: action id -> builder of its variant on a user's dataset (the actions with ``Action.on_user``)
-BUILDERS: dict[str, Callable[[Any], UserVariant]] = {"uint8": uint8, "gpu_pipeline": gpu_pipeline, "decoder": decoder}
+BUILDERS: dict[str, Callable[..., UserVariant]] = {"uint8": uint8, "gpu_pipeline": gpu_pipeline, "decoder": decoder}
+ON_FILES = {"gpu_pipeline", "decoder"}  # the builders that read the dataset's files (``files=``: read once)
 
 
 def inspect(dataset, cuda: bool) -> dict:
-    """For each builder: ``{"why_not": None or the reason, "mapping": words}`` on this dataset; the GPU path
-    is refused without CUDA, its mapping still shown (what would run)."""
+    """For each builder: ``{"why_not": None or the reason, "snippet": what to write}`` on this dataset; the GPU
+    path's ``mapping`` (its transform in the GPU table's words) and the decoder's ``was`` (what the dataset
+    decodes with) and ``to``; the GPU path is refused without CUDA, its mapping still shown (what would run). The
+    dataset's files are read once (:func:`files_of`) for the builders that need them."""
+    files, files_why = files_of(dataset)
     out = {}
     for key, build in BUILDERS.items():
         try:
-            build(dataset)
+            if key in ON_FILES:
+                if files is None:
+                    raise ValueError(files_why)
+                build(dataset, files=files)
+            else:
+                build(dataset)
             why = None
         except (ValueError, LookupError, ImportError) as exc:
             why = str(exc)
-        out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset) if why is None else None}
+        out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset, files) if why is None else None}
     transform = getattr(dataset, "transform", None)
     mapped, words = gpu_transforms(transform) if transform is not None else (None, "the dataset has no transform")
     out["gpu_pipeline"]["mapping"] = words if mapped is not None else None
     if out["gpu_pipeline"]["why_not"] is None and not cuda:
         out["gpu_pipeline"]["why_not"] = f"no CUDA in this job (the transform maps: {words})"
+    if files is not None:
+        out["decoder"] |= {"was": files.decoder, "to": other_decoder(files), "files": files.where}
     return out
 
 
-def snippet(action: str, site: str, dataset) -> Optional[str]:
+def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> Optional[str]:
     """What to write in the user's script for ``action``: the line to change and the code, as measured."""
     if action == "uint8":
         found, _ = tail(getattr(dataset, "transform", None))
@@ -428,9 +703,31 @@ def snippet(action: str, site: str, dataset) -> Optional[str]:
             "images = variant.on_device(images, device)"
         )
     if action == "decoder":
+        files = files if files is not None else files_of(dataset)[0]
+        if files is None or other_decoder(files) is None:
+            return None
+        if files.folder:
+            return (
+                f"# the dataset of the DataLoader at {site}: decode with OpenCV\n"
+                "from pipeprof.data.user_pipeline import cv2_loader\n"
+                "train_set.loader = cv2_loader"
+            )
+        cls = type(dataset).__name__
+        if other_decoder(files) == "cv2":
+            code = (
+                "img = cv2.imread(path)"
+                if files.form == "bgr"
+                else "img = cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2RGB)"
+            )
+            code += {
+                "pil": "\nimg = Image.fromarray(img)",
+                "chw": "\nimg = torch.from_numpy(img).permute(2, 0, 1)",
+            }.get(files.form, "")
+        else:
+            code = 'img = Image.open(path).convert("RGB")'
+            code += {"rgb": "\nimg = np.asarray(img)", "bgr": "\nimg = np.asarray(img)[:, :, ::-1]"}.get(files.form, "")
         return (
-            f"# the dataset of the DataLoader at {site}: decode with OpenCV\n"
-            "from pipeprof.data.user_pipeline import cv2_loader\n"
-            "train_set.loader = cv2_loader"
+            f"# in `{cls}.__getitem__` (the dataset of the DataLoader at {site}), where it reads file `path`: decode "
+            f"with {DECODER_NAMES[other_decoder(files)]} instead of {DECODER_NAMES[files.decoder]}\n{code}"
         )
     return None

@@ -70,7 +70,7 @@ def loader_rows(session, label: str, loader: dict) -> list[dict]:
         ident = loader_identity(label, loader, store.rank(cid), int(proc.get("world", 1)), batches)
         wins = windows(batches, session.o.window_s, s.get("num_workers") or 1, skip, s.get("batch_size") or 1)
         row = loader_row(ident, wins, len(batches), skip, session.ci_target)
-        spans = [(w.t_start, w.t_end) for w in wins]
+        spans = [seg for w in wins for seg in w.segments]  # each pass's own time: not what ran between
         row |= monitor_columns(session.timeline, "watch", spans) | cpu_columns(
             session.procs, spans, {proc.get("pid")}, store.workers.get((cid, label), set())
         )

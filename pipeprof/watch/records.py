@@ -10,7 +10,8 @@ before anyone waited: timed, they give rates above the physical limit); a later 
 call for its first batch, so the re-start of the workers falls inside the window, as it does in the
 user's training (counted, ``loader_restarts``); a window is at least ``window_s`` and a whole round
 of the workers, and never spans two passes (what runs between them, a validation loop, is not this
-loader's). :func:`loader_row` makes an ``end_to_end`` row of them (median window rate, its 95%
+loader's), except where passes are shorter than half a window: those are joined whole, the time between
+them left out. :func:`loader_row` makes an ``end_to_end`` row of them (median window rate, its 95%
 interval, the data-wait share per window and its interval) and :func:`step_row` a step-ceiling row
 (kind ``gpu_ceiling``): the step's own rate in the real loop, batch / step time.
 """
@@ -47,11 +48,28 @@ class Batch(NamedTuple):
 
 class Win(NamedTuple):
     """Consecutive batches of one pass: from ``t_start`` (the previous return, or the pass's first call) to
-    the last return; each batch with the host step before it (None for a pass's first batch)."""
+    the last return; each batch with the host step before it (None for a pass's first batch). A window of
+    several short passes (:func:`windows`) leaves out the time between them (``gap_s``)."""
 
     t_start: float
     items: list  # (Batch, host step seconds before it or None)
     batch_size: int
+    gap_s: float = 0.0  # between the passes a window of short passes joins: not this loader's time
+
+    @property
+    def span_s(self) -> float:
+        return self.t_end - self.t_start - self.gap_s
+
+    @property
+    def segments(self) -> list[tuple[float, float]]:
+        """(start, end) of each pass the window holds (one, but for a window of short passes)."""
+        out: list[list] = []  # [pass, start, end]
+        for b, _ in self.items:
+            if out and b.pass_no == out[-1][0]:
+                out[-1][2] = b.t_ret
+            else:
+                out.append([b.pass_no, self.t_start if not out else b.t_call, b.t_ret])
+        return [(a, z) for _, a, z in out]
 
     @property
     def t_end(self) -> float:
@@ -75,7 +93,7 @@ class Win(NamedTuple):
 
     @property
     def rate(self) -> float:
-        return self.samples / (self.t_end - self.t_start)
+        return self.samples / self.span_s
 
 
 class Store:
@@ -138,20 +156,46 @@ def warmup_batches(settings: dict) -> int:
 
 
 def windows(batches: list[Batch], window_s: float, multiple: int, skip: int, batch_size: int) -> list[Win]:
-    """The steady-state windows of one loader's batches in one process (see the module docstring)."""
-    out = []
+    """The steady-state windows of one loader's batches in one process (see the module docstring). A pass
+    shorter than half a window (a small dataset, a fast loop) gives none of its own: consecutive such passes
+    are joined, whole, into windows of at least ``window_s`` of their own time, the time between them left
+    out. Before, such a loop had a window or none by how long its passes happened to run."""
+    out, short = [], None  # short: the short passes joined so far
     by_pass = defaultdict(list)
     for b in batches:
         by_pass[b.pass_no].append(b)
     for i, p in enumerate(sorted(by_pass)):
         items = by_pass[p]
-        if i == 0:
+        if i == 0 and skip:
             if len(items) <= skip:
                 continue
             start, prev, items = items[skip - 1].t_ret, items[skip - 1].t_ret, items[skip:]
         else:
             start, prev = items[0].t_call, None
-        out += _pass_windows(items, start, prev, window_s, max(multiple, 1), batch_size)
+        wins = _pass_windows(items, start, prev, window_s, max(multiple, 1), batch_size)
+        if wins:
+            out += wins
+            continue
+        whole = Win(start, _with_steps(items, prev), batch_size)
+        short = (
+            whole
+            if short is None
+            else Win(short.t_start, short.items + whole.items, batch_size, short.gap_s + start - short.t_end)
+        )
+        if short.span_s >= window_s:
+            out.append(short)
+            short = None
+    if short is not None and short.span_s >= window_s / 2:
+        out.append(short)
+    return out
+
+
+def _with_steps(items: list[Batch], prev: Optional[float]) -> list:
+    """Each batch with the host step before it: from the previous return (``prev`` for the first)."""
+    out = []
+    for b in items:
+        out.append((b, None if prev is None else b.t_call - prev))
+        prev = b.t_ret
     return out
 
 
@@ -160,9 +204,8 @@ def _pass_windows(
 ) -> list[Win]:
     """One pass's windows; a short tail joins the pass's last window (or is one, at half a window)."""
     wins, acc = [], []
-    for b in items:
-        acc.append((b, None if prev is None else b.t_call - prev))
-        prev = b.t_ret
+    for b, step in _with_steps(items, prev):
+        acc.append((b, step))
         if b.t_ret - start >= window_s and len(acc) % multiple == 0:
             wins.append(Win(start, acc, batch_size))
             start, acc = b.t_ret, []
@@ -227,7 +270,7 @@ def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: fl
             "samples_per_s": None,
             "error": f"{seen} batches seen, {skip} of them warm-up: no steady-state window (watch longer)",
         }
-    spans = [w.t_end - w.t_start for w in wins]
+    spans = [w.span_s for w in wins]
     shares = [w.wait_s / s for w, s in zip(wins, spans)]
     steps = [s for w in wins for s in w.steps]
     gpu = [g for w in wins for g in w.gpu]
