@@ -27,6 +27,20 @@ def mean_ci95(values: list[float]) -> tuple[Optional[float], Optional[float]]:
     return mean - half, mean + half
 
 
+def pooled_rate_ci95(counts: list[float], spans: list[float]) -> tuple[float, Optional[float], Optional[float]]:
+    """(rate, low, high): the count over the time of windows of unequal length pooled, sum(counts) / sum(spans),
+    with the ratio estimator's 95% interval (residuals ``count - rate * span``, Student's t); (rate, None, None)
+    below 2 windows. What a loop's own clock reads over the same time, where the median of window rates would
+    weigh a slow window (a pass's restart) as one window among many."""
+    rate = sum(counts) / sum(spans)
+    n = len(spans)
+    if n < 2:
+        return rate, None, None
+    resid = [c - rate * s for c, s in zip(counts, spans)]
+    se = math.sqrt(n / (n - 1) * sum(e * e for e in resid)) / sum(spans)
+    return rate, rate - t95(n) * se, rate + t95(n) * se
+
+
 def ratio_ci95(new: list[float], base: list[float]) -> tuple[float, float, float]:
     """(change, low, high): the ratio of two sets of window rates' means less one, and its 95% interval from the
     log ratio's standard error (each mean's CV over the root of its count, Student's t at the smaller count): two

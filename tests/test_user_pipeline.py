@@ -76,6 +76,21 @@ def test_v2_and_albumentations_tails_are_read_with_their_scale(folder):
     )
 
 
+def test_v2_in_its_documented_order_toimage_first_has_a_uint8_form(folder):
+    steps = [v2.ToImage(), v2.RandomResizedCrop(32), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    ds = datasets.ImageFolder(folder, v2.Compose(steps))
+    variant = up.uint8(ds)
+    torch.manual_seed(4)
+    want = ds[1][0]
+    torch.manual_seed(4)
+    got = variant.dataset[1][0]
+    assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
+    _, words = up.gpu_transforms(ds.transform)
+    assert "ToImage -> (decoded as uint8 CHW)" in words and "ToDtype -> (its scale in Normalize)" in words
+    no_conversion = v2.Compose([v2.RandomResizedCrop(32), v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
+    assert "not ToTensor (or ToImage ... ToDtype)" in up.tail(no_conversion)[1]
+
+
 def test_a_transform_that_does_not_end_in_normalize_says_what_it_ends_with():
     found, why = up.tail(
         transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD), transforms.RandomErasing()])

@@ -23,7 +23,7 @@ from conftest import MEASURED, measured_once
 from conftest import watch_job as _watch
 from conftest import watch_run_folder as _run_folder
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
-from pipeprof.watch.records import Batch, windows
+from pipeprof.watch.records import Batch, loader_row, windows
 
 # the tests that read rates, wait shares, verdicts or intervals of watched runs are alone; the runs several tests
 # read are measured once, under the exclusive lock (conftest)
@@ -382,3 +382,23 @@ def test_passes_shorter_than_half_a_window_are_joined_whole_without_the_time_bet
         )
         assert len(w.segments) == passes and sum(b - a for a, b in w.segments) == pytest.approx(w.span_s)
     assert [b.t_call - (2 * p + 0.06) for b, _ in wins[0].items[::4] for p in [b.pass_no]] == pytest.approx([0] * 3)
+
+
+def test_the_watched_rate_is_the_loops_samples_over_its_time_with_an_interval_around_it():
+    """Passes of 12 batches (a 50 ms wait, a 50 ms step) whose first batch waits 0.5 s more (workers that
+    restart): a pass's first window is slow. The rate is what the loop's clock reads, not the windows' median,
+    and inside its interval."""
+    batches = []
+    for p in range(1, 7):
+        t = 10.0 * p
+        for i in range(12):
+            wait = 0.55 if i == 0 else 0.05  # then a 50 ms step
+            batches.append(Batch(p, t, t + wait, 8, True, None))
+            t += wait + 0.05
+    wins = windows(batches, 0.25, 1, 0, 8)  # a pass: its first batch alone (14.5/s), then 3 of 80/s
+    assert [len(w.items) for w in wins[:4]] == [1, 3, 3, 5]
+    row = loader_row({"loader": "x", "rank": 0}, wins, len(batches), 0, 0.05)
+    pooled = sum(w.samples for w in wins) / sum(w.span_s for w in wins)
+    assert row["samples_per_s"] == pytest.approx(pooled) == pytest.approx(96 / 1.65)  # 1.1 s waiting, 11 steps
+    assert row["samples_per_s_ci95_low"] < row["samples_per_s"] < row["samples_per_s_ci95_high"]
+    assert row["samples_per_s_window_median"] > row["samples_per_s_ci95_high"]  # what it read before

@@ -99,8 +99,10 @@ def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
     if names[-1:] != ["Normalize"] or len(steps) < 2:
         return None, f"its transform ends with {names[-1] if names else 'nothing'}, not Normalize"
     norm, conv = steps[-1], steps[-2]
-    if not (names[-2] == "ToTensor" or names[-2] == "ToDtype" and len(steps) >= 3 and names[-3] == "ToImage"):
-        return None, f"its Normalize follows {names[-2]}, not ToTensor (or ToImage + ToDtype)"
+    # v2 converts once, anywhere before (ToImage first is its documented order), and scales at the end
+    uint8_before = any(n in ("ToImage", "PILToTensor") for n in names[:-2])
+    if not (names[-2] == "ToTensor" or names[-2] == "ToDtype" and uint8_before):
+        return None, f"its Normalize follows {names[-2]}, not ToTensor (or ToImage ... ToDtype)"
     return Tail(steps[:-2], list(norm.mean), list(norm.std), conversion_scale(conv, 1.0)), None
 
 
@@ -254,8 +256,8 @@ def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
     for t in steps_of(transform):
         name = _name(t)
         if name in CONVERSIONS:
-            scale = conversion_scale(t, scale)
-            words.append(f"{name} -> (decoded as uint8 CHW)")
+            before, scale = scale, conversion_scale(t, scale)
+            words.append(f"{name} -> " + ("(decoded as uint8 CHW)" if scale == before else "(its scale in Normalize)"))
         elif name == "Normalize":
             out.append(
                 {"__class_fullname__": "Normalize", "mean": list(t.mean), "std": list(t.std), "max_pixel_value": scale}
