@@ -328,10 +328,12 @@ class AugmentConfig(_Strict):
     # (torchvision.transforms.v2) each batch on the GPU before the step (data/gpu_augment.py)
     device: Axis[Literal["cpu", "cuda"]] = ["cpu"]
     # the GPU pipeline only (device cuda). overlap, sweep axis: on, a producer thread decodes and augments the
-    # next batches on a stream of its own beside the step; off, the training thread does it before each step
-    # (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg (torchvision), torchcodec, nvimgcodec (the GPU's
-    # hardware JPEG engines); one that cannot run here fails its trials with the reason (data/gpu_decode.py)
-    overlap: Axis[Literal["on", "off"]] = ["on"]
+    # next batches on a stream of its own beside the step; step-first, the same with the step's stream at the
+    # device's highest priority, so the pipeline's kernels take what the step leaves of the SMs; off, the
+    # training thread does it before each step (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg
+    # (torchvision), torchcodec, nvimgcodec (the GPU's hardware JPEG engines); one that cannot run here fails its
+    # trials with the reason (data/gpu_decode.py)
+    overlap: Axis[Literal["on", "off", "step-first"]] = ["on"]
     gpu_decoder: Axis[Literal["nvjpeg", "torchcodec", "nvimgcodec"]] = ["nvjpeg"]
 
     @field_validator("overlap", mode="before")
@@ -345,7 +347,11 @@ class AugmentConfig(_Strict):
     @classmethod
     def _devices(cls, v, info):
         if not v:
-            allowed = {"device": "cpu, cuda", "overlap": "on, off", "gpu_decoder": "nvjpeg, torchcodec, nvimgcodec"}
+            allowed = {
+                "device": "cpu, cuda",
+                "overlap": "on, off, step-first",
+                "gpu_decoder": "nvjpeg, torchcodec, nvimgcodec",
+            }
             raise ValueError(f"at least one of: {allowed[info.field_name]}")
         return list(dict.fromkeys(v))
 

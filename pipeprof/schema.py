@@ -22,6 +22,7 @@ GROUP_KEYS = [
     "preset",
     "augment_device",
     "augment_overlap",
+    "step_first",
     "gpu_decoder",
     "batch_size",
     "source",

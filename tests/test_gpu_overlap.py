@@ -33,10 +33,10 @@ def _through(feed, batches):
         feed.close()
 
 
-def _overlapped_equals_serial(batches, device):
+def _overlapped_equals_serial(batches, device, step_first=False):
     serial = _through(Serial(DeviceSide("standard", 64, device, seed=3)), batches)
     side = DeviceSide("standard", 64, device, seed=3)
-    overlapped = _through(Overlapped(side, device), batches)
+    overlapped = _through(Overlapped(side, device, step_first=step_first), batches)
     assert len(side.marks) == len(batches)  # every batch taken while measuring kept its marks
     for a, b in zip(serial, overlapped):
         assert a.device.type == torch.device(device).type
@@ -51,6 +51,22 @@ def test_overlapped_batches_are_the_serial_ones_for_a_fixed_seed(byte_batches):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_overlapped_batches_on_cuda_are_byte_identical_to_serial_ones(byte_batches):
     _overlapped_equals_serial(byte_batches, torch.device("cuda"))
+    _overlapped_equals_serial(byte_batches, torch.device("cuda"), step_first=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_step_first_runs_the_steps_on_a_high_priority_stream_and_hands_the_stream_back(byte_batches):
+    device = torch.device("cuda", torch.cuda.current_device())
+    before = torch.cuda.current_stream(device)
+    feed = Overlapped(DeviceSide("standard", 64, device, seed=3), device, step_first=True)
+    it = iter(byte_batches)
+    feed.take(it, True)
+    during = torch.cuda.current_stream(device)
+    assert during != before and during.priority < before.priority  # lower number, higher priority
+    assert feed.stream.priority == before.priority  # the pipeline's stays at the default's
+    feed.close()
+    assert torch.cuda.current_stream(device) == before
 
 
 def test_a_failure_in_the_producer_is_raised_where_the_batch_is_taken(byte_batches):
@@ -176,7 +192,7 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
                 "model": {"name": ["resnet18"], "precision": ["bf16"]},
                 "augment": {
                     "device": ["cpu", "cuda"],
-                    "overlap": ["on", "off"],
+                    "overlap": ["on", "off", "step-first"],
                     "gpu_decoder": ["nvjpeg", "nvimgcodec"],
                 },
                 "loader": {"num_workers": [2]},
@@ -187,11 +203,14 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
         bf16_ok=True,
         usable_cores=16,
     )
-    ids = [s.trial_id for s in expand(cfg, probe=lambda preset, size: ("float32", 224))]
+    specs = expand(cfg, probe=lambda preset, size: ("float32", 224))
+    ids = [s.trial_id for s in specs]
     gpu = {p for i in ids for p in i.split("/") if p.startswith("gpu-augment")}
-    assert gpu == {"gpu-augment", "gpu-augment-serial", "gpu-augment-nvimgcodec", "gpu-augment-serial-nvimgcodec"}
+    assert gpu == {f"gpu-augment{mode}{dec}" for mode in ("", "-serial", "-stepfirst") for dec in ("", "-nvimgcodec")}
+    first = [s for s in specs if s.step_first]
+    assert first and all(s.augment_overlap and "-stepfirst" in s.trial_id for s in first)  # overlapped, step first
     shared = [i for i in ids if i.startswith("gpu_shared")]
-    assert len(shared) == 4 and all("/gpu-augment" in i for i in shared)
+    assert len(shared) == 6 and all("/gpu-augment" in i for i in shared)
     handoffs = [i for i in ids if i.startswith("handoff")]
     assert len(handoffs) == 2 and [h for h in handoffs if "gpu-augment" in h] == [handoffs[1]]
     assert handoffs[1].split("/")[2] == "gpu-augment"  # the bytes' hand-off: no decoder or overlap of its own

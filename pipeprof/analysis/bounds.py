@@ -37,6 +37,7 @@ BOUND_KEYS = {
         "preset",
         "augment_device",
         "augment_overlap",
+        "step_first",
         "gpu_decoder",
         "decoder",
         "source",
@@ -57,6 +58,7 @@ BOUND_KEYS = {
         "preset",
         "augment_device",
         "augment_overlap",
+        "step_first",
         "gpu_decoder",
         "gpus",
     ],
@@ -69,7 +71,9 @@ BOUND_COLUMN = {
 }
 # the hand-off limit (trial kind ``handoff``): one per pipeline, whatever its worker count (and whichever decoder
 # and overlap the GPU pipeline has: the hand-off passes the same bytes)
-HANDOFF_KEYS = [k for k in BOUND_KEYS["cpu_pipeline"] if k not in ("num_workers", "augment_overlap", "gpu_decoder")]
+HANDOFF_KEYS = [
+    k for k in BOUND_KEYS["cpu_pipeline"] if k not in ("num_workers", "augment_overlap", "step_first", "gpu_decoder")
+]
 
 
 def ok(df: pd.DataFrame, kind: str) -> pd.DataFrame:

@@ -164,7 +164,11 @@ def label(key) -> str:
         key.get("precision"),
         "inference" if key.get("mode") == "inference" else None,
         key.get("preset"),
-        ("gpu-augment" + ("-serial" if key.get("augment_overlap") in (False, 0.0) else ""))
+        (
+            "gpu-augment"
+            + ("-serial" if key.get("augment_overlap") in (False, 0.0) else "")
+            + ("-stepfirst" if key.get("step_first") in (True, 1.0) else "")
+        )
         if isinstance(gpu, str) and gpu != "cpu"
         else None,
         key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, "nvjpeg") else None,

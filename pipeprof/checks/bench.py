@@ -537,7 +537,7 @@ def beside_the_step(
             channels_last=device.type == "cuda",
         )
         for name in gpu_decode.BACKENDS:
-            for overlap in (False, True):
+            for mode in ("off", "on", "step-first"):  # config augment.overlap's words
                 spec = TrialSpec(
                     "gpu_shared",
                     batch_size=len(encoded),
@@ -549,7 +549,8 @@ def beside_the_step(
                     input_dtype="float32",
                     source="held",
                     augment_device="cuda",
-                    augment_overlap=overlap,
+                    augment_overlap=mode != "off",
+                    step_first=mode == "step-first" or None,
                     gpu_decoder=name,
                 )
                 try:
@@ -557,9 +558,9 @@ def beside_the_step(
                     row |= {"status": "ok"}
                 except Exception as exc:  # noqa: BLE001 - a backend that cannot run is its rows' reason
                     row = {"status": "skipped", "reason": str(exc)[:300]}
-                rows.append({"backend": name, "overlap": "on" if overlap else "off"} | row)
+                rows.append({"backend": name, "overlap": mode} | row)
                 log(
-                    f"beside the step: {name}, overlap {'on' if overlap else 'off'}: "
+                    f"beside the step: {name}, overlap {mode}: "
                     + (
                         f"together {row['samples_per_s']:,.0f}, step alone {row['step_alone_samples_per_s']:,.0f}, "
                         f"pipeline alone {row['pipeline_alone_samples_per_s']:,.0f} samples/s"

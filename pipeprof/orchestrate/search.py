@@ -274,6 +274,7 @@ def _pipe(s: TrialSpec) -> tuple:
         s.preset,
         s.augment_device,
         s.augment_overlap,
+        s.step_first,
         s.gpu_decoder,
         s.source,
         s.cache_state,
@@ -286,7 +287,11 @@ def _pipe(s: TrialSpec) -> tuple:
 def _step_key(s: TrialSpec) -> tuple:
     """The step's settings, and for the GPU pipeline's, the pipeline's that share its device (``gpu_shared``: the
     step with the pipeline beside it is that side's ceiling, which the search reads as the step's)."""
-    gpu = (s.preset, s.augment_device, s.augment_overlap, s.gpu_decoder) if s.augment_device == "cuda" else ()
+    gpu = (
+        (s.preset, s.augment_device, s.augment_overlap, s.step_first, s.gpu_decoder)
+        if s.augment_device == "cuda"
+        else ()
+    )
     return (s.model, s.precision, s.mode, s.batch_size, s.gpus, s.p2p, *gpu)
 
 

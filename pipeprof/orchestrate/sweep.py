@@ -77,7 +77,8 @@ def augment_devices(cfg, user_dataset: bool) -> list[dict]:
             out.append({})
             continue
         out += [
-            {"augment_device": d, "augment_overlap": o == "on", "gpu_decoder": dec}
+            {"augment_device": d, "augment_overlap": o != "off", "gpu_decoder": dec}
+            | ({"step_first": True} if o == "step-first" else {})
             for dec, o in product(cfg.augment.gpu_decoder, cfg.augment.overlap)
         ]
     return out

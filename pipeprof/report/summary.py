@@ -81,11 +81,12 @@ def shape(g: dict) -> str:
 
 
 def gpu_pipeline(g) -> str:
-    """'GPU pipeline' where the GPU decodes and augments, with 'serial' (overlap off) and its decoder where not
-    nvJPEG; '' for the workers' pipeline."""
+    """'GPU pipeline' where the GPU decodes and augments, with 'serial' (overlap off) or 'step-first' and its
+    decoder where not nvJPEG; '' for the workers' pipeline."""
     if g.get("augment_device") != "cuda":
         return ""
-    words = ["GPU pipeline", "serial" if g.get("augment_overlap") in (False, 0.0) else ""]
+    serial = g.get("augment_overlap") in (False, 0.0)
+    words = ["GPU pipeline", "serial" if serial else "step-first" if g.get("step_first") in (True, 1.0) else ""]
     decoder = g.get("gpu_decoder")
     words.append(decoder if isinstance(decoder, str) and decoder != "nvjpeg" else "")
     return " ".join(w for w in words if w)

@@ -11,6 +11,10 @@ Two ways to place it beside the step (``augment.overlap``):
   stream waits on each batch's ready event and the batch's memory is kept for it (``record_stream``). A second
   stream alone does not overlap (the decode calls block the thread that issues them: the issue's probe); a
   thread does, because nvJPEG and the v2 ops release the GIL.
+* **step-first** (overlapped, ``step_first``): the same, with the training thread's step on a stream of the
+  device's high priority (:func:`step_stream`). CUDA's block scheduler then dispatches the step's pending
+  blocks before the pipeline's, so the pipeline runs in what the step leaves of the SMs instead of slowing it;
+  whether that is faster end to end (the pipeline may then fall behind) is what the setting measures.
 
 Device clock marks (CUDA events on a GPU, read after the window's sync) bracket the decode and the
 augmentation on the stream that runs them; the host's own time in the call is kept too, since nvJPEG does
@@ -42,6 +46,16 @@ from pipeprof.data.gpu_augment import for_preset
 from pipeprof.measure.step import DeviceClock
 
 AHEAD = 2  # batches the producer prepares ahead of the step: one in the step's hands, one more to absorb jitter
+_STEP_STREAMS: dict = {}  # device index -> the high-priority stream steps run on (step-first), one per process
+
+
+def step_stream(device: torch.device) -> "torch.cuda.Stream":
+    """The stream a step-first trial's step runs on: the device's high priority (a lower number is a higher
+    priority; the default stream's 0 is the lowest). One per device and process: the caching allocator keeps a
+    stream's freed blocks for that stream, so a stream a trial would leave behind would hold its memory."""
+    if device.index not in _STEP_STREAMS:
+        _STEP_STREAMS[device.index] = torch.cuda.Stream(device, priority=-1)
+    return _STEP_STREAMS[device.index]
 
 
 class DeviceSide:
@@ -156,12 +170,14 @@ class Overlapped(Plain):
     loader's own error) is raised at the next :meth:`take`. Which batches count as measured is decided when the
     training thread takes them, so a batch prepared during warm-up but taken in a window counts in the window."""
 
-    def __init__(self, side: DeviceSide, device: torch.device, ahead: int = AHEAD):
+    def __init__(self, side: DeviceSide, device: torch.device, ahead: int = AHEAD, step_first: bool = False):
         self.side, self.ahead, self.held = side, ahead, ahead + 1
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:  # streams and set_device need the index
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.step_first = bool(step_first) and self.stream is not None
+        self.before: Optional[torch.cuda.Stream] = None  # the training thread's stream before step-first
         self.ready: queue.Queue = queue.Queue(maxsize=ahead)
         self.stopping = threading.Event()
         self.gate = threading.Event()  # set: the producer may take the next batch (cleared out of its side's turn)
@@ -172,6 +188,8 @@ class Overlapped(Plain):
 
     def take(self, it, measuring: bool) -> Fed:
         if self.thread is None:
+            if self.step_first:
+                self._to_step_stream()
             self.it = it
             self.thread = threading.Thread(target=self._produce, name="pipeprof-gpu-pipeline", daemon=True)
             self.thread.start()
@@ -228,6 +246,14 @@ class Overlapped(Plain):
     def turn(self, on: bool) -> None:
         (self.gate.set if on else self.gate.clear)()
 
+    def _to_step_stream(self) -> None:
+        """The training thread's steps from now on its device's high-priority stream, after what its stream had
+        queued (the model's weights, the optimiser's state); :meth:`close` hands back."""
+        self.before = torch.cuda.current_stream(self.device)
+        hi = step_stream(self.device)
+        hi.wait_stream(self.before)
+        torch.cuda.set_stream(hi)
+
     def close(self) -> None:
         """Stop the producer (it finishes the batch it is on) and wait for it: before the loader closes, and with
         the loader's workers running (a producer inside ``next`` waits for their batch). A producer that does not
@@ -244,6 +270,10 @@ class Overlapped(Plain):
             self.ready.get_nowait()
         if self.stream is not None:
             self.stream.synchronize()
+        if self.before is not None:  # the trial's stream after the steps the high-priority one ran
+            self.before.wait_stream(torch.cuda.current_stream(self.device))
+            torch.cuda.set_stream(self.before)
+            self.before = None
 
 
 def pipeline_wait_columns(fed, measured_s: float) -> dict:
@@ -304,9 +334,14 @@ def feed(ctx, spec) -> Plain:
     """How a trial's batches reach its step: :class:`Plain` for the CPU pipeline, :class:`Serial` or
     :class:`Overlapped` for the GPU's (``spec.augment_overlap``)."""
     side = device_side(ctx, spec)
-    if side is None:
-        return Plain()
-    return Overlapped(side, ctx.device) if spec.augment_overlap else Serial(side)
+    return Plain() if side is None else gpu_feed(side, ctx.device, spec)
+
+
+def gpu_feed(side: DeviceSide, device, spec) -> Plain:
+    """The GPU pipeline's feed as ``spec`` places it beside the step: overlapped (step-first or not) or serial."""
+    if spec.augment_overlap:
+        return Overlapped(side, device, step_first=bool(spec.step_first))
+    return Serial(side)
 
 
 class StandIn:

@@ -40,7 +40,7 @@ from pipeprof.measure.windows import alternating, rotating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
 
 from .columns import StepRecord, sample_columns, stage_totals, step_columns
-from .device_side import Overlapped, Serial, device_side, feed, overlap_columns, pipeline_wait_columns
+from .device_side import device_side, feed, gpu_feed, overlap_columns, pipeline_wait_columns
 from .skeleton import (
     close_loader,
     collate_for,
@@ -115,7 +115,7 @@ def gpu_shared(ctx: TrialContext, spec: TrialSpec) -> dict:
     samples = [source[i % len(source)] for i in range(spec.batch_size)]  # read once, outside any timer
     bytes_batch = collate_encoded(samples)
     x, y = step.synthetic_batch(spec.batch_size, spec.image_size, getattr(torch, spec.input_dtype))
-    fed = Overlapped(side, ctx.device) if spec.augment_overlap else Serial(side)
+    fed = gpu_feed(side, ctx.device, spec)
     held = _Endless(bytes_batch)
     now = {"side": TOGETHER}
     taken: list = []  # together batches: (host time taken, the step's marks, the place of the pipeline's marks)

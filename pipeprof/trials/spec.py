@@ -38,6 +38,7 @@ class TrialSpec:
     # the GPU pipeline only (augment_device 'cuda'): decode and augment in a producer thread on a stream of its
     # own, beside the step (True), or on the step's stream before it (False); and which JPEG decoder runs
     augment_overlap: Optional[bool] = None
+    step_first: Optional[bool] = None  # overlapped with the step's stream at high priority (augment.overlap)
     gpu_decoder: Optional[str] = None
     action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.variants)
 
@@ -64,10 +65,10 @@ class TrialSpec:
 
     def _gpu_part(self) -> Optional[str]:
         """'gpu-augment' for the GPU pipeline as it runs by default (overlapped, nvJPEG), its other settings
-        appended: 'gpu-augment-serial', 'gpu-augment-nvimgcodec'."""
+        appended: 'gpu-augment-serial', 'gpu-augment-stepfirst', 'gpu-augment-nvimgcodec'."""
         if self.augment_device in (None, "cpu"):
             return None
-        extra = ["serial" if self.augment_overlap is False else None]
+        extra = ["serial" if self.augment_overlap is False else "stepfirst" if self.step_first else None]
         extra.append(self.gpu_decoder if self.gpu_decoder not in (None, "nvjpeg") else None)
         return "-".join(["gpu-augment", *filter(None, extra)])
 
