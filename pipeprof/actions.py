@@ -305,7 +305,7 @@ def plan(answer, row, facts: Facts) -> list[Planned]:
         params = a.params(row, facts) if a.variant else None
         if params is None:
             continue
-        was = row.get("decoder") if isinstance(row.get("decoder"), str) else "the dataset's own"
+        was = row.get("decoder") if isinstance(row.get("decoder"), str) else "its own decoder"
         label = a.label
         if facts.user is not None and a.user_label:  # a user's dataset, in its decoders' names
             label, names = a.user_label, DECODER_NAMES

@@ -261,3 +261,36 @@ def test_each_action_with_a_user_form_has_its_builder_and_no_builder_is_orphaned
     from pipeprof.data.user_pipeline import BUILDERS
 
     assert {a.id for a in ACTIONS.values() if a.on_user} == set(BUILDERS)
+
+
+class DictItems(torch.utils.data.Dataset):
+    """Items as dicts (an image and its label), Pillow's decode in ``__getitem__``, a torchvision transform."""
+
+    def __init__(self, folder, transform):
+        base = datasets.ImageFolder(folder)
+        self.image_paths, self.targets = [p for p, _ in base.samples], [t for _, t in base.samples]
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.image_paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        with Image.open(self.image_paths[i]) as im:
+            return {"pixels": self.transform(im.convert("RGB")), "label": torch.tensor(self.targets[i])}
+
+
+def test_dict_items_are_read_and_rebuilt_with_their_keys(folder):
+    ds = DictItems(folder, transforms.Compose([transforms.CenterCrop(32), transforms.PILToTensor()]))
+    files, why = up.files_of(ds)
+    assert why is None and (files.decoder, files.form, files.keys) == ("pil", "pil", ("pixels", "label"))
+    other = up.decoder(ds).dataset
+    mine, theirs = ds[2], other[2]
+    assert set(theirs) == {"pixels", "label"} and int(theirs["label"]) == int(mine["label"])
+    assert (theirs["pixels"].float() - mine["pixels"].float()).abs().mean() < 2.0  # OpenCV's decode, same image
+    three = DictItems(folder, transforms.PILToTensor())
+    three.__class__ = type(
+        "WithPath", (DictItems,), {"__getitem__": lambda s, i: {**DictItems.__getitem__(s, i), "p": 1}}
+    )
+    assert "are dicts of pixels, label, p" in up.files_of(three)[1]

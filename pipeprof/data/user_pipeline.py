@@ -297,6 +297,7 @@ class Files(NamedTuple):
     call: str
     where: str
     folder: bool = False  # a torchvision DatasetFolder reading through torchvision's loader (``loader`` swaps)
+    keys: Optional[tuple] = None  # items that are dicts: (the image's key, the target's key); None: pairs
 
 
 def _torchvision_loader(loader) -> bool:
@@ -427,6 +428,7 @@ class _Seen(NamedTuple):
     rec: _Recorder
     target: Any
     decoders: set
+    keys: Optional[tuple]  # a dict item's (image key, target key)
 
 
 def _watch_getitem(dataset, n: int) -> tuple[list, Optional[str]]:
@@ -449,10 +451,38 @@ def _watch_getitem(dataset, n: int) -> tuple[list, Optional[str]]:
         if rec.call is None or rec.call.startswith("keywords"):
             how = "did not call its transform" if rec.call is None else f"called its transform with {rec.call[9:]}"
             return [], f"`{name}.__getitem__` {how}: only (an image) or (image=...) is rebuilt"
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            return [], f"`{name}`'s items are not (image, target) pairs"
-        seen.append(_Seen(i, rec, item[1], found))
+        target, why = _target_of(item)
+        if why:
+            return [], f"`{name}`'s items {why}"
+        seen.append(_Seen(i, rec, target, found, _dict_keys(item) if isinstance(item, dict) else None))
     return seen, None
+
+
+def _target_of(item) -> tuple[Any, Optional[str]]:
+    """(an item's target, None) for an (image, target) pair or a dict of an image and one integer; else
+    (None, what it is instead)."""
+    if isinstance(item, (tuple, list)):
+        return (item[1], None) if len(item) == 2 else (None, f"have {len(item)} parts, not (image, target)")
+    if isinstance(item, dict):
+        keys = _dict_keys(item)
+        return (
+            (item[keys[1]], None)
+            if keys
+            else (None, f"are dicts of {', '.join(map(str, item))}, not an image and a target")
+        )
+    return None, f"are {type(item).__name__}, not (image, target) pairs"
+
+
+def _dict_keys(item: dict) -> Optional[tuple]:
+    """(image key, target key) of a dict item of two entries, one of them an integer; else None."""
+    if len(item) != 2:
+        return None
+    ints = [
+        k for k, v in item.items() if (v.dim() == 0 if isinstance(v, torch.Tensor) else True) and _int(v) is not None
+    ]
+    if len(ints) != 1:
+        return None
+    return next(k for k in item if k != ints[0]), ints[0]
 
 
 def _matching_paths(paths: dict, seen: list, decoder: str) -> tuple[Optional[str], Optional[str]]:
@@ -505,7 +535,7 @@ def _probe(dataset) -> tuple[Optional[Files], Optional[str]]:
         if all(_int(values[s.index]) is not None and _int(values[s.index]) == _int(s.target) for s in seen):
             where = f"`{name}.{attr}`, checked on {len(seen)} samples of its own __getitem__"
             samples = [(p, _int(values[i])) for i, (p, _) in enumerate(listed)]
-            return Files(samples, decoder, form, seen[0].rec.call, where), None
+            return Files(samples, decoder, form, seen[0].rec.call, where, keys=seen[0].keys), None
     return None, f"`{name}`'s targets are not class indices in a list of its own (checked on {len(seen)} samples)"
 
 
@@ -614,6 +644,8 @@ class Decoded(torch.utils.data.Dataset):
         if self.decoder == "cv2":
             _cv2_threads()
         out = self.transform(image=img)["image"] if self.files.call == "image" else self.transform(img)
+        if self.files.keys:  # the dataset's own dicts, for its own collate
+            return {self.files.keys[0]: out, self.files.keys[1]: target}
         return out, target
 
 
