@@ -77,6 +77,24 @@ def test_the_machines_drift_widens_the_interval(tmp_path):
     assert all(c.high_frac > 0.05 for c in g.changes)
 
 
+def test_the_spread_of_pooled_runs_widens_the_windows_interval(tmp_path):
+    """Each side pooled two runs (bench regress): tight windows say -8% beyond the noise, but whole runs of one
+    side moved 10% apart, so the change is not shown beyond the runs' noise."""
+
+    def pooled(name: str, scale: float, runs: list) -> object:
+        run = load_run(_run(tmp_path, name, scale))
+        run.trials["run_rates"] = [[r * k for k in runs] if r == r else None for r in run.trials["samples_per_s"]]
+        return run
+
+    tight = guard(load_run(_run(tmp_path, "b0")), load_run(_run(tmp_path, "n0", 0.92)), 0.05)
+    assert tight.failed and all(c.basis == "windows (5 and 5)" for c in tight.changes)
+    g = guard(pooled("base", 1.0, [0.95, 1.05]), pooled("new", 0.92, [0.95, 1.05]), 0.05)
+    assert not g.failed and all(c.high_frac > 0 for c in g.changes)
+    assert all(c.basis == "windows (5 and 5), widened by the runs' spread (2 and 2 runs)" for c in g.changes)
+    steady = guard(pooled("b2", 1.0, [1.0, 1.0001]), pooled("n2", 0.92, [1.0, 1.0001]), 0.05)
+    assert steady.failed and all(c.basis == "windows (5 and 5)" for c in steady.changes)  # runs agree: windows'
+
+
 def test_runs_from_two_machines_are_refused_without_the_flag(tmp_path, capsys):
     base, new = _run(tmp_path, "base"), _run(tmp_path, "new", 0.8, machine={"cpu_model": "Intel Xeon"})
     code = main(["compare", str(base), str(new), "--fail-if-slower", "--html", str(tmp_path / "c.html")])

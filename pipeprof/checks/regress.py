@@ -29,15 +29,19 @@ ORDER = ("base", "new", "new", "base")
 
 def pooled(runs: list):
     """The runs of one side as one: each trial's windows from every run (matched by trial id), its rate their
-    median; the CPU reference left out (the alternation, not a reference, takes the drift out)."""
+    median, and each run's mean (``run_rates``: the guard widens the windows' interval by the runs' spread); the
+    CPU reference left out (the alternation, not a reference, takes the drift out)."""
     first = runs[0]
     windows: dict = {}
+    means: dict = {}
     for run in runs:
         for tid, rates in zip(run.trials["trial_id"], run.trials.get("window_rates", [])):
-            if rates is not None and not isinstance(rates, float):
+            if rates is not None and not isinstance(rates, float) and len(rates):
                 windows.setdefault(tid, []).extend(list(rates))
+                means.setdefault(tid, []).append(float(np.mean(rates)))
     trials = first.trials.copy()
     trials["window_rates"] = [windows.get(t) for t in trials["trial_id"]]
+    trials["run_rates"] = [means.get(t) for t in trials["trial_id"]]
     trials["samples_per_s"] = [
         float(np.median(w)) if w else r for w, r in zip(trials["window_rates"], trials["samples_per_s"])
     ]
