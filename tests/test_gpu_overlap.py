@@ -209,6 +209,8 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
     assert gpu == {f"gpu-augment{mode}{dec}" for mode in ("", "-serial", "-stepfirst") for dec in ("", "-nvimgcodec")}
     first = [s for s in specs if s.step_first]
     assert first and all(s.augment_overlap and "-stepfirst" in s.trial_id for s in first)  # overlapped, step first
+    alone = [i for i in ids if i.startswith("cpu_pipeline")]  # no step to place: step-first runs as on, once
+    assert alone and not any("stepfirst" in i for i in alone) and len(alone) == len(set(alone)) == 4 + 1
     shared = [i for i in ids if i.startswith("gpu_shared")]
     assert len(shared) == 6 and all("/gpu-augment" in i for i in shared)
     handoffs = [i for i in ids if i.startswith("handoff")]

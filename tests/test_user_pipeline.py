@@ -294,3 +294,21 @@ def test_dict_items_are_read_and_rebuilt_with_their_keys(folder):
         "WithPath", (DictItems,), {"__getitem__": lambda s, i: {**DictItems.__getitem__(s, i), "p": 1}}
     )
     assert "are dicts of pixels, label, p" in up.files_of(three)[1]
+
+
+def test_a_transform_called_twice_is_refused_and_one_that_decodes_inside_is_not_a_second_decoder(folder):
+    import albumentations as A
+
+    class TwoViews(FileList):
+        def __getitem__(self, i):
+            image, label = super().__getitem__(i)
+            return torch.stack([image, self.transform(image=np.zeros((8, 8, 3), np.uint8))["image"]]), label
+
+    import numpy as np
+
+    two = TwoViews(folder, A.Compose([A.Resize(8, 8), A.ToTensorV2()]))
+    assert "calls its transform 2 times a sample" in up.files_of(two)[1]
+    # ImageCompression encodes and decodes with OpenCV inside the transform: the dataset's own decode is Pillow's
+    jpeg = A.Compose([A.ImageCompression(quality_range=(50, 60), p=1.0), A.ToTensorV2()])
+    files, why = up.files_of(DictItems(folder, lambda img: jpeg(image=np.asarray(img))["image"]))
+    assert why is None and files.decoder == "pil"

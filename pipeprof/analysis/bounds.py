@@ -37,7 +37,6 @@ BOUND_KEYS = {
         "preset",
         "augment_device",
         "augment_overlap",
-        "step_first",
         "gpu_decoder",
         "decoder",
         "source",
@@ -71,9 +70,7 @@ BOUND_COLUMN = {
 }
 # the hand-off limit (trial kind ``handoff``): one per pipeline, whatever its worker count (and whichever decoder
 # and overlap the GPU pipeline has: the hand-off passes the same bytes)
-HANDOFF_KEYS = [
-    k for k in BOUND_KEYS["cpu_pipeline"] if k not in ("num_workers", "augment_overlap", "step_first", "gpu_decoder")
-]
+HANDOFF_KEYS = [k for k in BOUND_KEYS["cpu_pipeline"] if k not in ("num_workers", "augment_overlap", "gpu_decoder")]
 
 
 def ok(df: pd.DataFrame, kind: str) -> pd.DataFrame:

@@ -308,20 +308,29 @@ def _torchvision_loader(loader) -> bool:
 
 
 class _Recorder:
-    """A transform that hands its input on to the real one and keeps it (the dataset's decoded image) and how
-    it was called."""
+    """A transform that hands its input on to the real one and keeps a copy of it (the dataset's decoded image),
+    how it was called and how often. The decoders are not looked for inside the real transform (a JPEG
+    compression augmentation decodes too)."""
 
     def __init__(self, transform):
-        self.transform, self.seen, self.call = transform, None, None
+        self.transform, self.seen, self.call, self.calls = transform, None, None, 0
 
     def __call__(self, *args, **kwargs):
+        import sys
+
+        self.calls += 1
         if args:
-            self.seen, self.call = args[0], "positional"
+            self.seen, self.call = copy.deepcopy(args[0]), "positional"
         elif set(kwargs) == {"image"}:
-            self.seen, self.call = kwargs["image"], "image"
+            self.seen, self.call = copy.deepcopy(kwargs["image"]), "image"
         else:
             self.call = f"keywords {', '.join(sorted(kwargs))}"
-        return self.transform(*args, **kwargs)
+        watching = sys.getprofile()
+        sys.setprofile(None)
+        try:
+            return self.transform(*args, **kwargs)
+        finally:
+            sys.setprofile(watching)
 
 
 def _decoders_seen(found: set):
@@ -411,7 +420,9 @@ def _lists(dataset, n: int) -> tuple[dict, dict]:
 
     paths, ints = {}, {}
     for name, v in vars(dataset).items():
-        if not isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) or len(v) != n or n == 0:
+        if not isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) or getattr(v, "ndim", 1) == 0:
+            continue
+        if len(v) != n or n == 0:
             continue
         first = v[0]
         if _path(first):
@@ -437,6 +448,8 @@ def _watch_getitem(dataset, n: int) -> tuple[list, Optional[str]]:
     import sys
 
     name, seen = type(dataset).__name__, []
+    if sys.getprofile() is not None:  # another profiler (cProfile) holds the hook: it is not ours to replace
+        return [], "a profiler is active in this process: the decoder calls cannot be watched"
     for i in sorted({round(k * (n - 1) / max(PROBES - 1, 1)) for k in range(PROBES)}):
         rec, found = _Recorder(dataset.transform), set()
         probe = _with_transform(dataset, rec)
@@ -448,6 +461,8 @@ def _watch_getitem(dataset, n: int) -> tuple[list, Optional[str]]:
             return [], f"`{name}[{i}]` failed with its transform recorded: {type(exc).__name__}: {exc}"
         finally:
             sys.setprofile(old)
+        if rec.calls > 1:
+            return [], f"`{name}.__getitem__` calls its transform {rec.calls} times a sample: one image is rebuilt"
         if rec.call is None or rec.call.startswith("keywords"):
             how = "did not call its transform" if rec.call is None else f"called its transform with {rec.call[9:]}"
             return [], f"`{name}.__getitem__` {how}: only (an image) or (image=...) is rebuilt"
@@ -683,7 +698,10 @@ def inspect(dataset, cuda: bool) -> dict:
     path's ``mapping`` (its transform in the GPU table's words) and the decoder's ``was`` (what the dataset
     decodes with) and ``to``; the GPU path is refused without CUDA, its mapping still shown (what would run). The
     dataset's files are read once (:func:`files_of`) for the builders that need them."""
-    files, files_why = files_of(dataset)
+    try:
+        files, files_why = files_of(dataset)
+    except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read this way: its reason, uint8 still tried
+        files, files_why = None, f"its files could not be read: {type(exc).__name__}: {exc}"
     out = {}
     for key, build in BUILDERS.items():
         try:

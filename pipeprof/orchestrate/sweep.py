@@ -154,8 +154,15 @@ def expand(
         for (source, cache_state), w, dev in product(storage, cfg.loader.num_workers, devices):
             pipe = pipe_at(source, cache_state, dev)
             bare = dict(batch_size=bs, source=source, cache_state=cache_state)
+            # step-first places the step: a kind without one runs as overlap on (the same spec, planned once)
+            alone = pipe | {"step_first": None}
             specs += [
-                TrialSpec(k.value, num_workers=w, **(pipe if kind.pipeline else bare), **(step if kind.step else {}))
+                TrialSpec(
+                    k.value,
+                    num_workers=w,
+                    **((pipe if kind.step else alone) if kind.pipeline else bare),
+                    **(step if kind.step else {}),
+                )
                 for k, kind in kinds.items()
                 if kind.loader and not kind.once
             ]

@@ -47,6 +47,7 @@ from pipeprof.measure.step import DeviceClock
 
 AHEAD = 2  # batches the producer prepares ahead of the step: one in the step's hands, one more to absorb jitter
 _STEP_STREAMS: dict = {}  # device index -> the high-priority stream steps run on (step-first), one per process
+_ON_STEP_STREAM = threading.local()  # this thread's open step-first feeds ("depth") and its stream before them
 
 
 def step_stream(device: torch.device) -> "torch.cuda.Stream":
@@ -177,7 +178,7 @@ class Overlapped(Plain):
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.step_first = bool(step_first) and self.stream is not None
-        self.before: Optional[torch.cuda.Stream] = None  # the training thread's stream before step-first
+        self.switched = False  # this feed moved its thread's steps to the high-priority stream
         self.ready: queue.Queue = queue.Queue(maxsize=ahead)
         self.stopping = threading.Event()
         self.gate = threading.Event()  # set: the producer may take the next batch (cleared out of its side's turn)
@@ -248,16 +249,38 @@ class Overlapped(Plain):
 
     def _to_step_stream(self) -> None:
         """The training thread's steps from now on its device's high-priority stream, after what its stream had
-        queued (the model's weights, the optimiser's state); :meth:`close` hands back."""
-        self.before = torch.cuda.current_stream(self.device)
-        hi = step_stream(self.device)
-        hi.wait_stream(self.before)
-        torch.cuda.set_stream(hi)
+        queued (the model's weights, the optimiser's state); the last of this thread's step-first feeds to close
+        hands its stream back (an action trial holds one feed per side open at once, all on this thread)."""
+        state = _ON_STEP_STREAM
+        if getattr(state, "depth", 0) == 0:
+            state.before = torch.cuda.current_stream(self.device)
+            hi = step_stream(self.device)
+            hi.wait_stream(state.before)
+            torch.cuda.set_stream(hi)
+        state.depth = getattr(state, "depth", 0) + 1
+        self.switched = True
+
+    def _from_step_stream(self) -> None:
+        if not self.switched:
+            return
+        self.switched = False
+        state = _ON_STEP_STREAM
+        state.depth -= 1
+        if state.depth == 0:  # the thread's stream after the steps the high-priority one ran
+            state.before.wait_stream(torch.cuda.current_stream(self.device))
+            torch.cuda.set_stream(state.before)
+            state.before = None
 
     def close(self) -> None:
         """Stop the producer (it finishes the batch it is on) and wait for it: before the loader closes, and with
         the loader's workers running (a producer inside ``next`` waits for their batch). A producer that does not
-        stop is an error: the loader would shut down under it."""
+        stop is an error: the loader would shut down under it. Called on the thread that took the batches."""
+        try:
+            self._stop()
+        finally:
+            self._from_step_stream()
+
+    def _stop(self) -> None:
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout=60)
@@ -270,10 +293,6 @@ class Overlapped(Plain):
             self.ready.get_nowait()
         if self.stream is not None:
             self.stream.synchronize()
-        if self.before is not None:  # the trial's stream after the steps the high-priority one ran
-            self.before.wait_stream(torch.cuda.current_stream(self.device))
-            torch.cuda.set_stream(self.before)
-            self.before = None
 
 
 def pipeline_wait_columns(fed, measured_s: float) -> dict:

@@ -88,7 +88,8 @@ def side_stats(loader, cmd: dict, count: Callable, measure: Callable) -> dict:
     phase = {"now": "warmup"}
 
     def work(batch) -> int:
-        n = (None if built else count(batch)) or len(batch[1])
+        # a variant's (images, targets) (the GPU path's images are packed bytes); else as the user's batches count
+        n = len(batch[1]) if built and isinstance(batch, (list, tuple)) else count(batch) or len(batch[1])
         run = lambda: (on_device or copy_to)(images_of(batch), device)  # noqa: E731
         if phase["now"] == "measure":
             clock.timed(run, n)

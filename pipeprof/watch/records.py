@@ -174,8 +174,9 @@ def windows(batches: list[Batch], window_s: float, multiple: int, skip: int, bat
         else:
             start, prev = items[0].t_call, None
         wins = _pass_windows(items, start, prev, window_s, max(multiple, 1), batch_size)
-        if wins:
-            out += wins
+        if wins:  # short passes joined so far end here, in time order: a window if half of one, else left out
+            out += ([short] if short is not None and short.span_s >= window_s / 2 else []) + wins
+            short = None
             continue
         whole = Win(start, _with_steps(items, prev), batch_size)
         short = (
