@@ -312,3 +312,20 @@ def test_a_transform_called_twice_is_refused_and_one_that_decodes_inside_is_not_
     jpeg = A.Compose([A.ImageCompression(quality_range=(50, 60), p=1.0), A.ToTensorV2()])
     files, why = up.files_of(DictItems(folder, lambda img: jpeg(image=np.asarray(img))["image"]))
     assert why is None and files.decoder == "pil"
+
+
+def test_a_grey_picture_reads_in_either_channel_order_and_does_not_split_a_bgr_dataset(tmp_path, folder):
+    import cv2
+    import numpy as np
+
+    grey = tmp_path / "grey" / "g"
+    grey.mkdir(parents=True)
+    cv2.imwrite(str(grey / "0.jpg"), np.full((40, 40, 3), 128, np.uint8))
+    import shutil
+
+    for p in sorted(folder.rglob("*.jpg"))[:3]:
+        shutil.copy(p, grey / p.name)
+    bgr = FileList(tmp_path / "grey", _albumentations(), rgb=False)
+    assert bgr.paths[0].endswith("0.jpg")  # the grey picture is among the samples watched
+    files, why = up.files_of(bgr)
+    assert why is None and files.form == "bgr"

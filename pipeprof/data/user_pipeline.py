@@ -382,9 +382,10 @@ def decode_file(path, decoder: str, form: str):
     return np.ascontiguousarray(rgb[:, :, ::-1] if form == "bgr" else rgb)
 
 
-def _form_of(img, rgb) -> Optional[str]:
-    """The form (see :class:`Files`) in which ``img``, what the transform was handed, is the RGB array ``rgb``
-    (a decode of its file); None where it is not that image (cropped, resized, grey, another file)."""
+def _forms_of(img, rgb) -> set:
+    """The forms (see :class:`Files`) in which ``img``, what the transform was handed, is the RGB array ``rgb``
+    (a decode of its file): empty where it is not that image (cropped, resized, grey, another file); both 'rgb'
+    and 'bgr' for a grey picture in an array, which either order reads alike."""
     import numpy as np
 
     def same(a) -> bool:
@@ -392,12 +393,12 @@ def _form_of(img, rgb) -> Optional[str]:
         return a.shape == rgb.shape and float(np.abs(a.astype(np.int16) - rgb.astype(np.int16)).mean()) <= 0.5
 
     if type(img).__module__.startswith("PIL") and getattr(img, "mode", None) == "RGB":
-        return "pil" if same(img) else None
+        return {"pil"} if same(img) else set()
     if isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.dim() == 3 and img.shape[0] == 3:
-        return "chw" if same(img.permute(1, 2, 0).numpy()) else None
+        return {"chw"} if same(img.permute(1, 2, 0).numpy()) else set()
     if isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3:
-        return "rgb" if same(img) else "bgr" if same(img[:, :, ::-1]) else None
-    return None
+        return {f for f, a in (("rgb", img), ("bgr", img[:, :, ::-1])) if same(a)}
+    return set()
 
 
 def _int(v) -> Optional[int]:
@@ -504,15 +505,16 @@ def _matching_paths(paths: dict, seen: list, decoder: str) -> tuple[Optional[str
     """(the attribute whose paths decode to what the transform was handed on every sample seen, the form it was
     handed in), or (None, None)."""
     for attr, listed in paths.items():
-        forms = set()
+        forms = {"pil", "chw", "rgb", "bgr"}
         for s in seen:
             try:
-                forms.add(_form_of(s.rec.seen, decode_file(listed[s.index][0], decoder, "rgb")))
+                forms &= _forms_of(s.rec.seen, decode_file(listed[s.index][0], decoder, "rgb"))
             except Exception:  # noqa: BLE001 - not an image file: not this list
-                forms.add(None)
+                forms = set()
+            if not forms:
                 break
-        if len(forms) == 1 and None not in forms:
-            return attr, forms.pop()
+        if forms:
+            return attr, "rgb" if "rgb" in forms else forms.pop()  # all grey: either order, read as RGB
     return None, None
 
 
@@ -546,7 +548,8 @@ def _probe(dataset) -> tuple[Optional[Files], Optional[str]]:
             "does more than decode a file"
         )
     listed = paths[attr]
-    for values in ([[t for _, t in listed]] if listed[0][1] is not None else []) + list(ints.values()):
+    lists = ([[t for _, t in listed]] if listed[0][1] is not None else []) + list(ints.values())
+    for values in (v.tolist() if hasattr(v, "tolist") else v for v in lists):  # numbers, not 0-d tensors
         if all(_int(values[s.index]) is not None and _int(values[s.index]) == _int(s.target) for s in seen):
             where = f"`{name}.{attr}`, checked on {len(seen)} samples of its own __getitem__"
             samples = [(p, _int(values[i])) for i, (p, _) in enumerate(listed)]
@@ -655,9 +658,9 @@ class Decoded(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         path, target = self.files.samples[i]
-        img = decode_file(path, self.decoder, self.files.form)
         if self.decoder == "cv2":
             _cv2_threads()
+        img = decode_file(path, self.decoder, self.files.form)
         out = self.transform(image=img)["image"] if self.files.call == "image" else self.transform(img)
         if self.files.keys:  # the dataset's own dicts, for its own collate
             return {self.files.keys[0]: out, self.files.keys[1]: target}
@@ -777,7 +780,11 @@ def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> O
             }.get(files.form, "")
         else:
             code = 'img = Image.open(path).convert("RGB")'
-            code += {"rgb": "\nimg = np.asarray(img)", "bgr": "\nimg = np.asarray(img)[:, :, ::-1]"}.get(files.form, "")
+            code += {
+                "rgb": "\nimg = np.asarray(img)",
+                "bgr": "\nimg = np.asarray(img)[:, :, ::-1]",
+                "chw": "\nimg = torch.from_numpy(np.asarray(img)).permute(2, 0, 1)",
+            }.get(files.form, "")
         return (
             f"# in `{cls}.__getitem__` (the dataset of the DataLoader at {site}), where it reads file `path`: decode "
             f"with {DECODER_NAMES[other_decoder(files)]} instead of {DECODER_NAMES[files.decoder]}\n{code}"
