@@ -119,3 +119,22 @@ def test_with_no_verified_action_the_answer_names_the_likeliest_with_both_readin
     assert action_lines(tune)[-1] == "  → no action tried was shown to help"
     tune |= {"actions": [entry("uint8", 0.09, 0.02, 0.16)], "best_action": "uint8"}
     assert "best measured change: uint8, end to end +9.0% (+2.0% … +16.0%)" in action_lines(tune)[-1]
+
+
+def test_the_model_is_checked_against_the_loop_at_its_own_count():
+    """Predicted 788 (760-815) where the loop, at that count, ran 692 (673-710): +14%, apart beyond both intervals
+    and the 10% bound; at 2 workers, not measured at the loop's own count, there is nothing to check."""
+    predicted = [
+        {"num_workers": 1, "samples_per_s": 788.0, "samples_per_s_ci95_low": 760.0, "samples_per_s_ci95_high": 815.0}
+    ]
+    watched = {
+        "num_workers": 1,
+        "samples_per_s": 692.0,
+        "samples_per_s_ci95_low": 673.0,
+        "samples_per_s_ci95_high": 710.0,
+    }
+    check = tune.own_count_check(predicted, watched)
+    assert check["error_frac"] == pytest.approx(788 / 692 - 1) and check["disagrees"]
+    close = dict(watched, samples_per_s=760.0, samples_per_s_ci95_high=800.0)
+    assert not tune.own_count_check(predicted, close)["disagrees"]  # +3.7%, the intervals overlap
+    assert tune.own_count_check(predicted, dict(watched, num_workers=2)) is None

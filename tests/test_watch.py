@@ -402,3 +402,16 @@ def test_the_watched_rate_is_the_loops_samples_over_its_time_with_an_interval_ar
     assert row["samples_per_s"] == pytest.approx(pooled) == pytest.approx(96 / 1.65)  # 1.1 s waiting, 11 steps
     assert row["samples_per_s_ci95_low"] < row["samples_per_s"] < row["samples_per_s_ci95_high"]
     assert row["samples_per_s_window_median"] > row["samples_per_s_ci95_high"]  # what it read before
+
+
+def test_the_pause_tunes_rank_0_of_the_loop_with_the_most_batches():
+    """Rank 1 took a batch more than rank 0 of the training loop; a validation loader took fewer."""
+    from pipeprof.watch.records import Store
+
+    store = Store()
+    for cid, rank in ((7, 1), (9, 0)):
+        store.add(cid, {"k": "hello", "rank": rank, "pid": cid})
+    one = [1, 0.0, 0.1, 8, True, None]
+    store.add(7, {"k": "b", "d": [["train", *one]] * 11 + [["val", *one]] * 3})
+    store.add(9, {"k": "b", "d": [["train", *one]] * 10})
+    assert store.main_loader() == (9, "train")

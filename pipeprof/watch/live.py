@@ -120,6 +120,19 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
         )
         if tune.get("change"):
             out.append(f"    {tune['change']}")
+    if (tune.get("local_ranks") or 1) > 1:
+        out.append(
+            f"    {tune['local_ranks']} ranks of the job share this machine: each predicted on its share, "
+            f"{tune['cores_per_rank']:.3g} core{'' if tune['cores_per_rank'] == 1 else 's'}, the others' load absent "
+            "from the pause"
+        )
+    check = tune.get("own_count_check") or {}
+    if check.get("disagrees"):
+        out.append(
+            f"    note: at the loop's own count ({check['num_workers']}) the model predicts "
+            f"{_rate(check['predicted_samples_per_s'])} against the {_rate(check['watched_samples_per_s'])} watched "
+            f"({check['error_frac']:+.0%}): its other counts' predictions may be off by as much"
+        )
     if tune.get("curve_note"):
         out.append(f"    note: {tune['curve_note']}")
     return out + action_lines(tune)

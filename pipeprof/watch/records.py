@@ -144,10 +144,16 @@ class Store:
         return min(calls) if calls else None
 
     def main_loader(self) -> Optional[tuple[int, str]]:
-        """The (process, loader) with the most batches, lowest rank first: the training loop's loader."""
+        """The training loop's loader (the one with the most batches over the job's processes) in its lowest rank's
+        process: under torchrun the ranks run one loop each, and rank 0 is the one tuned, whichever of them has
+        taken a few batches more."""
         if not self.batches:
             return None
-        return max(self.batches, key=lambda k: (len(self.batches[k]), -self.rank(k[0])))
+        total: dict = defaultdict(int)
+        for (_, label), batches in self.batches.items():
+            total[label] += len(batches)
+        label = max(total, key=total.get)
+        return min((k for k in self.batches if k[1] == label), key=lambda k: self.rank(k[0]))
 
 
 def warmup_batches(settings: dict) -> int:

@@ -285,7 +285,7 @@ class Session:
         try:
             cores = usable_cores()["usable"]
             if self.tuned:
-                self.tune_result |= self._recommend(rows, cores)
+                self.tune_result |= self._recommend(rows, self._share(self.tuned, cores))
             run.meta |= {
                 "analysis": analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {},
                 "tune": self.tune_result,
@@ -397,7 +397,7 @@ class Session:
             f"its loader alone ({len(paused.get('stopped') or [])} of the job's workers stopped meanwhile); the "
             f"step ran at {step:,.1f} samples/s"
         )
-        cores = usable_cores()["usable"]
+        cores = self._share(label, usable_cores()["usable"])
         seen = tuning.search(
             lambda w: self._measure(cid, w, tuning.policy(self.o.window_s, tuning.point_cap(self.o.tune_max_s))),
             step,
@@ -406,7 +406,14 @@ class Session:
             paused.get("batches_per_pass"),
         )
         note = tuning.curve_note(seen, paused.get("batches_per_pass"))
-        self.tune_result = {"loader": label, "step_samples_per_s": step, "curve_note": note}
+        ranks = self._local_ranks(label)
+        self.tune_result = {
+            "loader": label,
+            "step_samples_per_s": step,
+            "curve_note": note,
+            "local_ranks": ranks,
+            "cores_per_rank": cores,
+        }
         try:
             self._tune_actions(cid, label, step, cores, paused.get("user") or {}, t0)
         finally:
@@ -562,6 +569,16 @@ class Session:
             + (f"{rate:,.1f} samples/s" if rate else f"no rate ({(got or {}).get('error', 'no answer')})")
         )
         return stats
+
+    def _share(self, label: str, cores: float) -> float:
+        """The cores one training process of the job has: the machine's, shared by the job's processes that run
+        this loader here (torchrun's local ranks, each with its own workers). The pause measures one of them while
+        the others wait at a step boundary, so its loader alone meets none of their load; each rank's prediction
+        and cores answer is read on its share (``local_ranks`` and ``cores_per_rank`` in run.json's ``tune``)."""
+        return cores / self._local_ranks(label)
+
+    def _local_ranks(self, label: str) -> int:
+        return len({cid for cid, lab in self.store.batches if lab == label}) or 1
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
         """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""

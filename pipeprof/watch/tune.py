@@ -130,15 +130,42 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
         )
     table = pd.DataFrame(predicted)
     pick = recommend_workers(table)
+    check = own_count_check(predicted, watched)
     main_s = (watched.get("main_cpu_pct_mean") or 0.0) / 100 / watched["samples_per_s"]
     need = cores_needed(step["samples_per_s"], ws, rate, main_s, cores, handoff[0], handoff[1])
     return pick | {
         "predicted": predicted,
+        "own_count_check": check,
         "cores_needed": need,
         "main_cpu_s_per_sample": main_s,
         "step_samples_per_s": step["samples_per_s"],
         "model": "analysis.predict (min of the step, the loader alone at the workers the training "
         "process leaves cores for, and the cores' budget), analysis.recommend_workers",
+    }
+
+
+OWN_COUNT_TOLERANCE = 0.10  # the issue's bound on a prediction against the script's own rate
+
+
+def own_count_check(predicted: list[dict], watched: dict) -> Optional[dict]:
+    """The model against the loop at the loop's own worker count: its prediction there beside the watched rate,
+    and whether they disagree beyond :data:`OWN_COUNT_TOLERANCE` and both intervals (``disagrees``). A model that
+    misses the loop where both were measured carries that error to the counts it predicts; None where the pause
+    did not measure the loop's own count."""
+    own = int(watched.get("num_workers") or 0)
+    at = next((p for p in predicted if p["num_workers"] == own), None)
+    rate = watched.get("samples_per_s")
+    if at is None or not rate or not at.get("samples_per_s"):
+        return None
+    error = at["samples_per_s"] / rate - 1
+    low, high = watched.get("samples_per_s_ci95_low") or rate, watched.get("samples_per_s_ci95_high") or rate
+    apart = at["samples_per_s_ci95_low"] > high or at["samples_per_s_ci95_high"] < low
+    return {
+        "num_workers": own,
+        "predicted_samples_per_s": at["samples_per_s"],
+        "watched_samples_per_s": rate,
+        "error_frac": error,
+        "disagrees": bool(apart and abs(error) > OWN_COUNT_TOLERANCE),
     }
 
 
