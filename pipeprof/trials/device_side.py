@@ -265,6 +265,8 @@ class Overlapped(Plain):
             return
         self.switched = False
         state = _ON_STEP_STREAM
+        if getattr(state, "depth", 0) == 0:  # closed on another thread than the one it switched: nothing of ours
+            return
         state.depth -= 1
         if state.depth == 0:  # the thread's stream after the steps the high-priority one ran
             state.before.wait_stream(torch.cuda.current_stream(self.device))
