@@ -396,6 +396,7 @@ def cmd_report(args) -> int:
     from .results import load_run
 
     run = load_run(args.run_dir, partial=True)  # a damaged folder: report what can be read
+    watched = run.meta.get("kind") == "watch"  # a watch's own answer (the ranks, the pause) goes on top
     if args.to:
         from pipeprof.report.trackers import export
 
@@ -407,11 +408,20 @@ def cmd_report(args) -> int:
         from pipeprof.report.html import write_report
 
         if args.html is not None:
-            print(f"wrote {write_report(run, args.html or None)}")
+            written = write_report(run, args.html or None)
+            if watched:
+                from pipeprof.watch.page import with_watch_section
+
+                with_watch_section(run, run.meta.get("tune"), written)
+            print(f"wrote {written}")
         if args.csv:
             run.trials.to_csv(run.path / "trials.csv", index=False)
             print(f"wrote {run.path / 'trials.csv'}")
         return _problems(run)
+    if watched and not args.format:
+        from pipeprof.watch.live import summary
+
+        print("\n".join(summary(run, run.meta.get("tune"))[:-1]))
     print(render(run, args.format), end="") if args.format else render_console(run)
     return _problems(run)
 

@@ -23,6 +23,7 @@ from conftest import MEASURED, measured_once
 from conftest import watch_job as _watch
 from conftest import watch_run_folder as _run_folder
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+from pipeprof.cli import main
 from pipeprof.watch.records import Batch, loader_row, windows
 
 # the tests that read rates, wait shares, verdicts or intervals of watched runs are alone; the runs several tests
@@ -43,6 +44,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+from pipeprof.cli import main
 
 
 class SlowStorage(BurnDataset):  # images that take {READ_S} s to read, then {COST_S} s of CPU to decode
@@ -82,6 +84,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+from pipeprof.cli import main
 
 torch.set_num_threads(1)
 print("site:", os.environ.get("USER_SITE_MARK"), flush=True)
@@ -104,6 +107,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+from pipeprof.cli import main
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
@@ -227,6 +231,18 @@ def test_tune_pauses_once_and_recommends_what_a_sweep_finds(tuned, sweep_answer)
     assert tune["recommended_workers"] == sweep_answer == 2, tune
     line = _line_of(TRAIN, "train_loader = DataLoader")
     assert tune["change"].endswith(f"train.py:{line}: num_workers=1 -> num_workers=2")
+    check = tune["own_count_check"]  # the model beside the loop at its own count: 1 worker, measured both ways
+    assert check["num_workers"] == 1 and check["watched_samples_per_s"] == _row(run, tune["loader"])["samples_per_s"]
+
+
+def test_report_prints_a_watchs_own_answer_again(tuned, capsys, tmp_path):
+    done, run, log = tuned
+    capsys.readouterr()
+    assert main(["report", str(run.path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pipeprof watch: complete") and "  tune (train.py:" in out and "→ num_workers=2" in out
+    assert main(["report", str(run.path), "--html", str(tmp_path / "again.html")]) == 0
+    assert "pipeprof watch --" in (tmp_path / "again.html").read_text()  # the watch's section on the page again
 
 
 @pytest.mark.alone

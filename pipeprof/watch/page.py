@@ -22,9 +22,10 @@ def section(run, tune) -> str:
     )
 
 
-def with_watch_section(run, tune) -> None:
-    """Put :func:`section` at the top of the run's report.html (written by ``report.html.write_report``)."""
-    path = run.path / REPORT
+def with_watch_section(run, tune, path=None) -> None:
+    """Put :func:`section` at the top of a report page of the run (written by ``report.html.write_report``;
+    ``path``: where, the run's report.html by default)."""
+    path = path or run.path / REPORT
     text = path.read_text(encoding="utf-8")
     if MARK in text:
         path.write_text(text.replace(MARK, MARK + section(run, tune), 1), encoding="utf-8")
