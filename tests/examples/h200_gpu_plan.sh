@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU figures the open issues still owe, one part per device call (each fits the 10-minute limit with room):
+#   bash tests/examples/h200_gpu_plan.sh PART OUT_DIR
+#   gpu-pipeline  #41: the CPU pipeline against the GPU's serial, overlapped and step-first (configs/
+#                 h200-gpu-pipeline.yaml, standard and heavy, nvJPEG), then `bench gpu-augment` (each decoder alone
+#                 and beside the step in the three modes); nvimgcodec where its wheel was carried
+#   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
+#   sizing-standard, sizing-heavy
+#                 #39: the size table of a 16-core run against runs inside 4, 8 and 12-core masks
+# Run from the repository root after the device README's install line; each part writes a log and its run
+# folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
+set -uo pipefail
+part=${1:?part}; out=${2:?out dir}
+mkdir -p "$out"
+py=python3
+runs=/tmp/pipeprof-plan
+case "$part" in
+  gpu-pipeline)
+    timeout 400 $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
+    echo "run rc=$?"; tail -60 "$out/run.log"
+    timeout 160 $py -m pipeprof bench gpu-augment --preset standard --out-dir "$runs" > "$out/bench.log" 2>&1
+    echo "bench rc=$?"; tail -40 "$out/bench.log"
+    ;;
+  watch-tune)
+    bash tests/examples/watch_tune_gpu.sh "$out" 4096
+    ;;
+  sizing-standard | sizing-heavy)
+    preset=${part#sizing-}
+    timeout 560 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
+      --set "augment.preset=$preset" --set "out_dir=$runs" > "$out/sizing.log" 2>&1
+    echo "validate rc=$?"; tail -60 "$out/sizing.log"
+    ;;
+  *)
+    echo "unknown part $part: gpu-pipeline, watch-tune, sizing-standard, sizing-heavy" >&2; exit 2
+    ;;
+esac
+for d in "$runs"/*/; do
+  [ -f "$d/run.json" ] && mkdir -p "$out/runs/$(basename "$d")" && cp "$d"/run.json "$d"/trials.parquet "$out/runs/$(basename "$d")/" 2>/dev/null
+done
+tar czf "$out/res.tgz" -C "$out" . --exclude=res.tgz 2>/dev/null
