@@ -418,6 +418,8 @@ def test_the_watched_rate_is_the_loops_samples_over_its_time_with_an_interval_ar
     assert row["samples_per_s"] == pytest.approx(pooled) == pytest.approx(96 / 1.65)  # 1.1 s waiting, 11 steps
     assert row["samples_per_s_ci95_low"] < row["samples_per_s"] < row["samples_per_s_ci95_high"]
     assert row["samples_per_s_window_median"] > row["samples_per_s_ci95_high"]  # what it read before
+    half = (row["samples_per_s_ci95_high"] - row["samples_per_s_ci95_low"]) / 2 / row["samples_per_s"]
+    assert row["unstable_reason"].startswith(f"95% interval ±{half:.1%} of the rate")  # judged on what is reported
 
 
 def test_the_pause_tunes_rank_0_of_the_loop_with_the_most_batches():

@@ -112,18 +112,20 @@ def ci_half_frac(rates: list[float]) -> Optional[float]:
     return (s["samples_per_s_ci95_high"] - s["samples_per_s_ci95_low"]) / 2 / s["samples_per_s"]
 
 
-def instability(rates: list[float], wanted: int, ci_limit: float) -> Optional[str]:
+def instability(rates: list[float], wanted: int, ci_limit: float, half: Optional[float] = None) -> Optional[str]:
     """Why these window rates should not be trusted, or None.
 
-    Unstable: fewer windows than wanted, a 95% interval wider than ±``ci_limit`` of the median,
-    or a steady drift (every window one way by more than ``ci_limit`` overall).
+    Unstable: fewer windows than wanted, a 95% interval wider than ±``ci_limit`` of the median (``half``: the
+    interval's relative half-width where the figure reported is not the windows' median, a watched loop's
+    pooled rate), or a steady drift (every window one way by more than ``ci_limit`` overall).
     """
     if len(rates) < wanted:
         return f"only {len(rates)} of {wanted} windows fitted in the time limit"
-    half = ci_half_frac(rates) or 0.0
+    of = "of the median" if half is None else "of the rate"
+    half = (ci_half_frac(rates) or 0.0) if half is None else half
     if half > ci_limit:
         cv = summarize_rates(rates)["samples_per_s_cv"] or 0.0
-        return f"95% interval ±{half:.1%} of the median > ±{ci_limit:.0%} after {len(rates)} windows (CV {cv:.1%})"
+        return f"95% interval ±{half:.1%} {of} > ±{ci_limit:.0%} after {len(rates)} windows (CV {cv:.1%})"
     # a drift is a steady trend (heat, a filling cache), not noise: every step goes one way
     steps = [b - a for a, b in zip(rates, rates[1:])]
     change = (rates[-1] - rates[0]) / statistics.fmean(rates)
