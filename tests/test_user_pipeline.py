@@ -285,6 +285,7 @@ def test_dict_items_are_read_and_rebuilt_with_their_keys(folder):
     ds = DictItems(folder, transforms.Compose([transforms.CenterCrop(32), transforms.PILToTensor()]))
     files, why = up.files_of(ds)
     assert why is None and (files.decoder, files.form, files.keys) == ("pil", "pil", ("pixels", "label"))
+    assert "not dicts of pixels, label" in up.snippet("gpu_pipeline", "train.py:9", ds, files)
     other = up.decoder(ds).dataset
     mine, theirs = ds[2], other[2]
     assert set(theirs) == {"pixels", "label"} and int(theirs["label"]) == int(mine["label"])

@@ -749,12 +749,19 @@ def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> O
             "images = images.to(device, non_blocking=True).float().sub_(mean).div_(std)"
         )
     if action == "gpu_pipeline":
+        files = files if files is not None else files_of(dataset)[0]
+        keys = files.keys if files is not None else None
+        loop = (
+            f"for images, labels in train_loader:  # (bytes, labels) pairs, not dicts of {', '.join(keys)}\n    "
+            if keys
+            else ""
+        )
         return (
             f"# the DataLoader at {site}: workers read bytes, the GPU decodes and augments (as measured)\n"
             "from pipeprof.data.user_pipeline import gpu_pipeline\n"
             "variant = gpu_pipeline(train_set)\n"
             "train_loader = DataLoader(variant.dataset, collate_fn=variant.collate, ...same arguments...)\n"
-            "# in the loop:\n"
+            f"# in the loop:\n{loop}"
             "images = variant.on_device(images, device)"
         )
     if action == "decoder":
