@@ -330,3 +330,16 @@ def test_a_grey_picture_reads_in_either_channel_order_and_does_not_split_a_bgr_d
     assert bgr.paths[0].endswith("0.jpg")  # the grey picture is among the samples watched
     files, why = up.files_of(bgr)
     assert why is None and files.form == "bgr"
+
+
+def test_a_subset_is_read_through_to_its_dataset_and_its_variants_pick_the_same_indices(folder):
+    full = _imagenet_style(folder)
+    train, _ = torch.utils.data.random_split(full, [6, len(full) - 6], generator=torch.Generator().manual_seed(0))
+    found = up.inspect(train, cuda=True)
+    assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
+    u8 = up.uint8(train).dataset
+    assert isinstance(u8, torch.utils.data.Subset) and list(u8.indices) == list(train.indices)
+    assert u8[0][0].dtype == torch.uint8 and u8[0][1] == train[0][1]
+    gpu = up.gpu_pipeline(train).dataset
+    first = train.indices[0]
+    assert bytes(gpu[0][0]) == open(full.samples[first][0], "rb").read() and gpu[0][1] == full.samples[first][1]

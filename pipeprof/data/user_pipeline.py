@@ -135,6 +135,28 @@ def normaliser(t: Tail) -> Callable:
     return on_device
 
 
+def _subset_aware(build: Callable[..., UserVariant]) -> Callable[..., UserVariant]:
+    """``build`` on the dataset a ``torch.utils.data.Subset`` (``random_split``'s result) picks from, the variant
+    picking the same indices: the transform and the files are the inner dataset's."""
+    import functools
+
+    @functools.wraps(build)
+    def built(dataset, *args, **kwargs) -> UserVariant:
+        if isinstance(dataset, torch.utils.data.Subset):
+            inner = built(dataset.dataset, *args, **kwargs)
+            return inner._replace(dataset=torch.utils.data.Subset(inner.dataset, dataset.indices))
+        return build(dataset, *args, **kwargs)
+
+    return built
+
+
+def inner(dataset):
+    """The dataset a (nested) ``Subset`` picks from, or the dataset itself."""
+    while isinstance(dataset, torch.utils.data.Subset):
+        dataset = dataset.dataset
+    return dataset
+
+
 def _with_transform(dataset, transform):
     """A shallow copy of ``dataset`` whose transform is ``transform`` (the samples, files and labels shared)."""
     out = copy.copy(dataset)
@@ -155,6 +177,7 @@ def _compose_like(transform, steps: list):
     return type(transform)(steps)
 
 
+@_subset_aware
 def uint8(dataset) -> UserVariant:
     found, why = tail(getattr(dataset, "transform", None))
     if found is None:
@@ -591,6 +614,7 @@ def collate_bytes(batch: list) -> tuple[dict, torch.Tensor]:
     return packed([b for b, _ in batch]), torch.as_tensor([t for _, t in batch])
 
 
+@_subset_aware
 def gpu_pipeline(dataset, seed: int = 0, files: Optional[Files] = None) -> UserVariant:
     files, why = (files, None) if files is not None else files_of(dataset)
     if files is None:
@@ -677,6 +701,7 @@ def _cv2_threads() -> None:
         _CV2_THREADS["set"] = True
 
 
+@_subset_aware
 def decoder(dataset, files: Optional[Files] = None) -> UserVariant:
     files, why = (files, None) if files is not None else files_of(dataset)
     if files is None:
@@ -700,9 +725,10 @@ def inspect(dataset, cuda: bool) -> dict:
     """For each builder: ``{"why_not": None or the reason, "snippet": what to write}`` on this dataset; the GPU
     path's ``mapping`` (its transform in the GPU table's words) and the decoder's ``was`` (what the dataset
     decodes with) and ``to``; the GPU path is refused without CUDA, its mapping still shown (what would run). The
-    dataset's files are read once (:func:`files_of`) for the builders that need them."""
+    dataset's files are read once (:func:`files_of`) for the builders that need them. A ``Subset`` is read through
+    to the dataset it picks from (its transform, its files); its variants pick the same indices."""
     try:
-        files, files_why = files_of(dataset)
+        files, files_why = files_of(inner(dataset))
     except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read this way: its reason, uint8 still tried
         files, files_why = None, f"its files could not be read: {type(exc).__name__}: {exc}"
     out = {}
@@ -718,7 +744,7 @@ def inspect(dataset, cuda: bool) -> dict:
         except (ValueError, LookupError, ImportError) as exc:
             why = str(exc)
         out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset, files) if why is None else None}
-    transform = getattr(dataset, "transform", None)
+    transform = getattr(inner(dataset), "transform", None)
     mapped, words = gpu_transforms(transform) if transform is not None else (None, "the dataset has no transform")
     out["gpu_pipeline"]["mapping"] = words if mapped is not None else None
     if out["gpu_pipeline"]["why_not"] is None and not cuda:
@@ -729,7 +755,9 @@ def inspect(dataset, cuda: bool) -> dict:
 
 
 def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> Optional[str]:
-    """What to write in the user's script for ``action``: the line to change and the code, as measured."""
+    """What to write in the user's script for ``action``: the line to change and the code, as measured (for a
+    ``Subset``, the dataset it picks from: the builders take the Subset itself)."""
+    dataset = inner(dataset)
     if action == "uint8":
         found, _ = tail(getattr(dataset, "transform", None))
         if found is None:
