@@ -41,12 +41,14 @@ def pooled_rate_ci95(counts: list[float], spans: list[float]) -> tuple[float, Op
     return rate, rate - t95(n) * se, rate + t95(n) * se
 
 
-def ratio_ci95(new: list[float], base: list[float]) -> tuple[float, float, float]:
+def ratio_ci95(new: list[float], base: list[float], pooled_df: bool = False) -> tuple[float, float, float]:
     """(change, low, high): the ratio of two sets of window rates' means less one, and its 95% interval from the
-    log ratio's standard error (each mean's CV over the root of its count, Student's t at the smaller count): two
-    independent readings, no pairing. Each set needs two values or more."""
+    log ratio's standard error (each mean's CV over the root of its count, Student's t at the smaller count, or
+    with ``pooled_df`` at both sets' degrees of freedom together: for few values of one spread, a few runs of
+    the same machine): two independent readings, no pairing. Each set needs two values or more."""
     mn, mb = statistics.fmean(new), statistics.fmean(base)
     var = sum((statistics.stdev(x) / statistics.fmean(x)) ** 2 / len(x) for x in (new, base))
-    half = t95(min(len(new), len(base))) * math.sqrt(var)
+    n = len(new) + len(base) - 1 if pooled_df else min(len(new), len(base))
+    half = t95(n) * math.sqrt(var)
     log = math.log(mn / mb)
     return mn / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1

@@ -91,6 +91,9 @@ def test_the_spread_of_pooled_runs_widens_the_windows_interval(tmp_path):
     g = guard(pooled("base", 1.0, [0.95, 1.05]), pooled("new", 0.92, [0.95, 1.05]), 0.05)
     assert not g.failed and all(c.high_frac > 0 for c in g.changes)
     assert all(c.basis == "windows (5 and 5), widened by the runs' spread (2 and 2 runs)" for c in g.changes)
+    # runs 3% apart, both sides' degrees of freedom (t 4.30, not 12.7 at one run's): a -15% drop still fails
+    drop = guard(pooled("b3", 1.0, [0.985, 1.015]), pooled("n3", 0.85, [0.985, 1.015]), 0.05)
+    assert drop.failed and all(c.high_frac < 0 for c in drop.changes)
     steady = guard(pooled("b2", 1.0, [1.0, 1.0001]), pooled("n2", 0.92, [1.0, 1.0001]), 0.05)
     assert steady.failed and all(c.basis == "windows (5 and 5)" for c in steady.changes)  # runs agree: windows'
 

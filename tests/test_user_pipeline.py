@@ -340,6 +340,7 @@ def test_a_subset_is_read_through_to_its_dataset_and_its_variants_pick_the_same_
     u8 = up.uint8(train).dataset
     assert isinstance(u8, torch.utils.data.Subset) and list(u8.indices) == list(train.indices)
     assert u8[0][0].dtype == torch.uint8 and u8[0][1] == train[0][1]
+    assert found["decoder"]["snippet"].count("train_set.dataset.loader = cv2_loader") == 1
     gpu = up.gpu_pipeline(train).dataset
     first = train.indices[0]
     assert bytes(gpu[0][0]) == open(full.samples[first][0], "rb").read() and gpu[0][1] == full.samples[first][1]

@@ -68,11 +68,13 @@ def _change(row, base_windows, new_windows, ref: Optional[float], runs=(None, No
         change, low, high = ratio_ci95(b, a)
         basis = f"windows ({len(a)} and {len(b)})"
         ra, rb = _windows(runs[0]), _windows(runs[1])
-        if ra and rb:
-            _, run_low, run_high = ratio_ci95(rb, ra)
+        if ra and rb:  # a few runs of one machine: their spread read with both sides' degrees of freedom
+            _, run_low, run_high = ratio_ci95(rb, ra, pooled_df=True)
             if run_low < low or run_high > high:
                 low, high = min(low, run_low), max(high, run_high)
                 basis += f", widened by the runs' spread ({len(ra)} and {len(rb)} runs)"
+        elif any(isinstance(r, (list, tuple)) or hasattr(r, "__len__") and not isinstance(r, str) for r in runs):
+            basis += ", the runs' spread not read (one run on a side)"
     else:
         change = row["rate_b"] / row["rate_a"] - 1
         lo_a, hi_a, lo_b, hi_b = (row.get(k) for k in ("lo_a", "hi_a", "lo_b", "hi_b"))

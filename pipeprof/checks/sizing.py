@@ -76,7 +76,7 @@ def launch(
     config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]], log_path: Path
 ) -> Run:
     """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given); its run folder."""
-    sets = [f"out_dir={out_dir}", f"name={name}", *overrides]
+    sets = [*overrides, f"out_dir={out_dir}", f"name={name}"]  # the last wins: the run must land where it is looked for
     cmd = [sys.executable, "-m", "pipeprof", "run", str(config_path)] + [a for s in sets for a in ("--set", s)]
     confine = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # noqa: E731 - runs in the child
     before = set(out_dir.glob(f"{name}-*"))

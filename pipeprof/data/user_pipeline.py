@@ -757,7 +757,17 @@ def inspect(dataset, cuda: bool) -> dict:
 def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> Optional[str]:
     """What to write in the user's script for ``action``: the line to change and the code, as measured (for a
     ``Subset``, the dataset it picks from: the builders take the Subset itself)."""
-    dataset = inner(dataset)
+    text = _snippet(action, site, inner(dataset), files)
+    if text is None or not isinstance(dataset, torch.utils.data.Subset) or action == "gpu_pipeline":
+        return text
+    return (  # the change is to the dataset the Subset picks from, which random_split's other parts share
+        "# train_set is a Subset: change the dataset it picks from (train_set.dataset), which the other parts of\n"
+        "# its random_split share (give them a dataset of their own where they must not change)\n"
+        + text.replace("train_set.loader", "train_set.dataset.loader")
+    )
+
+
+def _snippet(action: str, site: str, dataset, files: Optional[Files]) -> Optional[str]:
     if action == "uint8":
         found, _ = tail(getattr(dataset, "transform", None))
         if found is None:

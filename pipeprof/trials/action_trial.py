@@ -179,12 +179,19 @@ class _Turns:
 
 def _close(ctx: TrialContext, its: dict, pauses: dict, sides: list) -> None:
     ctx.monitor.track_workers([])
-    for side, it in its.items():
-        if side in pauses:  # a stopped worker cannot exit (nor hand a waiting producer thread its batch)
-            pauses[side].resume()
-        if sides[side].feed is not None:  # a producer thread stops before its loader
-            sides[side].feed.close()
-        shutdown(it)
+    failed = None
+    for side, it in its.items():  # every side closed, even after one failed to: the first failure is raised
+        try:
+            if side in pauses:  # a stopped worker cannot exit (nor hand a waiting producer thread its batch)
+                pauses[side].resume()
+            if sides[side].feed is not None:  # a producer thread stops before its loader
+                sides[side].feed.close()
+        except Exception as exc:  # noqa: BLE001 - raised after the other sides are closed
+            failed = failed or exc
+        finally:
+            shutdown(it)
+    if failed is not None:
+        raise failed
 
 
 class _StageSums:

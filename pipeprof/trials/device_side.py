@@ -178,7 +178,7 @@ class Overlapped(Plain):
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.step_first = bool(step_first) and self.stream is not None
-        self.switched = False  # this feed moved its thread's steps to the high-priority stream
+        self.switched = 0  # the id of the thread whose steps this feed moved to the high-priority stream
         self.ready: queue.Queue = queue.Queue(maxsize=ahead)
         self.stopping = threading.Event()
         self.gate = threading.Event()  # set: the producer may take the next batch (cleared out of its side's turn)
@@ -258,15 +258,13 @@ class Overlapped(Plain):
             hi.wait_stream(state.before)
             torch.cuda.set_stream(hi)
         state.depth = getattr(state, "depth", 0) + 1
-        self.switched = True
+        self.switched = threading.get_ident()  # the thread whose stream moved: only it hands it back
 
     def _from_step_stream(self) -> None:
-        if not self.switched:
-            return
-        self.switched = False
+        owner, self.switched = self.switched, False
         state = _ON_STEP_STREAM
-        if getattr(state, "depth", 0) == 0:  # closed on another thread than the one it switched: nothing of ours
-            return
+        if not owner or owner != threading.get_ident() or getattr(state, "depth", 0) == 0:
+            return  # not switched, or closed on another thread: that thread's stream is not ours to move
         state.depth -= 1
         if state.depth == 0:  # the thread's stream after the steps the high-priority one ran
             state.before.wait_stream(torch.cuda.current_stream(self.device))

@@ -62,8 +62,9 @@ def summary(run, tune: Optional[dict]) -> list[str]:
     """The closing lines, read from the stored run."""
     meta, lines = run.meta, []
     lines.append(
-        f"pipeprof watch: {meta['status']} ({meta.get('ended_by')}), {meta['window']['watched_s']:.1f} s "
-        f"watched; device {meta['config']['device']}"
+        f"pipeprof watch: {meta.get('status')} ({meta.get('ended_by')}), "
+        f"{(meta.get('window') or {}).get('watched_s') or 0:.1f} s watched; device "
+        f"{(meta.get('config') or {}).get('device')}"
     )
     for exc in meta.get("exceptions", []):
         lines.append(f"  the job raised {exc['type']}: {exc['message']} (rank {exc.get('rank')}, {exc.get('where')})")

@@ -153,7 +153,8 @@ class Store:
         for (_, label), batches in self.batches.items():
             total[label] += len(batches)
         label = max(total, key=total.get)
-        return min((k for k in self.batches if k[1] == label), key=lambda k: self.rank(k[0]))
+        # a process that has ended (a restarted rank's old connection) cannot be paused: the live ones first
+        return min((k for k in self.batches if k[1] == label), key=lambda k: (k[0] in self.closed, self.rank(k[0])))
 
 
 def warmup_batches(settings: dict) -> int:

@@ -284,8 +284,9 @@ class Session:
         run = write(self, status, {}, rows, machine())  # what was measured is on disk before any analysis runs
         try:
             cores = usable_cores()["usable"]
-            if self.tuned:
-                self.tune_result |= self._recommend(rows, self._share(self.tuned, cores))
+            if self.tuned:  # on the share the pause used (the ranks' connections may have changed since)
+                share = self.tune_result.get("cores_per_rank") or self._share(self.tuned, cores)
+                self.tune_result |= self._recommend(rows, share)
             run.meta |= {
                 "analysis": analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {},
                 "tune": self.tune_result,
@@ -402,7 +403,7 @@ class Session:
             lambda w: self._measure(cid, w, tuning.policy(self.o.window_s, tuning.point_cap(self.o.tune_max_s))),
             step,
             self.store.loaders[label]["settings"].get("num_workers") or 0,
-            cores,
+            max(1, math.floor(cores)),  # the search counts workers: whole cores
             paused.get("batches_per_pass"),
         )
         note = tuning.curve_note(seen, paused.get("batches_per_pass"))
@@ -578,7 +579,9 @@ class Session:
         return cores / self._local_ranks(label)
 
     def _local_ranks(self, label: str) -> int:
-        return len({cid for cid, lab in self.store.batches if lab == label}) or 1
+        """The job's ranks on this machine that ran the loader: distinct ranks, not connections (a restarted rank
+        connects again under its old rank)."""
+        return len({self.store.rank(cid) for cid, lab in self.store.batches if lab == label}) or 1
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
         """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""

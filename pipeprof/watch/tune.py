@@ -155,7 +155,8 @@ def own_count_check(predicted: list[dict], watched: dict) -> Optional[dict]:
     own = int(watched.get("num_workers") or 0)
     at = next((p for p in predicted if p["num_workers"] == own), None)
     rate = watched.get("samples_per_s")
-    if at is None or not rate or not at.get("samples_per_s"):
+    ends = [at.get(k) for k in ("samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high")] if at else []
+    if at is None or not rate or not all(v is not None and math.isfinite(v) for v in ends):
         return None
     error = at["samples_per_s"] / rate - 1
     low, high = watched.get("samples_per_s_ci95_low") or rate, watched.get("samples_per_s_ci95_high") or rate

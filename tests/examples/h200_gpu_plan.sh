@@ -13,12 +13,13 @@ set -uo pipefail
 part=${1:?part}; out=${2:?out dir}
 mkdir -p "$out"
 py=python3
-runs=/tmp/pipeprof-plan
+runs=/tmp/pipeprof-plan/$part  # this part's runs only (a warm machine keeps an earlier part's)
+rm -rf "$runs"; mkdir -p "$runs"
 case "$part" in
-  gpu-pipeline)
-    timeout 400 $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
+  gpu-pipeline)  # the limits leave about 80 s of the call's 600 for start-up and the copies
+    timeout -k 10 360 $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
     echo "run rc=$?"; tail -60 "$out/run.log"
-    timeout 160 $py -m pipeprof bench gpu-augment --preset standard --out-dir "$runs" > "$out/bench.log" 2>&1
+    timeout -k 10 140 $py -m pipeprof bench gpu-augment --preset standard --out-dir "$runs" > "$out/bench.log" 2>&1
     echo "bench rc=$?"; tail -40 "$out/bench.log"
     ;;
   watch-tune)
@@ -26,15 +27,16 @@ case "$part" in
     ;;
   sizing-standard | sizing-heavy)
     preset=${part#sizing-}
-    timeout 560 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
-      --set "augment.preset=$preset" --set "out_dir=$runs" > "$out/sizing.log" 2>&1
+    timeout -k 10 500 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
+      --set "augment.preset=$preset" --out-dir "$runs" > "$out/sizing.log" 2>&1
     echo "validate rc=$?"; tail -60 "$out/sizing.log"
     ;;
   *)
     echo "unknown part $part: gpu-pipeline, watch-tune, sizing-standard, sizing-heavy" >&2; exit 2
     ;;
 esac
-for d in "$runs"/*/; do
-  [ -f "$d/run.json" ] && mkdir -p "$out/runs/$(basename "$d")" && cp "$d"/run.json "$d"/trials.parquet "$out/runs/$(basename "$d")/" 2>/dev/null
+find "$runs" -name run.json | while read -r f; do  # each run folder's record, wherever the command nested it
+  d=$(dirname "$f"); mkdir -p "$out/runs/$(basename "$d")"
+  cp "$d"/run.json "$d"/trials.parquet "$out/runs/$(basename "$d")/" 2>/dev/null
 done
-tar czf "$out/res.tgz" -C "$out" . --exclude=res.tgz 2>/dev/null
+tar czf /tmp/pipeprof-res.tgz --exclude=./res.tgz -C "$out" . && mv /tmp/pipeprof-res.tgz "$out/res.tgz"

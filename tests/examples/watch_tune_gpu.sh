@@ -2,8 +2,9 @@
 # One device call: the examples-style ImageFolder script watched and tuned with actions, then run by hand at
 # the recommended count, plain and with the best measured change applied (its own clocks each time).
 #   bash tests/examples/watch_tune_gpu.sh OUT_DIR [IMAGES]
-# Each step has its own time limit, so the whole fits one 10-minute call on the 16-core box (about 300 s). A
-# 20 s window once saw one batch: the first steps of a fresh process (cudnn.benchmark) can take that long.
+# Each step has its own time limit (270 + 3 x 70 s at most), so the whole fits one 10-minute call on the 16-core
+# box (about 300 s when nothing hangs). A 20 s window once saw one batch: the first steps of a fresh process
+# (cudnn.benchmark) can take that long.
 set -uo pipefail
 out=${1:?out dir}; images=${2:-4096}
 mkdir -p "$out"
@@ -13,7 +14,7 @@ $py -c "from pipeprof.data.synthetic import make_dataset as m; print(m('$data', 
   > "$out/dataset.txt" 2>&1
 echo "dataset: $(tail -1 "$out/dataset.txt")"
 script=(tests/examples/imagenet_train.py --data "$data" --batch-size 256)
-timeout 300 $py -m pipeprof watch --tune --seconds 30 --stop --out-dir /tmp/pipeprof-out -- \
+timeout -k 10 270 $py -m pipeprof watch --tune --seconds 30 --stop --out-dir /tmp/pipeprof-out -- \
   $py "${script[@]}" --workers 4 --steps 100000 > "$out/watch.log" 2>&1
 echo "watch rc=$?"; grep -v '^step ' "$out/watch.log" | tail -45
 run=$(ls -d /tmp/pipeprof-out/watch-* | tail -1)
@@ -25,5 +26,5 @@ echo "pick=$pick best=$best"
 for variant in plain uint8 gpu_pipeline; do
   flag=""; [ "$variant" = uint8 ] && flag=--uint8; [ "$variant" = gpu_pipeline ] && flag=--gpu-decode
   echo "== $variant at $pick workers =="
-  timeout 80 $py "${script[@]}" --workers "$pick" --steps 140 --clock $flag 2>&1 | grep -E 'clock|Error|error' | tail -3
+  timeout -k 5 70 $py "${script[@]}" --workers "$pick" --steps 140 --clock $flag 2>&1 | grep -E 'clock|Error|error' | tail -3
 done
