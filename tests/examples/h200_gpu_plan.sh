@@ -16,10 +16,10 @@ py=python3
 runs=/tmp/pipeprof-plan/$part  # this part's runs only (a warm machine keeps an earlier part's)
 rm -rf "$runs"; mkdir -p "$runs"
 case "$part" in
-  gpu-pipeline)  # the limits leave about 80 s of the call's 600 for start-up and the copies
-    timeout -k 10 360 $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
+  gpu-pipeline)  # the limits leave about 60 s of the call's 600 for start-up and the copies
+    timeout -k 10 390 $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
     echo "run rc=$?"; tail -60 "$out/run.log"
-    timeout -k 10 140 $py -m pipeprof bench gpu-augment --preset standard --out-dir "$runs" > "$out/bench.log" 2>&1
+    timeout -k 10 130 $py -m pipeprof bench gpu-augment --preset standard --out-dir "$runs" > "$out/bench.log" 2>&1
     echo "bench rc=$?"; tail -40 "$out/bench.log"
     ;;
   watch-tune)
