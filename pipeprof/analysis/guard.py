@@ -73,7 +73,7 @@ def _change(row, base_windows, new_windows, ref: Optional[float], runs=(None, No
             if run_low < low or run_high > high:
                 low, high = min(low, run_low), max(high, run_high)
                 basis += f", widened by the runs' spread ({len(ra)} and {len(rb)} runs)"
-        elif any(isinstance(r, (list, tuple)) or hasattr(r, "__len__") and not isinstance(r, str) for r in runs):
+        elif any(r is not None and not isinstance(r, float) for r in runs):  # a list of one run (NaN: none kept)
             basis += ", the runs' spread not read (one run on a side)"
     else:
         change = row["rate_b"] / row["rate_a"] - 1
