@@ -124,3 +124,25 @@ def test_the_guard_takes_two_runs_and_a_percentage(tmp_path, capsys):
     assert "--fail-if-slower compares two runs, BASE NEW" in capsys.readouterr().err
     assert main(["compare", base, base, "--fail-if-slower", "150"]) == 2
     assert "threshold in percent from 0 to 100 (got 2 runs, 150%)" in capsys.readouterr().err
+
+
+def test_trial_ids_are_unique_where_presets_hand_the_step_different_inputs_and_old_shared_ids_do_not_crash(tmp_path):
+    """light hands uint8, standard float32: the step's own trial ran once per input under one id before."""
+    from pipeprof import config as C
+    from pipeprof.orchestrate.sweep import expand
+
+    cfg = C.resolve(
+        C.build({"augment": {"preset": ["standard", "light"]}, "out_dir": str(tmp_path)}),
+        cuda=False,
+        bf16_ok=False,
+        usable_cores=2,
+    )
+    ids = [s.trial_id for s in expand(cfg)]  # each preset probed for what it hands the step
+    assert len(ids) == len(set(ids)) and sum(i.startswith("gpu_ceiling/") for i in ids) == 2
+    assert any(i.startswith("gpu_ceiling/") and "/uint8/" in i for i in ids)
+    # a stored run from before, two trials under one id: read without their windows, not as each other's
+    old = load_run(_run(tmp_path, "old"))
+    twin = old.trials[old.trials["kind"] == "gpu_ceiling"].iloc[:1].assign(input_dtype="uint8")
+    old.trials = pd.concat([old.trials, twin], ignore_index=True)
+    g = guard(old, load_run(_run(tmp_path, "new", 0.98)), 0.05)
+    assert g.verdict == "within noise" and g.changes

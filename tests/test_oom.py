@@ -181,7 +181,7 @@ def test_a_batch_the_trial_that_uses_it_cannot_hold_falls_back_an_eighth_saying_
     assert attempts[1]["samples_per_s"] > 0 and "CUDA out of memory" in attempts[0]["error"]
     assert lines == [
         "loader.batch_size auto: 48 ran out of memory in the trial that uses it "
-        "(gpu_ceiling/user:FitsUpTo/fp32/bs48); falling back to 40"
+        "(gpu_ceiling/user:FitsUpTo/fp32/uint8/bs48); falling back to 40"
     ]
     # a model that fits no size near the choice: after FALLBACKS steps down the run stops, naming the field
     with Monitor(hz=10, gpu=False) as monitor:

@@ -98,10 +98,13 @@ def guard(
     table = ratios(base, new, "new", across or {})
 
     def column(name: str) -> dict:
-        return {
-            side: run.trials.set_index("trial_id")[name] if name in run.trials else None
-            for side, run in (("a", base), ("b", new))
-        }
+        """A side's ``name`` by trial id; an id two trials share (a run from before ids named a step's uint8
+        input) reads as unknown, not as the other trial's."""
+        out = {}
+        for side, run in (("a", base), ("b", new)):
+            col = run.trials.set_index("trial_id")[name] if name in run.trials else None
+            out[side] = col[~col.index.duplicated(keep=False)] if col is not None else None
+        return out
 
     def pair(col: dict, row) -> tuple:
         return tuple(col[s].get(row[t]) if col[s] is not None else None for s, t in (("a", "trial"), ("b", "trial_b")))

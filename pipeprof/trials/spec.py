@@ -50,6 +50,9 @@ class TrialSpec:
             self.model,
             self.precision,
             self.preset,
+            # a step's own trial (no preset in its id) is planned once per input its presets hand it: the uint8 and
+            # the float32 step of one model would share an id (two presets, one of them without Normalize)
+            "uint8" if self.preset is None and self.input_dtype == "uint8" else None,
             self._gpu_part(),
             self.source,
             cache_state,
