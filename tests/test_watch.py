@@ -44,7 +44,6 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
-from pipeprof.cli import main
 
 
 class SlowStorage(BurnDataset):  # images that take {READ_S} s to read, then {COST_S} s of CPU to decode
@@ -84,7 +83,6 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
-from pipeprof.cli import main
 
 torch.set_num_threads(1)
 print("site:", os.environ.get("USER_SITE_MARK"), flush=True)
@@ -107,7 +105,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
-from pipeprof.cli import main
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
