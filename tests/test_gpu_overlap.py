@@ -94,6 +94,7 @@ class _SlowSide(DeviceSide):
         return out
 
 
+@pytest.mark.alone  # timed: another test's load on the two cores moves its waits and rates
 def test_the_data_wait_is_the_loaders_part_of_the_wait_the_rest_is_the_pipelines(byte_batches):
     """A slow loader (80 ms a batch) before a quick pipeline: the training thread's waits are data waits. A quick
     loader before a slow pipeline (80 ms): they are the GPU pipeline's, and the data wait is near nothing."""
@@ -222,6 +223,7 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
         C.build({"augment": {"gpu_decoder": []}})
 
 
+@pytest.mark.alone  # timed: another test's load on the two cores moves its waits and rates
 def test_the_shared_trial_measures_each_alone_and_together(tiny_dataset, quick_measure):
     """The step of known cost (FixedStepModel: 20 ms a batch of 4, 200 samples/s) beside the GPU pipeline on CPU
     tensors, serially: together below either alone, and near the serial model 1 / (1/step + 1/pipeline)."""

@@ -8,7 +8,7 @@ its 95% interval:
   the log ratio's standard error), else from their intervals' far ends (new low over base high, and so on);
 - widened by the runs' own spread where a side pooled several runs (``bench regress``, ``run_rates``: each run's
   mean): windows of one run share its process, its memory layout and the machine's state then, so their spread
-  leaves out how much a whole run moves (a same-config A B B A read -6.0% (-9.4% … -2.5%) from 8 windows a side);
+  leaves out how much a whole run moves (docs/measured.md: a same-config A B B A read beyond the noise);
   the interval of the ratio of the runs' means, where wider, is the one read;
 - widened by the machine's drift: each run carries a CPU reference (a fixed JPEG decode timed at its start and
   end, ``compare.reference_rate``); where the two references differ, the interval spans both the raw change and

@@ -288,7 +288,7 @@ def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: fl
     busy = sum(gpu) if gpu else sum(steps)
     # the loop's rate is its samples over its time, as its own clock reads it: windows differ in length and a
     # pass's first (its workers' restart, where they are not persistent) is slow, so their median would overstate
-    # it and fall outside the mean's interval (read 1,199 (1,072-1,169) for a loop of non-persistent workers)
+    # it and fall outside the mean's interval (docs/measured.md, "watch --tune on scripts outside the tests")
     rate, rate_lo, rate_hi = pooled_rate_ci95([w.samples for w in wins], spans)
     half = (rate_hi - rate_lo) / 2 / rate if rate_lo is not None else None
     reason = instability([w.rate for w in wins], 3, ci_target, half)  # judged on the interval reported
