@@ -43,22 +43,17 @@ def line(session, since: float, now: float) -> list[str]:
             continue
         span = now - since
         samples = sum(b.samples or 0 for b in recent)
-        wait = sum(b.t_ret - max(b.t_call, since) for b in recent) / span / max(1, _ranks(store, label))
+        wait = sum(b.t_ret - max(b.t_call, since) for b in recent) / span / store.ranks(label)
         workers = {p for (cid, lab), s in store.workers.items() if lab == label for p in s}
         cpu = session.procs.mean_pct(workers, [(since, now)]) if workers else None
         # the loader's own count on each rank: the PIDs seen grow each pass where workers are not persistent
-        count = (store.loaders[label].get("settings", {}).get("num_workers") or 0) * _ranks(store, label)
+        count = (store.loaders[label].get("settings", {}).get("num_workers") or 0) * store.ranks(label)
         out.append(
             f"pipeprof watch {now - session.t_start:5.0f}s  {label}: {_rate(samples / span)} samples/s, "
             f"data wait {_pct(wait)}, GPU {'–' if gpu is None else f'{gpu:.0f}%'}, workers' CPU "
             f"{'–' if cpu is None else f'{cpu:.0f}%'} ({count} workers)"
         )
     return out
-
-
-def _ranks(store, label: str) -> int:
-    """The job's ranks that ran the loader (a restarted rank connects again under its old rank)."""
-    return len({store.rank(cid) for cid, lab in store.batches if lab == label})
 
 
 def summary(run, tune: Optional[dict]) -> list[str]:

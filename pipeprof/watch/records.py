@@ -143,6 +143,11 @@ class Store:
         calls = [b[0].t_call for b in self.batches.values() if b]
         return min(calls) if calls else None
 
+    def ranks(self, label: str) -> int:
+        """The job's ranks that ran the loader: distinct ranks, not connections (a restarted rank connects again
+        under its old rank)."""
+        return len({self.rank(cid) for cid, lab in self.batches if lab == label}) or 1
+
     def main_loader(self) -> Optional[tuple[int, str]]:
         """The training loop's loader (the one with the most batches over the job's processes) in its lowest rank's
         process: under torchrun the ranks run one loop each, and rank 0 is the one tuned, whichever of them has
@@ -299,7 +304,6 @@ def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: fl
             "samples_per_s": rate,
             "samples_per_s_ci95_low": rate_lo,
             "samples_per_s_ci95_high": rate_hi,
-            "samples_per_s_window_median": statistics.median(w.rate for w in wins),
             "status": "ok",
             "error": None,
             "window_rates": [w.rate for w in wins],

@@ -284,9 +284,8 @@ class Session:
         run = write(self, status, {}, rows, machine())  # what was measured is on disk before any analysis runs
         try:
             cores = usable_cores()["usable"]
-            if self.tuned:  # on the share the pause used (the ranks' connections may have changed since)
-                share = self.tune_result.get("cores_per_rank") or self._share(self.tuned, cores)
-                self.tune_result |= self._recommend(rows, share)
+            if self.tuned:  # on the share of the cores the pause used
+                self.tune_result |= self._recommend(rows, self.tune_result.get("cores_per_rank") or cores)
             run.meta |= {
                 "analysis": analyse_loaders(rows, cores, self.device(), self.o.redraws) if rows else {},
                 "tune": self.tune_result,
@@ -398,7 +397,10 @@ class Session:
             f"its loader alone ({len(paused.get('stopped') or [])} of the job's workers stopped meanwhile); the "
             f"step ran at {step:,.1f} samples/s"
         )
-        cores = self._share(label, usable_cores()["usable"])
+        # the job's ranks on this machine share its cores, each with its own workers, and the pause meets none of
+        # the others' load: this rank is read on its share (run.json's tune: local_ranks, cores_per_rank)
+        ranks = self.store.ranks(label)
+        cores = usable_cores()["usable"] / ranks
         seen = tuning.search(
             lambda w: self._measure(cid, w, tuning.policy(self.o.window_s, tuning.point_cap(self.o.tune_max_s))),
             step,
@@ -407,7 +409,6 @@ class Session:
             paused.get("batches_per_pass"),
         )
         note = tuning.curve_note(seen, paused.get("batches_per_pass"))
-        ranks = self._local_ranks(label)
         self.tune_result = {
             "loader": label,
             "step_samples_per_s": step,
@@ -570,18 +571,6 @@ class Session:
             + (f"{rate:,.1f} samples/s" if rate else f"no rate ({(got or {}).get('error', 'no answer')})")
         )
         return stats
-
-    def _share(self, label: str, cores: float) -> float:
-        """The cores one training process of the job has: the machine's, shared by the job's processes that run
-        this loader here (torchrun's local ranks, each with its own workers). The pause measures one of them while
-        the others wait at a step boundary, so its loader alone meets none of their load; each rank's prediction
-        and cores answer is read on its share (``local_ranks`` and ``cores_per_rank`` in run.json's ``tune``)."""
-        return cores / self._local_ranks(label)
-
-    def _local_ranks(self, label: str) -> int:
-        """The job's ranks on this machine that ran the loader: distinct ranks, not connections (a restarted rank
-        connects again under its old rank)."""
-        return len({self.store.rank(cid) for cid, lab in self.store.batches if lab == label}) or 1
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
         """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""
