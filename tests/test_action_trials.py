@@ -812,7 +812,7 @@ def test_the_gpu_pipeline_is_measured_beside_a_stand_in_step_first_and_predicted
         order = _predict_gpu_pipeline(run, ctx, todo, [g], bases, mon, lambda *a: None, Budget(ctx.measure))
     (alone,) = run.meta["action_trials"]["gpu_pipeline_alone"]
     assert alone["status"] == "ok" and alone["kind"] == "cpu_pipeline" and alone["augment_device"] == "cuda"
-    assert alone["trial_id"] == "cpu_pipeline/standard/gpu-augment/files/bs4/w1" and alone["samples_per_s"] > 10
+    assert alone["trial_id"] == "cpu_pipeline/standard/gpu-augment-serial/files/bs4/w1" and alone["samples_per_s"] > 10
     assert len(g.actions) == 2  # the sweep's entry, or the one the prediction added
     entry = g.actions[1]
     assert entry["id"] == "gpu_pipeline" and entry.get("action") == (None if advised else "gpu")  # the plan's words
@@ -864,7 +864,7 @@ def test_gpu_pipeline_prediction_is_its_rate_beside_the_stand_in_step():
         "the GPU pipeline beside a stand-in for the step (the device kept busy 54.8 ms a batch, "
         "the step's own time at 4,674 samples/s) ran at 3,222 samples/s (cpu_pipeline/x); its own "
         "device time 23.7 ms a batch (decode 10.1, augment 13.6), the host's 78.1 ms; against "
-        "2,843 now"
+        "2,843 now; in turn with the stand-in, a lower bound for the pipeline overlapped"
     )
     bare = gpu_pipeline_prediction(row(0.075), {"samples_per_s": 3222.0})  # a row without its clocks: no figures
     assert "its cpu_pipeline trial); against 2,843 now" in bare["basis"]

@@ -306,7 +306,7 @@ def gpu_pipeline_prediction(row: pd.Series, beside: dict) -> dict:
             f"the GPU pipeline beside a stand-in for the step (the device kept busy "
             f"{beside.get('stand_in_step_ms') or 0:.1f} ms a batch, the step's own time at {step:,.0f} "
             f"samples/s) ran at {predicted:,.0f} samples/s ({beside.get('trial_id') or 'its cpu_pipeline trial'})"
-            f"{own}; against {now:,.0f} now"
+            f"{own}; against {now:,.0f} now; in turn with the stand-in, a lower bound for the pipeline overlapped"
         ),
     }
 

@@ -244,7 +244,10 @@ def _predict_gpu_pipeline(
         step = base.get("step_bound_samples_per_s") if base is not None else None
         if step is None or step != step:  # no step ceiling measured: nothing to set the pipeline beside
             continue
-        gpu = ACTIONS["gpu_pipeline"].params(base, None)  # the settings its action trial runs with
+        # the settings its action trial runs with, but serial: the stand-in (a spin kernel) holds none of the SMs a
+        # step holds, so beside it an overlapped pipeline would read as free; in turn with it, it reads the two
+        # costs added, a lower bound for the overlapped action, which its trial then measures with the real step
+        gpu = ACTIONS["gpu_pipeline"].params(base, None) | {"augment_overlap": False}
         beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, **gpu)
         stand_in_s = spec.batch_size / step  # the step's own time a batch, from its ceiling
         log(
