@@ -43,14 +43,20 @@ class BackendMissing(ConfigError):
 Decode = Callable[[list], list]
 
 
-def settle(device: torch.device) -> None:
+#: the backends that write from a stream of their own into memory handed out on the current one (:func:`settle`);
+#: nvImageCodec is handed the current stream and orders its writes on it
+OWN_STREAM = ("nvjpeg", "torchcodec")
+
+
+def settle(device: torch.device, backend: str = DEFAULT) -> None:
     """Wait for the work queued on the current stream before a decode. torchvision's CUDA decoder takes its output
     tensors from PyTorch's cache on the current stream but writes them from a stream of its own, which waits for
     nothing: a block freed with kernels still queued (the step's activations, the last batch's augment scratch)
     could be written while they read it. The wait costs the producer thread nothing it would not wait anyway (the
     decode call blocks it); on the training thread (overlap off) it keeps the next batch's decode behind this
-    step, which is what serial means. Nothing to wait for on a CPU."""
-    if torch.device(device).type == "cuda":
+    step, which is what serial means. Nothing to wait for on a CPU, or for a backend that writes on the current
+    stream."""
+    if torch.device(device).type == "cuda" and backend in OWN_STREAM:
         torch.cuda.current_stream().synchronize()
 
 

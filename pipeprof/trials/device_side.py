@@ -23,8 +23,9 @@ own stream they give the overlap achieved (:func:`overlap_ms`): the pipeline's d
 step's did.
 
 A stand-in for the step (``stand_in_s``) keeps the device busy for the step's own time before each batch,
-as the step does end to end: the host then decodes and queues the next batch while the device works, and
-the marks bracket the pipeline's own device time, not the host's. Without it (the pipeline alone) the
+as the step does end to end, and the marks bracket the pipeline's own device time, not the host's (serially,
+a decoder that writes from a stream of its own first waits for the stand-in: :func:`gpu_decode.settle`, outside
+the host's clock). Without it (the pipeline alone) the
 device waits for the host inside the marks, and its time alone overstates what it adds end to end
 (docs/measured.md, "The GPU pipeline").
 """
@@ -82,8 +83,8 @@ class DeviceSide:
 
     def prepare(self, batch: dict) -> tuple[dict, tuple, float]:
         """(the batch with its images on the device, the three marks around decode and augment, host seconds)."""
-        t0 = time.perf_counter()
-        gpu_decode.settle(self.pipe.device)  # the decoder may write from a stream of its own (see there)
+        gpu_decode.settle(self.pipe.device, self.decoder)  # the decoder may write from a stream of its own (see there)
+        t0 = time.perf_counter()  # after the wait: the host's own time in the decode and augment calls
         m0 = self.clock.mark()
         images = self.decode(unpacked(batch))
         m1 = self.clock.mark()
