@@ -666,7 +666,8 @@ def _bench_gpu_augment(args) -> int:
     forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log)
     encoded = _jpegs(args.batch)
     alone = decoders_alone(encoded, dev, repeats, log=log)
-    print(render_gpu_augment(forms) + "\n" + render_decoders(alone), end="")
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    print(render_gpu_augment(forms) + "\n" + render_decoders(alone, name), end="")
     beside = beside_the_step(encoded, dev, args.preset, args.model, args.precision, log=log) if args.model else None
     if beside is not None:
         print("\n" + render_beside(beside), end="")

@@ -31,3 +31,17 @@ def test_the_table_gives_median_and_range_per_form_and_the_ratio():
     assert "| per-sample | 3 | 10.0 (10.0–10.0) | 160.0 (80.0–240.0) |" in text
     assert "| batched | 3 | 10.0 (10.0–10.0) | 8.0 (4.0–12.0) |" in text
     assert "augment ms 0.05x" in text
+
+
+def test_the_decoders_are_set_against_the_h200_anchor_only_on_an_h200():
+    from pipeprof.checks.bench import NVJPEG_ANCHOR_IMAGES_S, render_decoders
+
+    rate = NVJPEG_ANCHOR_IMAGES_S / 2
+    df = pd.DataFrame(
+        [{"backend": "nvjpeg", "status": "ok", "decode_ms": 256 / rate * 1e3, "images_per_s": rate}] * 3
+        + [{"backend": "nvimgcodec", "status": "skipped", "reason": "not installed"}]
+    )
+    on = render_decoders(df, "NVIDIA H200")
+    assert "| 50% |" in on and "| nvimgcodec | skipped | not installed |" in on
+    off = render_decoders(df, "NVIDIA A100-SXM4-80GB")
+    assert "| – |" in off and "50%" not in off and "not set beside a NVIDIA A100" in off

@@ -571,10 +571,15 @@ def beside_the_step(
     return pd.DataFrame(rows)
 
 
-def render_decoders(df: pd.DataFrame, anchor: float = NVJPEG_ANCHOR_IMAGES_S) -> str:
-    """Markdown: per backend the median (range) decode ms and images/s, against the anchor; skipped ones with why."""
+def render_decoders(df: pd.DataFrame, device_name: str = "", anchor: float = NVJPEG_ANCHOR_IMAGES_S) -> str:
+    """Markdown: per backend the median (range) decode ms and images/s, against the anchor where ``device_name`` is
+    the anchor's GPU (an H200: on another the share would read its GPU against one it is not); skipped ones with
+    why."""
+    on_anchor = "H200" in device_name
     lines = [
-        f"| decoder | batches | decode ms | images/s | vs the H200 anchor ({anchor:,.0f}: docs/measured.md) |",
+        f"| decoder | batches | decode ms | images/s | vs the H200 anchor ({anchor:,.0f}: docs/measured.md)"
+        + ("" if on_anchor else f", not set beside a {device_name or 'device'}")
+        + " |",
         "|" + "---|" * 5,
     ]
     for name, g in df.groupby("backend", sort=False):
@@ -585,7 +590,8 @@ def render_decoders(df: pd.DataFrame, anchor: float = NVJPEG_ANCHOR_IMAGES_S) ->
         ms, rate = ok["decode_ms"], ok["images_per_s"]
         lines.append(
             f"| {name} | {len(ok)} | {ms.median():,.1f} ({ms.min():,.1f}–{ms.max():,.1f}) | "
-            f"{rate.median():,.0f} ({rate.min():,.0f}–{rate.max():,.0f}) | {rate.median() / anchor:.0%} |"
+            f"{rate.median():,.0f} ({rate.min():,.0f}–{rate.max():,.0f}) | "
+            + (f"{rate.median() / anchor:.0%} |" if on_anchor else "– |")
         )
     return "\n".join(lines) + "\n"
 
