@@ -554,13 +554,12 @@ def compare_figures(runs: list, labels: list[str]) -> list[Figure]:
     return out
 
 
-def sizing_figure(run) -> list[Figure]:
-    """Per workload the predicted samples/s on one GPU against the cores beside it (``analysis.workstation``):
-    the interval as a band, past the cores measured dotted, the step's ceiling as a dashed line, the
-    candidate core counts as points."""
+def sizing_figure(loads: list) -> list[Figure]:
+    """Per workload (``analysis.workstation.workloads`` of a run) the predicted samples/s on one GPU against the
+    cores beside it: the interval as a band, past the cores measured dotted, the step's ceiling as a dashed line,
+    the candidate core counts as points."""
     from pipeprof.analysis import workstation as ws
 
-    loads = ws.workloads(run)
     if not loads:
         return []
     top = max(max(ws.DEFAULT_CORES), int(max(w.cores for w in loads)))

@@ -208,7 +208,7 @@ def _review(run) -> str:
     )
 
 
-def _figures(run) -> str:
+def _figures(run, loads: list) -> str:
     out = []
     for build in (
         F.curve_figures,
@@ -219,23 +219,23 @@ def _figures(run) -> str:
         F.mode_figure,
         F.storage_figure,
         F.scaling_figure,
-        F.sizing_figure,
     ):
         out += build(run)
+    out += F.sizing_figure(loads)
     return "".join(
         f'<figure id="{esc(f.id)}"><h3>{esc(f.title)}</h3>{f.svg}<figcaption>{esc(f.caption)}</figcaption></figure>'
         for f in out
     )
 
 
-def _sizing(run) -> str:
-    """``pipeprof size`` for this run alone: the candidate table at 1 GPU and the cores of
+def _sizing(loads: list) -> str:
+    """``pipeprof size`` for this run alone (its ``analysis.workstation.workloads``: none where the analysis
+    skipped the cores figures, a CPU step, the GPU pipeline): the candidate table at 1 GPU and the cores of
     :data:`analysis.workstation.DEFAULT_CORES`, and the buyer's lines (nothing where it has no workload)."""
     from pipeprof.analysis import workstation as ws
 
     from .workstation import sentence
 
-    loads = ws.workloads(run)  # none where the analysis skipped the cores figures (a CPU step, the GPU pipeline)
     if not loads:
         return ""
     rows, target = ws.table(loads, ws.grid(list(ws.DEFAULT_CORES), [1])), ws.DEFAULT_TARGET
@@ -308,15 +308,18 @@ def _details(run) -> str:
 
 def render_html(run) -> str:
     """The whole report of a stored run as one HTML page."""
+    from pipeprof.analysis.workstation import workloads
+
     notes = "".join(f"<li>{esc(line)}</li>" for line in recommendation_lines(run))
+    loads = workloads(run)  # read once, for the sizing figure and its table
     body = [
         _header(run),
         _answer(run),
         _actions(run),
         _review(run),
         "<h2>Figures</h2>",
-        _figures(run),
-        _sizing(run),
+        _figures(run, loads),
+        _sizing(loads),
         _trial_tables(run),
         f'<h2>Notes</h2><ul class="notes">{notes}</ul>' if notes else "",
         _details(run),
