@@ -307,9 +307,9 @@ def plan(answer, row, facts: Facts) -> list[Planned]:
         was = row.get("decoder") if isinstance(row.get("decoder"), str) else "its own decoder"
         label = a.label
         if facts.user is not None and a.user_label:  # a user's dataset, in its decoders' names
-            label, names = a.user_label, DECODER_NAMES
-            was = names.get((facts.user.get(a.id) or {}).get("was"), was)
-            params_words = {k: names.get(v, v) if k == "decoder" else v for k, v in params.items()}
+            label = a.user_label
+            was = DECODER_NAMES.get((facts.user.get(a.id) or {}).get("was"), was)
+            params_words = {k: DECODER_NAMES.get(v, v) if k == "decoder" else v for k, v in params.items()}
         else:
             params_words = params
         out.append(Planned(a.id, label.format(was=was, **params_words), params, why_not(a, answer, row, facts)))

@@ -345,13 +345,13 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
     if w == 0:
         cpu = row.get("cpu_bound_samples_per_s")
         if _known(row.get("shared_bound_samples_per_s")):
-            # the GPU pipeline's loader alone already holds its decode/augment: beside it the step alone; and
-            # overlapped, a producer thread loads while the step runs: the slower side binds, nothing adds
-            step = step_bound(row)
+            # the GPU pipeline's loader alone already holds its decode/augment. Overlapped, a producer thread loads
+            # while the step runs: the slower side binds (the step's with the pipeline beside it), nothing adds;
+            # serially, the loader in turn with the step alone
             if row.get("augment_overlap") in (True, 1.0):
-                bounds = {"step": gpu_side(row), "cpu": cpu, "io": io, "cores": None}
-                known = [b for b in (bounds["step"], cpu) if _known(b)]
-                return (min(known) if len(known) == 2 else float("nan")), bounds
+                bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
+                return (min(step, cpu) if _known(step) and _known(cpu) else float("nan")), bounds
+            step = step_bound(row)
         bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
         serial = [step, cpu] if _known(step) and _known(cpu) else []
         return (1 / sum(1 / b for b in serial) if serial else float("nan")), bounds

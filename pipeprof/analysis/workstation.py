@@ -26,7 +26,7 @@ import pandas as pd
 from pipeprof.schema import GROUP_KEYS
 
 from .advice import rate_for_cores
-from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_interval, matching, ok
+from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok
 
 #: the candidates' core counts and the target share of the GPUs' ceiling where none are given (``pipeprof size``,
 #: the report's sizing section)
@@ -185,7 +185,7 @@ STEP_KEYS = [k for k in BOUND_KEYS["gpu_ceiling"] if k not in ("gpus", "p2p")]
 
 def workloads(run, skipped: bool = False) -> list[Workload]:
     """One workload per one-GPU answer of a stored run that measured both its step and its CPU curve, read as the
-    analysis reads them (``bounds.cpu_curve_rows``, ``bounds.handoff_interval`` at the group's first end-to-end
+    analysis reads them (``bounds.cpu_curve_rows``, ``bounds.handoff_limit`` at the group's first end-to-end
     row); its N-GPU ceilings give the scaling (:func:`step_and_scaling`). An answer whose cores figures the
     analysis skipped (``cpu_figures_skipped``: no GPU, the GPU pipeline, a pipeline at the storage's pace) is not
     a workload: its curve does not say what cores deliver; ``skipped`` takes them all the same (the sizing check,
@@ -217,7 +217,7 @@ def workloads(run, skipped: bool = False) -> list[Workload]:
                 highs,
                 a.main_cpu_s_per_sample or 0.0,
                 float(usable),
-                handoff_interval(t, like)[1],
+                handoff_limit(t, like),
                 scaling,
                 gpu,
             )
