@@ -167,3 +167,6 @@ def test_the_gpu_count_scaling_is_read_from_the_runs_n_gpu_ceilings():
     two = ws.predict(W._replace(step=one, scaling=scaling), ws.Candidate("32c2g", 32, gpus=2))
     assert two["gpu_scaling"] == "measured" and two["samples_per_s"] == pytest.approx(1800)
     assert ws.step_and_scaling(rows[rows["gpus"] == 2]) == (None, {})  # no one-GPU ceiling: no workload
+    # one machine's share of a 2-machine job (1 of its 2 ranks reported) is no job rate: no scaling from it
+    partial = rows.assign(ranks_reported=[1, 1, 1, 1, 2]).drop(index=4)
+    assert ws.step_and_scaling(partial) == (one, {})

@@ -21,15 +21,21 @@ from .bounds import matching
 SAME = ["kind", "model", "precision", "mode", "batch_size", "preset", "source", "cache_state", "num_workers"]
 
 
+def job_rates(done: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose rate is a whole job's, timed as the sweep times: a node's share of a multi-machine job is
+    no job rate (merge first), and an overhead check's untimed twin is not the trial."""
+    if "ranks_reported" in done:
+        done = done[done["ranks_reported"].isna() | (done["ranks_reported"] >= done["gpus"])]
+    if "stage_timing" in done:
+        done = done[done["stage_timing"].astype("boolean").fillna(True)]
+    return done
+
+
 def scaling(trials: pd.DataFrame) -> list[dict]:
     """One entry per N-GPU trial with its one-GPU counterpart, efficiency and p2p effect."""
     if "gpus" not in trials or "samples_per_s" not in trials or not (trials["gpus"] > 1).any():
         return []
-    done = trials[(trials["status"] == "ok") & trials["samples_per_s"].notna()]
-    if "ranks_reported" in done:  # a node's share of a multi-machine job is no job rate: merge first
-        done = done[done["ranks_reported"].isna() | (done["ranks_reported"] >= done["gpus"])]
-    if "stage_timing" in done:
-        done = done[done["stage_timing"].astype("boolean").fillna(True)]
+    done = job_rates(trials[(trials["status"] == "ok") & trials["samples_per_s"].notna()])
     keys = [k for k in SAME if k in done]
     one = done[done["gpus"] == 1]
     out = []

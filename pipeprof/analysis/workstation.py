@@ -27,6 +27,7 @@ from pipeprof.schema import GROUP_KEYS
 
 from .advice import rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok
+from .scaling import job_rates
 
 #: the candidates' core counts and the target share of the GPUs' ceiling where none are given (``pipeprof size``,
 #: the report's sizing section)
@@ -228,7 +229,9 @@ def workloads(run, skipped: bool = False) -> list[Workload]:
 def step_and_scaling(step: pd.DataFrame) -> tuple[Optional[tuple], dict]:
     """(the one-GPU ceiling as (median, low, high) of its trials, {GPUs: scaling efficiency}) from a workload's
     ``gpu_ceiling`` rows: an N-GPU row's rate is the job's total, so its efficiency is that over N one-GPU
-    ceilings; of several link settings (``p2p``) the better. (None, {}) without a one-GPU ceiling."""
+    ceilings; of several link settings (``p2p``) the better; only whole jobs' rates (``scaling.job_rates``). (None,
+    {}) without a one-GPU ceiling."""
+    step = job_rates(step)
     gpus = step["gpus"].fillna(1) if "gpus" in step else pd.Series(1, index=step.index)
     one = step[gpus == 1]
     if one.empty:
