@@ -663,8 +663,8 @@ def _bench_gpu_augment(args) -> int:
 
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repeats = max(10, args.repeats)
-    forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log)
-    encoded = _jpegs(args.batch)
+    encoded = _jpegs(args.batch)  # one batch of JPEGs for the three tables
+    forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log, encoded=encoded)
     alone = decoders_alone(encoded, dev, repeats, log=log)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(render_gpu_augment(forms) + "\n" + render_decoders(alone, name), end="")

@@ -396,15 +396,17 @@ def gpu_augment(
     device: Optional[str] = None,
     size: int = 224,
     log: Callable[[str], None] = print,
+    encoded: Optional[list] = None,
 ) -> pd.DataFrame:
     """One row per timed batch (form, repeat, the :func:`_pipeline_batch` figures): the preset's GPU pipeline with
-    its per-sample forms and with its batch forms, alternating, ``warmup`` batches of each first and not kept."""
+    its per-sample forms and with its batch forms, alternating, ``warmup`` batches of each first and not kept;
+    ``encoded``: the batch's JPEG bytes (default: ``batch`` of the bench's own)."""
     import torch
 
     from pipeprof.data.gpu_augment import for_preset
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    encoded = _jpegs(batch)
+    encoded = encoded if encoded is not None else _jpegs(batch)
     pipes = {
         form: for_preset(preset, size, dev, seed=0, batched=form == "batched") for form in ("per-sample", "batched")
     }

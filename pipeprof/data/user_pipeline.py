@@ -34,6 +34,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from pipeprof.actions import DECODER_NAMES
+from pipeprof.measure.confounders import cap_cv2_threads
 
 JPEG = (".jpg", ".jpeg", ".JPG", ".JPEG")
 
@@ -646,9 +647,6 @@ def gpu_pipeline(dataset, seed: int = 0, files: Optional[Files] = None) -> UserV
 # ---- the other decoder -------------------------------------------------------------------------
 
 
-_CV2_THREADS = {"set": False}
-
-
 def cv2_loader(path: str):
     """A file decoded by OpenCV (``data.decode.decode_cv2``), handed on as the RGB PIL image torchvision's loader
     gives."""
@@ -656,7 +654,7 @@ def cv2_loader(path: str):
 
     from .decode import DecodeError, decode_cv2
 
-    _cv2_threads()
+    cap_cv2_threads()
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -683,22 +681,12 @@ class Decoded(torch.utils.data.Dataset):
     def __getitem__(self, i):
         path, target = self.files.samples[i]
         if self.decoder == "cv2":
-            _cv2_threads()
+            cap_cv2_threads()
         img = decode_file(path, self.decoder, self.files.form)
         out = self.transform(image=img)["image"] if self.files.call == "image" else self.transform(img)
         if self.files.keys:  # the dataset's own dicts, for its own collate
             return {self.files.keys[0]: out, self.files.keys[1]: target}
         return out, target
-
-
-def _cv2_threads() -> None:
-    """OpenCV's threads capped once a process: the user's workers run their own worker_init_fn, and a worker's
-    decode runs on its own core (the confounders' rule)."""
-    if not _CV2_THREADS["set"]:
-        import cv2
-
-        cv2.setNumThreads(0)
-        _CV2_THREADS["set"] = True
 
 
 @_subset_aware

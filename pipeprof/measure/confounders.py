@@ -33,11 +33,18 @@ def quiet_albumentations() -> None:
 
 def cap_worker_threads() -> None:
     """One thread per worker: parallelism comes from the number of workers."""
-    import cv2
     import torch
 
-    cv2.setNumThreads(0)
+    cap_cv2_threads()
     torch.set_num_threads(1)
+
+
+def cap_cv2_threads() -> None:
+    """OpenCV decodes on the calling thread alone; called before each decode where pipeprof decodes in a user's
+    workers, which run the user's worker_init_fn, not :func:`cap_worker_threads` (a call far cheaper than a decode)."""
+    import cv2
+
+    cv2.setNumThreads(0)
 
 
 def seed_worker(seed: int) -> None:
