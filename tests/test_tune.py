@@ -5,6 +5,8 @@ import math
 import statistics
 
 import pytest
+import torch
+from torch.utils.data import IterableDataset
 
 from pipeprof.watch import tune
 
@@ -138,3 +140,83 @@ def test_the_model_is_checked_against_the_loop_at_its_own_count():
     close = dict(watched, samples_per_s=760.0, samples_per_s_ci95_high=800.0)
     assert not tune.own_count_check(predicted, close)["disagrees"]  # +3.7%, the intervals overlap
     assert tune.own_count_check(predicted, dict(watched, num_workers=2)) is None
+
+
+def test_each_pass_start_is_added_to_the_step_that_cannot_hide_it():
+    """A pass of 2,048 samples behind a 10,000/s step: 204.8 ms of steps plus the 50 ms before its first batch;
+    a loader slower than that binds as before; unseen passes leave the steady-state rate as it is."""
+    passes = {"pass_start_s": 0.05, "samples_per_pass": 2048}
+    assert tune.in_passes(10_000.0, 10_000.0, passes) == pytest.approx(2048 / (0.05 + 0.2048))
+    assert tune.in_passes(5_000.0, 10_000.0, passes) == 5_000.0  # 409.6 ms of loading holds its own starts
+    assert tune.in_passes(10_000.0, 10_000.0, {"pass_start_s": None, "samples_per_pass": 2048}) == 10_000.0
+
+
+def test_persistent_workers_gain_the_loop_its_pass_starts_even_behind_a_step_that_binds():
+    """Both loaders alone outrun a 2,000/s step; the user's (non-persistent) spends 60 ms starting each pass of
+    1,000 samples, the variant 5 ms: 1000 / (0.005 + 0.5) over 1000 / (0.06 + 0.5), +10.9%, where the
+    steady-state model alone predicted nothing."""
+    before = after = _side([2999.0, 3000.0, 3001.0]) | {"pass_start_s": 0.06, "samples_per_pass": 1000}
+    variant = _side([3996.0, 4000.0, 4004.0]) | {"pass_start_s": 0.005, "samples_per_pass": 1000}
+    row = tune.with_step(tune.bracketed(before, variant, after), 2000.0)
+    assert row["predicted_e2e_gain_frac"] == pytest.approx((0.06 + 0.5) / (0.005 + 0.5) - 1)
+    assert row["predicted_e2e_samples_per_s"] == pytest.approx(1000 / 0.505)
+    steady = tune.with_step(tune.bracketed(before, variant | {"pass_start_s": None}, after), 2000.0)
+    assert steady["predicted_e2e_gain_frac"] == 0.0  # one side's passes unseen: neither side counts them
+
+
+def _slow_start(worker_id: int) -> None:
+    import time
+
+    time.sleep(0.25)  # a worker's start of known cost, paid at each pass by a loader without persistent workers
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_the_pause_times_each_pass_start_of_the_users_loader(persistent):
+    """Real workers: 24 samples in batches of 4 (6 a pass) behind a worker start of 250 ms. Without persistent
+    workers every pass pays it before its first batch; with them no pass after the first does."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from pipeprof.watch.pause import measure
+
+    ds = TensorDataset(torch.zeros(24, 3), torch.zeros(24))
+    kwargs = {"batch_size": 4, "num_workers": 1, "worker_init_fn": _slow_start, "persistent_workers": persistent}
+    loader = DataLoader(ds, **kwargs)
+    loader._pipeprof_args = ((ds,), kwargs)  # as the hook keeps them
+    stats = measure(loader, 1, tune.policy(0.3, 8.0), lambda pids: None, lambda b: len(b[0]))
+    assert stats["samples_per_pass"] == 24 and stats["pass_starts"] == stats["loader_restarts"] >= 2
+    if persistent:
+        assert stats["pass_start_s"] < 0.25
+    else:
+        assert stats["pass_start_s"] >= 0.25
+
+
+class _Stream(IterableDataset):
+    """An IterableDataset of 64 float samples, as a user streams one (it has no ``__getitem__``)."""
+
+    def __iter__(self):
+        return iter([(torch.full((3, 8, 8), float(i)), i) for i in range(64)])
+
+
+class _Sent(list):
+    """The pause's messages to the parent, kept in order (the socket's other end)."""
+
+    def send(self, msg: dict) -> None:
+        self.append(msg)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_hand_off_of_an_iterable_dataset_repeats_its_first_item():
+    from torch.utils.data import DataLoader
+
+    from pipeprof.watch.pause import _handoff
+
+    ds = _Stream()
+    kwargs = {"batch_size": 8, "num_workers": 1}
+    loader = DataLoader(ds, **kwargs)
+    loader._pipeprof_args = ((ds,), kwargs)
+    sent = _Sent()
+    _handoff(loader, sent, {"workers": 1, "policy": tune.policy(0.3, 4.0)}, lambda b: len(b[0]))
+    assert sent[0]["k"] == "tune_handoff" and "error" not in sent[0], sent[0]
+    assert sent[0]["stats"]["samples_per_s"] > 0 and sent[0]["stats"]["loader_restarts"] == 0  # it never ends

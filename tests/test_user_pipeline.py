@@ -344,3 +344,65 @@ def test_a_subset_is_read_through_to_its_dataset_and_its_variants_pick_the_same_
     gpu = up.gpu_pipeline(train).dataset
     first = train.indices[0]
     assert bytes(gpu[0][0]) == open(full.samples[first][0], "rb").read() and gpu[0][1] == full.samples[first][1]
+
+
+class OwnNames(torch.utils.data.Dataset):
+    """A dataset whose transform is not called ``transform``: ``self.tf`` (and ``self.val_tf`` where ``both``)."""
+
+    def __init__(self, folder, tf, both=False):
+        self.files = [str(p) for p, _ in datasets.ImageFolder(folder).samples]
+        self.targets = [t for _, t in datasets.ImageFolder(folder).samples]
+        self.tf = tf
+        if both:
+            self.val_tf = transforms.Compose([transforms.ToTensor()])
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        with Image.open(self.files[i]) as im:
+            return self.tf(im.convert("RGB")), self.targets[i]
+
+
+class Streamed(torch.utils.data.IterableDataset):
+    """An IterableDataset of the same files: nothing is read by index."""
+
+    def __init__(self, folder, tf):
+        self.files, self.tf = [str(p) for p, _ in datasets.ImageFolder(folder).samples], tf
+
+    def __iter__(self):
+        from PIL import Image
+
+        for f in self.files:
+            with Image.open(f) as im:
+                yield self.tf(im.convert("RGB")), 0
+
+
+def test_a_transform_under_its_own_attribute_name_is_found_and_replaced_there(folder):
+    tf = _imagenet_style(folder).transform
+    ds = OwnNames(folder, tf)
+    assert up.transform_attr(ds) == ("tf", None)
+    found = up.inspect(ds, cuda=False)
+    assert found["uint8"]["why_not"] is None and "`OwnNames.tf`" in found["uint8"]["snippet"]
+    assert found["decoder"]["why_not"] is None and found["decoder"]["was"] == "pil"
+    variant = up.uint8(ds)
+    torch.manual_seed(5)
+    want = torch.stack([ds[i][0] for i in range(3)])
+    torch.manual_seed(5)
+    got = torch.stack([variant.dataset[i][0] for i in range(3)])
+    assert got.dtype == torch.uint8 and ds.tf is tf  # the copy's `tf` changed, the user's not
+    assert torch.allclose(variant.on_device(got, "cpu"), want, atol=1e-5)
+    two = up.inspect(OwnNames(folder, tf, both=True), cuda=False)
+    assert "several transforms (`tf`, `val_tf`)" in two["uint8"]["why_not"]
+    assert "several transforms" in two["decoder"]["why_not"]
+
+
+def test_an_iterable_dataset_gets_uint8_and_says_why_its_files_are_not_listed(folder):
+    ds = Streamed(folder, _imagenet_style(folder).transform)
+    found = up.inspect(ds, cuda=True)
+    assert found["uint8"]["why_not"] is None
+    assert "IterableDataset" in found["decoder"]["why_not"] and "IterableDataset" in found["gpu_pipeline"]["why_not"]
+    images = torch.stack([x for x, _ in up.uint8(ds).dataset])
+    assert images.dtype == torch.uint8 and images.shape[0] == len(ds.files)

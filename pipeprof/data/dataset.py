@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler, default_collate
+from torch.utils.data import Dataset, IterableDataset, Sampler, default_collate
 
 from .decode import DecodeError, get_decoder
 from .sources import Source
@@ -212,6 +212,18 @@ class PrebuiltDataset(Dataset):
 
     def __getitem__(self, index: int):
         return self.sample
+
+
+class PrebuiltStream(IterableDataset):
+    """:class:`PrebuiltDataset` for a loader of an ``IterableDataset`` (which takes no sampler): the one sample
+    yielded without end by each worker; the pause ends it by shutting the workers down."""
+
+    def __init__(self, sample):
+        self.sample = sample
+
+    def __iter__(self):
+        while True:
+            yield self.sample
 
 
 def stack(images) -> torch.Tensor:

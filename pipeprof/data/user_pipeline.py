@@ -158,12 +158,38 @@ def inner(dataset):
     return dataset
 
 
+def transform_attr(dataset) -> tuple[Optional[str], Optional[str]]:
+    """(the attribute that holds the dataset's transform, None) or (None, why not): ``transform`` as torchvision's
+    datasets name it, else the one attribute that holds a torchvision or albumentations transform (a user's
+    ``self.tf`` or ``self.augment``). Two such attributes (``train_tf`` and ``val_tf``) are not told apart."""
+    if getattr(dataset, "transform", None) is not None:
+        return "transform", None
+    attrs = vars(dataset) if hasattr(dataset, "__dict__") else {}
+    others = {"target_transform", "transforms"}  # the targets', and a VisionDataset's pair of both
+    found = [k for k, v in attrs.items() if k not in others and callable(v) and family(v) is not None]
+    name = type(dataset).__name__
+    if len(found) == 1:
+        return found[0], None
+    if found:
+        listed = ", ".join(f"`{k}`" for k in found)
+        return None, f"`{name}` holds several transforms ({listed}): which one its items go through is not known"
+    return None, f"`{name}` holds no torchvision or albumentations transform among its attributes"
+
+
+def transform_of(dataset):
+    """The dataset's transform (:func:`transform_attr`), or None."""
+    attr, _ = transform_attr(dataset)
+    return getattr(dataset, attr) if attr else None
+
+
 def _with_transform(dataset, transform):
-    """A shallow copy of ``dataset`` whose transform is ``transform`` (the samples, files and labels shared)."""
+    """A shallow copy of ``dataset`` whose transform (:func:`transform_attr`) is ``transform`` (the samples, files
+    and labels shared)."""
     out = copy.copy(dataset)
-    out.transform = transform
+    attr = transform_attr(dataset)[0] or "transform"
+    setattr(out, attr, transform)
     wrapped = getattr(dataset, "transforms", None)
-    if type(wrapped).__name__ == "StandardTransform":  # torchvision's VisionDataset keeps both
+    if attr == "transform" and type(wrapped).__name__ == "StandardTransform":  # torchvision's VisionDataset keeps both
         from torchvision.datasets.vision import StandardTransform
 
         out.transforms = StandardTransform(transform, getattr(dataset, "target_transform", None))
@@ -180,11 +206,13 @@ def _compose_like(transform, steps: list):
 
 @_subset_aware
 def uint8(dataset) -> UserVariant:
-    found, why = tail(getattr(dataset, "transform", None))
+    attr, why = transform_attr(dataset)
+    transform = getattr(dataset, attr) if attr else None
+    found, why = tail(transform) if attr else (None, why)
     if found is None:
         raise ValueError(why)
-    kept = found.kept if family(dataset.transform) == "albumentations" else [*found.kept, ToUint8CHW()]
-    return UserVariant(_with_transform(dataset, _compose_like(dataset.transform, kept)), None, normaliser(found))
+    kept = found.kept if family(transform) == "albumentations" else [*found.kept, ToUint8CHW()]
+    return UserVariant(_with_transform(dataset, _compose_like(transform, kept)), None, normaliser(found))
 
 
 # ---- the GPU path: files read as bytes, decoded and augmented on the device ----------------------
@@ -476,7 +504,7 @@ def _watch_getitem(dataset, n: int) -> tuple[list, Optional[str]]:
     if sys.getprofile() is not None:  # another profiler (cProfile) holds the hook: it is not ours to replace
         return [], "a profiler is active in this process: the decoder calls cannot be watched"
     for i in sorted({round(k * (n - 1) / max(PROBES - 1, 1)) for k in range(PROBES)}):
-        rec, found = _Recorder(dataset.transform), set()
+        rec, found = _Recorder(transform_of(dataset)), set()
         probe = _with_transform(dataset, rec)
         old = sys.getprofile()
         sys.setprofile(_decoders_seen(found))
@@ -547,6 +575,8 @@ def _probe(dataset) -> tuple[Optional[Files], Optional[str]]:
     the one decoder it calls, the list of paths that decodes to what its transform is handed, and the list
     that holds the targets it returns."""
     name = type(dataset).__name__
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return None, f"`{name}` is an IterableDataset: its items are not read by index, so its files cannot be listed"
     try:
         n = len(dataset)
     except TypeError:
@@ -554,8 +584,9 @@ def _probe(dataset) -> tuple[Optional[Files], Optional[str]]:
     paths, ints = _lists(dataset, n)
     if not paths:
         return None, f"`{name}` has no file list (a list of {n} paths among its attributes, or `samples`)"
-    if getattr(dataset, "transform", None) is None:
-        return None, f"`{name}` has no `transform` attribute to see its decoded images through"
+    attr, why = transform_attr(dataset)
+    if attr is None:
+        return None, f"{why}: its decoded images cannot be seen through one"
     seen, why = _watch_getitem(dataset, n)
     if why:
         return None, why
@@ -626,7 +657,7 @@ def gpu_pipeline(dataset, seed: int = 0, files: Optional[Files] = None) -> UserV
         raise ValueError(
             "its transform is handed BGR images (OpenCV's order, not converted to RGB): the GPU decoder gives RGB"
         )
-    transforms, words = gpu_transforms(getattr(dataset, "transform", None))
+    transforms, words = gpu_transforms(transform_of(dataset))
     if transforms is None:
         raise ValueError(words)
     from .encoded import unpacked
@@ -701,7 +732,7 @@ def decoder(dataset, files: Optional[Files] = None) -> UserVariant:
         out = copy.copy(dataset)
         out.loader = cv2_loader
         return UserVariant(out)
-    return UserVariant(Decoded(files, other, dataset.transform))
+    return UserVariant(Decoded(files, other, transform_of(dataset)))
 
 
 #: action id -> builder of its variant on a user's dataset (the actions with ``Action.on_user``)
@@ -732,8 +763,8 @@ def inspect(dataset, cuda: bool) -> dict:
         except (ValueError, LookupError, ImportError) as exc:
             why = str(exc)
         out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset, files) if why is None else None}
-    transform = getattr(inner(dataset), "transform", None)
-    mapped, words = gpu_transforms(transform) if transform is not None else (None, "the dataset has no transform")
+    attr, why = transform_attr(inner(dataset))
+    mapped, words = gpu_transforms(getattr(inner(dataset), attr)) if attr else (None, why)
     out["gpu_pipeline"]["mapping"] = words if mapped is not None else None
     if out["gpu_pipeline"]["why_not"] is None and not cuda:
         out["gpu_pipeline"]["why_not"] = f"no CUDA in this job (the transform maps: {words})"
@@ -757,10 +788,11 @@ def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> O
 
 def _snippet(action: str, site: str, dataset, files: Optional[Files]) -> Optional[str]:
     if action == "uint8":
-        found, _ = tail(getattr(dataset, "transform", None))
+        attr, _ = transform_attr(dataset)
+        found, _ = tail(getattr(dataset, attr)) if attr else (None, None)
         if found is None:
             return None
-        alb = family(dataset.transform) == "albumentations"
+        alb = family(getattr(dataset, attr)) == "albumentations"
         drop = (
             "Normalize (keep ToTensorV2)"
             if alb
@@ -768,7 +800,7 @@ def _snippet(action: str, site: str, dataset, files: Optional[Files]) -> Optiona
         )
         mean, std = ([round(v, 4) for v in vs] for vs in (found.mean, found.std))
         return (
-            f"# the dataset's transform (its DataLoader: {site}): drop {drop}\n"
+            f"# the dataset's transform (`{type(dataset).__name__}.{attr}`, its DataLoader: {site}): drop {drop}\n"
             f"mean = torch.tensor({mean}, device=device).view(1, -1, 1, 1) * {found.scale:g}\n"
             f"std = torch.tensor({std}, device=device).view(1, -1, 1, 1) * {found.scale:g}\n"
             "# in the loop, where the batch goes to the device:\n"

@@ -119,6 +119,7 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
         )
         if tune.get("change"):
             out.append(f"    {tune['change']}")
+        out += _pass_start_line(tune, pick.workers)
     if (tune.get("local_ranks") or 1) > 1:
         out.append(
             f"    {tune['local_ranks']} ranks of the job share this machine: each predicted on its share, "
@@ -135,6 +136,22 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
     if tune.get("curve_note"):
         out.append(f"    note: {tune['curve_note']}")
     return out + action_lines(tune)
+
+
+def _pass_start_line(tune: dict, workers: int) -> list[str]:
+    """Where the start of each pass (``tune.in_passes``) costs the loop a share of its time at the pick: the
+    prediction holds it, and a reader should know why it is below both the step and the loader alone."""
+    at = next((p for p in tune.get("predicted", []) if p["num_workers"] == workers), {})
+    start, n, step = at.get("pass_start_s"), at.get("samples_per_pass"), tune.get("step_samples_per_s")
+    if not (start and n and step):
+        return []
+    share = start / (start + n / step)
+    if share < 0.02:
+        return []
+    return [
+        f"    each pass ({n:,.0f} samples) begins with {start * 1e3:,.0f} ms before its first batch (workers started, "
+        f"the first batch made), in which the step waits: {share:.0%} of a pass at the step's rate, in the prediction"
+    ]
 
 
 def action_lines(tune: dict) -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import statistics
 import sys
 import time
 from types import SimpleNamespace
@@ -85,22 +86,27 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
     the training process's own work on each batch before its step (``pause_actions``), inside the windows,
     which ``sync`` closes (the device's queue drained)."""
     clone = rebuild(loader, workers, **(changes or {}))
-    state = SimpleNamespace(it=iter(clone), restarts=0)
+    state = SimpleNamespace(it=iter(clone), restarts=0, starts=[], passes=[], in_pass=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 
     def samples(batch) -> int:  # the hook's rule, with the watch's fallback (``records``: the batch size)
-        if work is not None:
-            return work(batch)
-        return count(batch) or clone.batch_size or 1
+        n = work(batch) if work is not None else count(batch) or clone.batch_size or 1
+        state.in_pass += n
+        return n
 
     def step() -> int:
         try:
             return samples(next(state.it))
-        except StopIteration:
+        except StopIteration:  # a pass ended: its samples, and the next one's start (iter() to its first batch)
             state.restarts += 1
+            state.passes.append(state.in_pass)
+            state.in_pass = 0
+            t = time.perf_counter()
             state.it = iter(clone)
+            batch = next(state.it)
+            state.starts.append(time.perf_counter() - t)
             on_workers([w.pid for w in getattr(state.it, "_workers", [])])
-            return samples(next(state.it))
+            return samples(batch)
 
     depth = workers * (clone.prefetch_factor or 0)
     try:
@@ -116,7 +122,19 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
         shutdown = getattr(state.it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
-    return m.stats() | {"loader_restarts": state.restarts}
+    return m.stats() | {"loader_restarts": state.restarts} | pass_columns(state.starts, state.passes)
+
+
+def pass_columns(starts: list[float], passes: list[int]) -> dict:
+    """A loader's passes as the pause saw them: the median time from ``iter()`` to a pass's first batch
+    (``pass_start_s``: the workers started, where they are not persistent, and the first batch made; the step
+    has nothing to do meanwhile) and the median samples of a pass. None where no pass ended (a pass longer
+    than the trial)."""
+    return {
+        "pass_start_s": statistics.median(starts) if starts else None,
+        "pass_starts": len(starts),
+        "samples_per_pass": statistics.median(passes) if passes else None,
+    }
 
 
 def serve(loader, client, first: dict, count) -> None:
@@ -185,13 +203,19 @@ def _inspect(loader) -> dict:
 
 
 def _handoff(loader, client, cmd: dict, count) -> None:
-    """The hand-off trial's method on the user's loader: one real sample, built once, for every index."""
-    from pipeprof.data.dataset import PrebuiltDataset
+    """The hand-off trial's method on the user's loader: one real sample, built once, for every index (for an
+    IterableDataset, its first item, yielded without end)."""
+    from torch.utils.data import IterableDataset
 
-    w = int(cmd["workers"])
+    from pipeprof.data.dataset import PrebuiltDataset, PrebuiltStream
+
+    w, ds = int(cmd["workers"]), loader.dataset
     try:
-        sample = loader.dataset[0]  # outside any timer; a copy of its random draws is put back with the rest
-        prebuilt = PrebuiltDataset(sample, len(loader.dataset))
+        # outside any timer; a copy of its random draws is put back with the rest
+        if isinstance(ds, IterableDataset):
+            prebuilt = PrebuiltStream(next(iter(ds)))
+        else:
+            prebuilt = PrebuiltDataset(ds[0], len(ds))
         stats = measure(loader, w, cmd["policy"], lambda pids: None, count, {"dataset": prebuilt})
         client.send({"k": "tune_handoff", "workers": w, "t": time.perf_counter(), "stats": stats})
     except Exception as exc:  # noqa: BLE001 - an unsized dataset, a sample that cannot be built: a reason

@@ -108,9 +108,10 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
             "main_cores_step": (step.get("main_cpu_pct_mean") or 100.0) / 100,
         }
     )
+    by_workers = {int(p["num_workers"]): p for p in points if p.get("samples_per_s")}
     predicted = []
     for i, w in enumerate(ws):
-        at = []
+        at, passes = [], by_workers[int(w)]
         for s, rates in (
             (step["samples_per_s"], rate),
             (step.get("samples_per_s_ci95_low") or step["samples_per_s"], low),
@@ -118,7 +119,7 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
         ):
             row = base.copy()
             row["num_workers"], row["cpu_bound_samples_per_s"], row["step_bound_samples_per_s"] = w, rates[i], s
-            at.append(predict(row, ws, rates, cores)[0])
+            at.append(in_passes(predict(row, ws, rates, cores)[0], s, passes))
         predicted.append(
             {
                 "num_workers": int(w),
@@ -126,6 +127,8 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
                 "samples_per_s_ci95_low": at[1],
                 "samples_per_s_ci95_high": at[2],
                 "loader_alone_samples_per_s": float(rate[i]),
+                "pass_start_s": passes.get("pass_start_s"),
+                "samples_per_pass": passes.get("samples_per_pass"),
             }
         )
     table = pd.DataFrame(predicted)
@@ -140,8 +143,23 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
         "main_cpu_s_per_sample": main_s,
         "step_samples_per_s": step["samples_per_s"],
         "model": "analysis.predict (min of the step, the loader alone at the workers the training "
-        "process leaves cores for, and the cores' budget), analysis.recommend_workers",
+        "process leaves cores for, and the cores' budget), each pass's start added to the step's time where the "
+        "pause saw passes end (tune.in_passes), analysis.recommend_workers",
     }
+
+
+def in_passes(rate: float, step_rate: float, passes: dict) -> float:
+    """``rate`` (the steady-state model: the step and the loader overlap) for a loop whose passes each begin with
+    ``passes["pass_start_s"]`` in which no batch is ready: ``iter()`` starts the workers (unless persistent) and
+    they make the first batch, while the step has nothing to train on. A pass of N samples then takes at least
+    that start plus N / step, and at least N / ``rate`` (the loader alone already holds its own starts), so
+    the loop runs at N / max(N / rate, start + N / step). A 2-core loop of 32 batches a pass and
+    non-persistent workers read 32% under the steady-state model at its own count (docs/measured.md). ``rate``
+    as it is where the pause saw no pass end (a pass longer than a trial: its start is a small share)."""
+    start, n = passes.get("pass_start_s"), passes.get("samples_per_pass")
+    if not start or not n or not rate or not step_rate or not math.isfinite(rate):
+        return rate
+    return n / max(n / rate, start + n / step_rate)
 
 
 OWN_COUNT_TOLERANCE = 0.10  # the issue's bound on a prediction against the script's own rate
@@ -283,6 +301,9 @@ def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
         "action_gain_ci95_high": hi,
         "device_us_per_sample": side.get("device_us_per_sample"),
         "baseline_device_us_per_sample": _mean(base_us),
+        "pass_start_s": side.get("pass_start_s"),
+        "baseline_pass_start_s": _mean([b.get("pass_start_s") for b in bases]),
+        "samples_per_pass": side.get("samples_per_pass") or _mean([b.get("samples_per_pass") for b in bases]),
         # the training process's CPU in the side's windows and in the baseline's (for the record: not modelled)
         "main_cpu_pct_mean": side.get("main_cpu_pct_mean"),
         "baseline_main_cpu_pct_mean": _mean([b.get("main_cpu_pct_mean") for b in bases]),
@@ -298,15 +319,23 @@ def with_step(row: dict, step_rate: float) -> dict:
     process's work per sample (``device_us_per_sample``, the baseline's copy subtracted) against the step watched
     in the loop. That work runs in the training process between steps (one stream, one thread), so it adds to
     the step's time per sample: predicted = min(variant alone, 1 / (1/step + extra)) over min(baseline alone,
-    step). ``verified``: the loader's gain interval is above zero."""
+    step), each with its own passes' starts (:func:`in_passes`: persistent workers start no processes at a pass).
+    ``verified``: the loader's gain interval is above zero."""
     base, gain = row.get("baseline_samples_per_s"), row.get("action_gain_frac")
     if row.get("error") or not base or gain is None:
         return row | {"measured": False}
     extra = max(0.0, (row.get("device_us_per_sample") or 0.0) - (row.get("baseline_device_us_per_sample") or 0.0))
     fed = 1.0 / (1.0 / step_rate + extra / 1e6)
+    n = row.get("samples_per_pass")
+    mine, theirs = (
+        {"pass_start_s": row.get(k), "samples_per_pass": n} for k in ("pass_start_s", "baseline_pass_start_s")
+    )
+    if not (mine["pass_start_s"] and theirs["pass_start_s"]):  # one side's passes unseen: neither counts them
+        mine, theirs = {}, {}
+    was = in_passes(min(base, step_rate), step_rate, theirs)
 
     def e2e(g: float) -> float:  # the variant alone at base x (1 + g), fed no faster than the step allows
-        return min(base * (1 + g), fed) / min(base, step_rate) - 1
+        return in_passes(min(base * (1 + g), fed), fed, mine) / was - 1
 
     return row | {
         "measured": True,
@@ -315,7 +344,7 @@ def with_step(row: dict, step_rate: float) -> dict:
         "predicted_e2e_gain_frac": e2e(gain),
         "predicted_e2e_gain_ci95_low": e2e(row["action_gain_ci95_low"]),
         "predicted_e2e_gain_ci95_high": e2e(row["action_gain_ci95_high"]),
-        "predicted_e2e_samples_per_s": min(base * (1 + gain), fed),
+        "predicted_e2e_samples_per_s": in_passes(min(base * (1 + gain), fed), fed, mine),
     }
 
 
