@@ -220,3 +220,23 @@ def test_the_hand_off_of_an_iterable_dataset_repeats_its_first_item():
     _handoff(loader, sent, {"workers": 1, "policy": tune.policy(0.3, 4.0)}, lambda b: len(b[0]))
     assert sent[0]["k"] == "tune_handoff" and "error" not in sent[0], sent[0]
     assert sent[0]["stats"]["samples_per_s"] > 0 and sent[0]["stats"]["loader_restarts"] == 0  # it never ends
+
+
+def test_a_count_that_fails_once_is_measured_again_and_a_silent_process_is_not():
+    """A worker that dies of a transient fault (PyTorch's spawned workers abort now and then at a loader's shut-down)
+    ended the search at that count: the same job answered 2 workers in one run and 1 in the next."""
+    calls: list[int] = []
+    failures = {2: ["RuntimeError: DataLoader worker (pid 1) is killed by signal: Aborted."]}
+
+    def measure(w: int) -> dict:
+        calls.append(w)
+        if failures.get(w):
+            return {"error": failures[w].pop()}
+        return _pt(450.0 * w)
+
+    seen = tune.search(measure, step_rate=5000.0, start=1, cores=2)
+    assert calls == [1, 2, 2] and seen[2]["samples_per_s"] == 900.0 and "Aborted" in seen[2]["first_error"]
+    calls.clear()
+    failures = {2: [tune.NO_ANSWER]}
+    assert "samples_per_s" not in tune.search(measure, step_rate=5000.0, start=1, cores=2)[2]
+    assert calls == [1, 2]

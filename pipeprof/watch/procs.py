@@ -20,24 +20,64 @@ class Sample(NamedTuple):
 
 
 class ProcTable:
-    """Per-pid CPU cores over the parent's ticks."""
+    """Per-pid CPU cores over the parent's ticks.
+
+    A worker read at two ticks gives the cores it used between them. A loader without persistent workers starts
+    new ones each pass, and a short pass's workers end between two ticks (half a second apart): what they used
+    after their last read is in their training process's reaped children's time (``children_user`` +
+    ``children_system``; the DataLoader joins its workers), so each tick reads that too for the processes that
+    are not workers, and gives the part no read of the workers saw to the workers of that process that ended
+    since the last tick. Before, a loop of short passes had its workers' CPU unmeasured ("–")."""
 
     def __init__(self):
         self.samples: list[Sample] = []
         self._last: dict[int, tuple[float, float, psutil.Process]] = {}  # pid -> (t, cpu s, process)
+        self._reaped: dict[int, tuple[float, float]] = {}  # training pid -> (t, its reaped children's cpu s)
+        self._ended: set[int] = set()
+        self._t: Optional[float] = None  # the previous tick
 
-    def tick(self, pids: Iterable[int], now: float) -> None:
+    def tick(self, pids: Iterable[int], now: float, parents: Optional[dict[int, int]] = None) -> None:
+        """Read the ``pids``' CPU at ``now``; ``parents``: worker pid -> the training process that started it
+        (the others in ``pids`` are training processes)."""
+        parents = parents or {}
+        ended: dict[int, list[tuple[int, float]]] = {}  # training pid -> [(worker, cpu s its reads saw)]
+        trainers = []  # (pid, its cpu_times): their reaped time is read once every worker's end is known
         for pid in pids:
+            if pid in self._ended:
+                continue
             entry = self._last.get(pid)
             try:
                 proc = entry[2] if entry else psutil.Process(pid)
-                cpu = sum(proc.cpu_times()[:2])
+                times = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 self._last.pop(pid, None)
+                self._ended.add(pid)
+                if pid in parents:
+                    ended.setdefault(parents[pid], []).append((pid, entry[1] if entry else 0.0))
                 continue
+            cpu = times.user + times.system
             if entry and now > entry[0]:
                 self.samples.append(Sample(now, pid, (cpu - entry[1]) / (now - entry[0])))
+            elif entry is None and pid in parents and self._t is not None and now > self._t:
+                # a worker first read: started since the last tick (the hook names a pass's workers as it starts)
+                self.samples.append(Sample(now, pid, cpu / (now - self._t)))
             self._last[pid] = (now, cpu, proc)
+            if pid not in parents:
+                trainers.append((pid, times))
+        for pid, times in trainers:
+            self._read_reaped(pid, times, now, ended.get(pid, []))
+        self._t = now
+
+    def _read_reaped(self, pid: int, times, now: float, ended: list[tuple[int, float]]) -> None:
+        """The CPU that ``pid``'s workers which ended since the last tick used after their last read."""
+        reaped = times.children_user + times.children_system
+        before = self._reaped.get(pid)
+        self._reaped[pid] = (now, reaped)
+        if before is None or not ended or now <= before[0]:
+            return
+        unseen = max(0.0, reaped - before[1] - sum(cpu for _, cpu in ended))
+        for worker, _ in ended:  # split evenly: which of them used it is not known
+            self.samples.append(Sample(now, worker, unseen / len(ended) / (now - before[0])))
 
     def cores(self, pids: set[int], spans: list[tuple[float, float]]) -> list[float]:
         """Per tick inside ``spans``, the cores the ``pids`` used together (ticks where none was sampled

@@ -139,6 +139,16 @@ class Store:
             {p["pid"] for p in self.procs.values()} | {pid for s in self.workers.values() for pid in s} | self.tune_pids
         )
 
+    def parents(self) -> dict[int, int]:
+        """Each worker's training process (worker pid -> its pid): the loaders' workers and the pause's own."""
+        out: dict[int, int] = {}
+        for (cid, _), pids in self.workers.items():
+            out |= dict.fromkeys(pids, self.procs.get(cid, {}).get("pid"))
+        for m in self.tune:
+            if m.get("k") == "tune_workers":
+                out |= dict.fromkeys(m["pids"], self.procs.get(m["cid"], {}).get("pid"))
+        return {w: p for w, p in out.items() if p is not None}
+
     def first_batch_t(self) -> Optional[float]:
         calls = [b[0].t_call for b in self.batches.values() if b]
         return min(calls) if calls else None

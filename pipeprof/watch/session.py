@@ -216,7 +216,7 @@ class Session:
         if now - self._last_tick >= 0.5:
             self._last_tick = now
             pids = self.store.pids()
-            self.procs.tick(pids, now)
+            self.procs.tick(pids, now, self.store.parents())
             if pids != self._tracked and self.monitor is not None and not self.finished:
                 self.monitor.track_workers(pids)
                 self._tracked = pids
@@ -564,11 +564,11 @@ class Session:
         self.server.send(cid, {"cmd": "measure", "workers": workers, "policy": policy})
         got = self._await(cid, {"tune_point"}, policy["max_trial_s"] + 60.0)
         self.monitor.set_trial(None)
-        stats = (got or {}).get("stats") or {}
+        stats = (got or {}).get("stats") or {"error": (got or {}).get("error", tuning_module().NO_ANSWER)}
         rate = stats.get("samples_per_s")
         self.o.log(
             f"pipeprof watch:   {workers} workers: "
-            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({(got or {}).get('error', 'no answer')})")
+            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({stats['error']})")
         )
         return stats
 

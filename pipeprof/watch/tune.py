@@ -62,6 +62,7 @@ def search(
     rate per worker reads below a larger count's is measured once more, unless the end of each pass explains it
     (:func:`curve_note`)."""
     seen: dict[int, dict] = {}
+    measure = _once_more(measure)
     first = max(start, 1)
     seen[first] = measure(first)
     p = _point(seen[first], step_rate)
@@ -83,6 +84,24 @@ def search(
         if not _pass_explains(batches_per_pass, a, b):
             seen[a] = measure(a)
     return seen
+
+
+NO_ANSWER = "no answer"  # a pause's count the paused process did not answer (session._measure)
+
+
+def _once_more(measure: Callable[[int], dict]) -> Callable[[int], dict]:
+    """``measure``, run once more at a count that gave no rate: a worker can die of a transient fault (PyTorch's
+    spawned workers abort now and then as a loader shuts down: "terminate called without an active exception"),
+    and a count lost to one ended the search there, so the same job answered 2 workers once and 1 the next
+    time. A count that fails twice stands as failed; the first failure is kept beside the second reading."""
+
+    def measured(w: int) -> dict:
+        stats = measure(w)
+        if stats.get("samples_per_s") or stats.get("error") == NO_ANSWER:  # a process that did not answer: not again
+            return stats
+        return measure(w) | {"first_error": stats.get("error") or "no rate"}
+
+    return measured
 
 
 def curve(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
