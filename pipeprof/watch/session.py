@@ -361,6 +361,20 @@ class Session:
         rates = step_rates(wins)
         return statistics.median(rates) if rates else None  # as records.step_row reads the stored step row
 
+    def _ask(self, cid: int, cmd: dict, kind: str, timeout: float) -> dict:
+        """A pause command's answer (its message of ``kind``), asked once more where it failed
+        (``tune.once_more``); ``{"error": NO_ANSWER}`` where the process did not answer in ``timeout``."""
+        tuning = tuning_module()
+
+        def ask() -> dict:
+            self.server.send(cid, cmd)
+            got = self._await(cid, {kind}, timeout) or {"error": tuning.NO_ANSWER}
+            if got.get("error"):
+                self.o.log(f"pipeprof watch:   {cmd['cmd']} at {cmd['workers']} workers failed: {got['error']}")
+            return got
+
+        return tuning.once_more(ask)
+
     def _await(self, cid: int, kinds: set, timeout: float) -> Optional[dict]:
         """The next pause message of ``kinds`` from ``cid``, pumping the channel meanwhile."""
         deadline = clock() + timeout
@@ -456,13 +470,13 @@ class Session:
         tuning = tuning_module()
         policy = tuning.policy(self.o.window_s, self._left(t0, tuning.point_cap(self.o.tune_max_s)))
         self.monitor.set_trial(f"tune handoff w{pick}")
-        self.server.send(cid, {"cmd": "handoff", "workers": pick, "policy": policy})
-        got = self._await(cid, {"tune_handoff"}, policy["max_trial_s"] + 60.0)
+        cmd = {"cmd": "handoff", "workers": pick, "policy": policy}
+        got = self._ask(cid, cmd, "tune_handoff", policy["max_trial_s"] + 60.0)
         self.monitor.set_trial(None)
-        rate = ((got or {}).get("stats") or {}).get("samples_per_s")
+        rate = (got.get("stats") or {}).get("samples_per_s")
         self.o.log(
             f"pipeprof watch:   hand-off alone at {pick} workers: "
-            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({(got or {}).get('error', 'no answer')})")
+            + (f"{rate:,.1f} samples/s" if rate else f"no rate ({got.get('error')})")
         )
 
     def _plan_actions(self, label: str, pick: int, user: dict, cores: float) -> Optional[list]:
@@ -518,8 +532,7 @@ class Session:
         self.monitor.set_trial(f"tune side {name}")
         policy = tuning_module().policy(self.o.window_s, cap)
         cmd = {"cmd": "side", "workers": workers, "device": self.device(), "action": action, "params": params}
-        self.server.send(cid, cmd | {"policy": policy})
-        got = self._await(cid, {"tune_side"}, cap + 120.0) or {"error": "no answer from the paused process"}
+        got = self._ask(cid, cmd | {"policy": policy}, "tune_side", cap + 120.0)
         self.monitor.set_trial(None)
         stats = got.get("stats") or {"error": got.get("error")}
         pid = self.store.procs.get(cid, {}).get("pid")
@@ -561,10 +574,10 @@ class Session:
 
     def _measure(self, cid: int, workers: int, policy: dict) -> dict:
         self.monitor.set_trial(f"tune w{workers}")
-        self.server.send(cid, {"cmd": "measure", "workers": workers, "policy": policy})
-        got = self._await(cid, {"tune_point"}, policy["max_trial_s"] + 60.0)
+        cmd = {"cmd": "measure", "workers": workers, "policy": policy}
+        got = self._ask(cid, cmd, "tune_point", policy["max_trial_s"] + 60.0)
         self.monitor.set_trial(None)
-        stats = (got or {}).get("stats") or {"error": (got or {}).get("error", tuning_module().NO_ANSWER)}
+        stats = got.get("stats") or {"error": got.get("error")}
         rate = stats.get("samples_per_s")
         self.o.log(
             f"pipeprof watch:   {workers} workers: "

@@ -62,7 +62,6 @@ def search(
     rate per worker reads below a larger count's is measured once more, unless the end of each pass explains it
     (:func:`curve_note`)."""
     seen: dict[int, dict] = {}
-    measure = _once_more(measure)
     first = max(start, 1)
     seen[first] = measure(first)
     p = _point(seen[first], step_rate)
@@ -86,22 +85,19 @@ def search(
     return seen
 
 
-NO_ANSWER = "no answer"  # a pause's count the paused process did not answer (session._measure)
+NO_ANSWER = "no answer from the paused process"
 
 
-def _once_more(measure: Callable[[int], dict]) -> Callable[[int], dict]:
-    """``measure``, run once more at a count that gave no rate: a worker can die of a transient fault (PyTorch's
-    spawned workers abort now and then as a loader shuts down: "terminate called without an active exception"),
-    and a count lost to one ended the search there, so the same job answered 2 workers once and 1 the next
-    time. A count that fails twice stands as failed; the first failure is kept beside the second reading."""
-
-    def measured(w: int) -> dict:
-        stats = measure(w)
-        if stats.get("samples_per_s") or stats.get("error") == NO_ANSWER:  # a process that did not answer: not again
-            return stats
-        return measure(w) | {"first_error": stats.get("error") or "no rate"}
-
-    return measured
+def once_more(ask: Callable[[], dict]) -> dict:
+    """``ask()`` (a pause command's answer), asked once more where it came back with an error: a worker of the
+    copy being timed can die of a transient fault (PyTorch's spawned workers abort now and then as a loader shuts
+    down: "terminate called without an active exception"), and a count lost to one ended the search there, so
+    the same job answered 2 workers in one run and 1 in the next. An answer that fails twice stands, with the
+    first failure beside it (``first_error``); a process that did not answer is not asked again."""
+    got = ask()
+    if not got.get("error") or got["error"] == NO_ANSWER:
+        return got
+    return ask() | {"first_error": got["error"]}
 
 
 def curve(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
