@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
+from pipeprof.schema import DEFAULT_GPU_DECODER
+
 # what an action needs of the pipeline: pipeprof's own pipeline (PIPELINE), pipeprof's own storage (STORAGE),
 # only a DataLoader (KNOB: the user's own too), nothing pipeprof can make (ADVICE: a prediction only)
 PIPELINE, STORAGE, KNOB, ADVICE = "pipeline", "storage", "knob", "advice"
@@ -155,7 +157,11 @@ ACTIONS: dict[str, Action] = {
             predict="gpu_pipeline",
             variant="pipeline_as",
             # overlapped, augment.overlap's default (whether step-first is faster is what the sweep measures)
-            params=lambda row, facts: {"augment_device": "cuda", "augment_overlap": True, "gpu_decoder": "nvjpeg"},
+            params=lambda row, facts: {
+                "augment_device": "cuda",
+                "augment_overlap": True,
+                "gpu_decoder": DEFAULT_GPU_DECODER,
+            },
             rule=lambda row, facts: facts.gpu_refusal,
             needs_cuda=True,
             cpu_side=True,

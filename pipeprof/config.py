@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from .actions import TRIED
-from .schema import TRIAL_KINDS
+from .schema import DEFAULT_GPU_DECODER, GPU_DECODERS, TRIAL_KINDS
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 TrialKindName = Literal[TRIAL_KINDS]  # the values of schema.TrialKind
@@ -334,7 +334,7 @@ class AugmentConfig(_Strict):
     # (torchvision), torchcodec, nvimgcodec (the GPU's hardware JPEG engines); one that cannot run here fails its
     # trials with the reason (data/gpu_decode.py)
     overlap: Axis[Literal["on", "off", "step-first"]] = ["on"]
-    gpu_decoder: Axis[Literal["nvjpeg", "torchcodec", "nvimgcodec"]] = ["nvjpeg"]
+    gpu_decoder: Axis[Literal[GPU_DECODERS]] = [DEFAULT_GPU_DECODER]
 
     @field_validator("overlap", mode="before")
     @classmethod

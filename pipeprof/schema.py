@@ -8,6 +8,7 @@ answer) is keyed by.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Optional
 
 #: Version of what a run folder stores (run.json's layout, the trials' columns, the stored analysis).
 #: 1: pipeprof before this field existed; 2: verdicts from each trial's evidence, stored curve rows;
@@ -30,6 +31,26 @@ GROUP_KEYS = [
     "gpus",
     "p2p",
 ]
+
+
+#: The GPU pipeline's decoders (``augment.gpu_decoder``) and the default, named here so that the modules that
+#: must not import torch at import (the analysis, the report) read them from the same place as ``data.gpu_decode``.
+GPU_DECODERS = ("nvjpeg", "torchcodec", "nvimgcodec")
+DEFAULT_GPU_DECODER = "nvjpeg"
+
+
+def overlap_mode(row) -> Optional[str]:
+    """A GPU-pipeline row's (or group key's) ``augment.overlap`` in the config's words, 'on', 'off' or
+    'step-first', from its two stored columns (``augment_overlap``, ``step_first``: bools, or 1.0 / 0.0 where a
+    stored table mixed them with missing values); None where it has none (the workers' pipeline, an older run)."""
+
+    def flag(v) -> Optional[bool]:
+        return True if v in (True, 1.0) else False if v in (False, 0.0) else None
+
+    on = flag(row.get("augment_overlap"))
+    if on is None:
+        return None
+    return "step-first" if on and flag(row.get("step_first")) else "on" if on else "off"
 
 
 class TrialKind(str, Enum):

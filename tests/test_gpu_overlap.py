@@ -375,3 +375,22 @@ def test_the_adaptive_search_reads_the_step_with_the_pipeline_beside_it_as_that_
         ceiling = keys[_step_key(e2e)]
         assert ceiling.kind == ("gpu_shared" if e2e.augment_device == "cuda" else "gpu_ceiling")
         assert ceiling.augment_overlap == e2e.augment_overlap
+
+
+def test_a_groups_overlap_reads_alike_from_bools_and_from_a_stored_tables_floats():
+    """A stored table that mixes the overlap columns with missing values holds them as 1.0 / 0.0: the group keeps
+    its name, in the report's words and in the size table's label."""
+    from pipeprof.analysis.workstation import label
+    from pipeprof.report.summary import gpu_pipeline
+    from pipeprof.schema import overlap_mode
+
+    cases = [((True, False), "on", "", ""), ((False, False), "off", " serial", "-serial")]
+    cases += [((True, True), "step-first", " step-first", "-stepfirst")]
+    for stored in (bool, float):
+        for (overlap, first), mode, words, suffix in cases:
+            key = {"augment_device": "cuda", "augment_overlap": stored(overlap), "step_first": stored(first)}
+            key["gpu_decoder"] = "nvimgcodec"
+            assert overlap_mode(key) == mode
+            assert gpu_pipeline(key) == f"GPU pipeline{words} nvimgcodec"
+            assert label(key | {"model": "resnet50"}) == f"resnet50 gpu-augment{suffix} nvimgcodec"
+    assert overlap_mode({"augment_device": "cpu", "augment_overlap": float("nan")}) is None

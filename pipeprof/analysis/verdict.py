@@ -42,6 +42,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
+from pipeprof.schema import overlap_mode
+
 from .bounds import (
     BALANCED,
     NEAR_BEST,
@@ -343,11 +345,12 @@ def _shared(row: pd.Series) -> Optional[tuple[str, str]]:
         return None
     half = _num(row, "shared_bound_samples_per_s_noise") or 0.0
     overlap = _num(row, "shared_overlap_frac")
+    mode = overlap_mode(row)
     how = (
         f"overlapped, {overlap:.0%} of its device time beside the step's"
-        if row.get("augment_overlap") in (True, 1.0) and overlap is not None
+        if mode in ("on", "step-first") and overlap is not None
         else "serially, before each step"
-        if row.get("augment_overlap") in (False, 0.0)
+        if mode == "off"
         else "beside it"
     )
     text = (

@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
-from pipeprof.schema import GROUP_KEYS
+from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, overlap_mode
 
 from .advice import rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok
@@ -165,14 +165,10 @@ def label(key) -> str:
         key.get("precision"),
         "inference" if key.get("mode") == "inference" else None,
         key.get("preset"),
-        (
-            "gpu-augment"
-            + ("-serial" if key.get("augment_overlap") in (False, 0.0) else "")
-            + ("-stepfirst" if key.get("step_first") in (True, 1.0) else "")
-        )
+        "gpu-augment" + {"off": "-serial", "step-first": "-stepfirst"}.get(overlap_mode(key), "")
         if isinstance(gpu, str) and gpu != "cpu"
         else None,
-        key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, "nvjpeg") else None,
+        key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, DEFAULT_GPU_DECODER) else None,
         f"bs{key['batch_size']}" if key.get("batch_size") is not None else None,
         key.get("source"),
         key.get("cache_state") if key.get("cache_state") not in (None, "n/a") else None,

@@ -31,9 +31,10 @@ from typing import Callable, Optional
 import torch
 
 from pipeprof.config import ConfigError
+from pipeprof.schema import DEFAULT_GPU_DECODER, GPU_DECODERS
 
-BACKENDS = ("nvjpeg", "torchcodec", "nvimgcodec")
-DEFAULT = "nvjpeg"
+BACKENDS = GPU_DECODERS
+DEFAULT = DEFAULT_GPU_DECODER
 
 
 class BackendMissing(ConfigError):

@@ -16,6 +16,7 @@ import pandas as pd
 from pipeprof.analysis import GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
 from pipeprof.answer import Answer
+from pipeprof.schema import DEFAULT_GPU_DECODER, overlap_mode
 
 VERDICT_WORDS = {
     "cpu-bound": "CPU-bound",
@@ -85,10 +86,9 @@ def gpu_pipeline(g) -> str:
     decoder where not nvJPEG; '' for the workers' pipeline."""
     if g.get("augment_device") != "cuda":
         return ""
-    serial = g.get("augment_overlap") in (False, 0.0)
-    words = ["GPU pipeline", "serial" if serial else "step-first" if g.get("step_first") in (True, 1.0) else ""]
+    words = ["GPU pipeline", {"off": "serial", "step-first": "step-first"}.get(overlap_mode(g), "")]
     decoder = g.get("gpu_decoder")
-    words.append(decoder if isinstance(decoder, str) and decoder != "nvjpeg" else "")
+    words.append(decoder if isinstance(decoder, str) and decoder != DEFAULT_GPU_DECODER else "")
     return " ".join(w for w in words if w)
 
 
