@@ -166,7 +166,8 @@ def transform_attr(dataset) -> tuple[Optional[str], Optional[str]]:
         return "transform", None
     attrs = vars(dataset) if hasattr(dataset, "__dict__") else {}
     others = {"target_transform", "transforms"}  # the targets', and a VisionDataset's pair of both
-    found = [k for k, v in attrs.items() if k not in others and callable(v) and family(v) is not None]
+    transforms = ("torchvision.transforms", "albumentations")  # not a model or a dataset torchvision also makes
+    found = [k for k, v in attrs.items() if k not in others and type(v).__module__.startswith(transforms)]
     name = type(dataset).__name__
     if len(found) == 1:
         return found[0], None

@@ -168,9 +168,9 @@ def in_passes(rate: float, step_rate: float, passes: dict) -> float:
     ``passes["pass_start_s"]`` in which no batch is ready: ``iter()`` starts the workers (unless persistent) and
     they make the first batch, while the step has nothing to train on. A pass of N samples then takes at least
     that start plus N / step, and at least N / ``rate`` (the loader alone already holds its own starts), so
-    the loop runs at N / max(N / rate, start + N / step). A 2-core loop of 32 batches a pass and
-    non-persistent workers read 32% under the steady-state model at its own count (docs/measured.md). ``rate``
-    as it is where the pause saw no pass end (a pass longer than a trial: its start is a small share)."""
+    the loop runs at N / max(N / rate, start + N / step). The steady-state model alone predicted a 2-core loop of
+    32 batches a pass, its worker not persistent, 32% over its watched rate at its own count (docs/measured.md).
+    ``rate`` as it is where the pause saw no pass end (a pass longer than a trial: its start is a small share)."""
     start, n = passes.get("pass_start_s"), passes.get("samples_per_pass")
     if not start or not n or not rate or not step_rate or not math.isfinite(rate):
         return rate
