@@ -162,6 +162,11 @@ def test_persistent_workers_gain_the_loop_its_pass_starts_even_behind_a_step_tha
     assert row["predicted_e2e_samples_per_s"] == pytest.approx(1000 / 0.505)
     steady = tune.with_step(tune.bracketed(before, variant | {"pass_start_s": None}, after), 2000.0)
     assert steady["predicted_e2e_gain_frac"] == 0.0  # one side's passes unseen: neither side counts them
+    # the step binds both sides: the interval is the step's (1,900-2,100/s), not a point
+    ends = tune.with_step(tune.bracketed(before, variant, after), 2000.0, (1900.0, 2100.0))
+    assert ends["predicted_e2e_gain_frac"] == row["predicted_e2e_gain_frac"]
+    assert ends["predicted_e2e_gain_ci95_low"] == pytest.approx((0.06 + 1000 / 1900) / (0.005 + 1000 / 1900) - 1)
+    assert ends["predicted_e2e_gain_ci95_high"] == pytest.approx((0.06 + 1000 / 2100) / (0.005 + 1000 / 2100) - 1)
 
 
 def _slow_start(worker_id: int) -> None:

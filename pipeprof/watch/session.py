@@ -25,7 +25,6 @@ import os
 import queue
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from typing import Callable, Optional
 
 from . import channel, live
 from .procs import ProcTable
-from .records import Store, step_rates, warmup_batches, windows
+from .records import Store, step_rates, summarize_rates, warmup_batches, windows
 
 BOOT = Path(__file__).resolve().parent / "boot"
 ROOT = Path(__file__).resolve().parents[2]
@@ -349,6 +348,10 @@ class Session:
 
     # -- --tune ---------------------------------------------------------------------------------------
     def _step_rate(self, key) -> Optional[float]:
+        return self._step_stats(key)["samples_per_s"]  # the median, as records.step_row reads the stored step row
+
+    def _step_stats(self, key) -> dict:
+        """The watched step's rate over the loader's windows: median and 95% interval (``summarize_rates``)."""
         loader = self.store.loaders[key[1]].get("settings", {})
         batches = [b for b in self.store.batches[key] if b.t_ret <= self.t_end]
         wins = windows(
@@ -358,8 +361,7 @@ class Session:
             warmup_batches(loader),
             loader.get("batch_size") or 1,
         )
-        rates = step_rates(wins)
-        return statistics.median(rates) if rates else None  # as records.step_row reads the stored step row
+        return summarize_rates(step_rates(wins))
 
     def _ask(self, cid: int, cmd: dict, kind: str, timeout: float) -> dict:
         """A pause command's answer (its message of ``kind``), asked once more where it failed
@@ -522,7 +524,12 @@ class Session:
             read.append((p, self._side(cid, pick, p.id, p.params, cap)))
         after = self._side(cid, pick, None, {}, cap) if read and self._left(t0, math.inf) >= cap / 2 else None
         for p, side in read:
-            entry = tuning.with_step(tuning.bracketed(before, side, after), step)
+            ends = self._step_stats((cid, label))
+            entry = tuning.with_step(
+                tuning.bracketed(before, side, after),
+                step,
+                (ends["samples_per_s_ci95_low"], ends["samples_per_s_ci95_high"]),
+            )
             tried.append(entry | {"id": p.id, "action": p.action, "params": p.params})
             self._log_action(tried[-1])
         return tried

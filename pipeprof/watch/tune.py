@@ -329,37 +329,43 @@ def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
     }
 
 
-def with_step(row: dict, step_rate: float) -> dict:
+def with_step(row: dict, step_rate: float, step_ends: tuple = (None, None)) -> dict:
     """An action's reading (:func:`bracketed`) with its end-to-end prediction: the loader alone and the training
     process's work per sample (``device_us_per_sample``, the baseline's copy subtracted) against the step watched
     in the loop. That work runs in the training process between steps (one stream, one thread), so it adds to
     the step's time per sample: predicted = min(variant alone, 1 / (1/step + extra)) over min(baseline alone,
     step), each with its own passes' starts (:func:`in_passes`: persistent workers start no processes at a pass).
+    The interval's ends are the loader gain's ends read against the step at its median and at its interval's
+    ends (``step_ends``): where the step binds both sides the loader's interval alone collapses to a point.
     ``verified``: the loader's gain interval is above zero."""
     base, gain = row.get("baseline_samples_per_s"), row.get("action_gain_frac")
     if row.get("error") or not base or gain is None:
         return row | {"measured": False}
     extra = max(0.0, (row.get("device_us_per_sample") or 0.0) - (row.get("baseline_device_us_per_sample") or 0.0))
-    fed = 1.0 / (1.0 / step_rate + extra / 1e6)
     n = row.get("samples_per_pass")
     mine, theirs = (
         {"pass_start_s": row.get(k), "samples_per_pass": n} for k in ("pass_start_s", "baseline_pass_start_s")
     )
     if not (mine["pass_start_s"] and theirs["pass_start_s"]):  # one side's passes unseen: neither counts them
         mine, theirs = {}, {}
-    was = in_passes(min(base, step_rate), step_rate, theirs)
 
-    def e2e(g: float) -> float:  # the variant alone at base x (1 + g), fed no faster than the step allows
-        return in_passes(min(base * (1 + g), fed), fed, mine) / was - 1
+    def fed(step: float) -> float:  # the step with the change's work on the device added
+        return 1.0 / (1.0 / step + extra / 1e6)
+
+    def e2e(g: float, step: float = step_rate) -> float:  # the variant alone at base x (1 + g), fed by the step
+        was = in_passes(min(base, step), step, theirs)
+        return in_passes(min(base * (1 + g), fed(step)), fed(step), mine) / was - 1
+
+    steps = [step_rate] + [s for s in step_ends if s]
 
     return row | {
         "measured": True,
         "verified": bool(row["action_gain_ci95_low"] > 0),
         "extra_device_us_per_sample": extra,
         "predicted_e2e_gain_frac": e2e(gain),
-        "predicted_e2e_gain_ci95_low": e2e(row["action_gain_ci95_low"]),
-        "predicted_e2e_gain_ci95_high": e2e(row["action_gain_ci95_high"]),
-        "predicted_e2e_samples_per_s": in_passes(min(base * (1 + gain), fed), fed, mine),
+        "predicted_e2e_gain_ci95_low": min(e2e(row["action_gain_ci95_low"], s) for s in steps),
+        "predicted_e2e_gain_ci95_high": max(e2e(row["action_gain_ci95_high"], s) for s in steps),
+        "predicted_e2e_samples_per_s": in_passes(min(base * (1 + gain), fed(step_rate)), fed(step_rate), mine),
     }
 
 
