@@ -243,3 +243,47 @@ def test_a_pause_command_that_fails_once_is_asked_again_and_a_silent_process_is_
     assert tune.once_more(answers.pop) == {"error": tune.NO_ANSWER} and len(answers) == 1  # not asked again
     answers = [{"stats": _pt(700.0)}]
     assert tune.once_more(answers.pop)["stats"]["samples_per_s"] == 700.0 and not answers
+
+
+def test_the_batchs_receiving_on_the_loops_thread_adds_to_the_step():
+    """92 us of step and 9 us of receiving a sample: 1 / 101 us; unmeasured, the step as watched. A variant whose
+    batches are a quarter of the bytes receives them faster, and gains that even where the step binds."""
+    assert tune.receive_bound(1e6 / 92, 9.0) == pytest.approx(1e6 / 101)
+    assert tune.receive_bound(1e6 / 92, None) == pytest.approx(1e6 / 92)
+    before = after = _side([2999.0, 3000.0, 3001.0]) | {"receive_us_per_sample": 40.0}
+    variant = _side([3996.0, 4000.0, 4004.0]) | {"receive_us_per_sample": 10.0}
+    row = tune.with_step(tune.bracketed(before, variant, after), 2000.0)
+    assert row["predicted_e2e_gain_frac"] == pytest.approx((500 + 40) / (500 + 10) - 1)
+
+
+def _slow_item(i: int):
+    import time
+
+    time.sleep(0.005)  # 5 ms a sample: a batch of 8 is 40 ms of a worker's time
+    return torch.zeros(3, 32, 32)
+
+
+@pytest.mark.one_core
+def test_the_pause_reads_the_loops_cpu_in_receiving_a_batch_not_its_wait_for_one():
+    """One worker makes each sample in 5 ms of sleep: the loop waits about 5 ms a sample in next(), but its own
+    thread spends a small part of that receiving the batch."""
+    from torch.utils.data import DataLoader
+
+    from pipeprof.watch.pause import measure
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            return _slow_item(i)
+
+    ds, kwargs = Slow(), {"batch_size": 8, "num_workers": 1}
+    loader = DataLoader(ds, **kwargs)
+    loader._pipeprof_args = ((ds,), kwargs)
+    stats = measure(loader, 1, tune.policy(0.3, 4.0), lambda pids: None, len)
+    assert stats["samples_per_s"] < 1 / 0.005  # the loader makes them no faster than its sleep
+    assert 0 < stats["receive_us_per_sample"] < 500  # a tenth of the 5,000 us a sample the loop waited
+    alone = DataLoader(ds, batch_size=8)
+    alone._pipeprof_args = ((ds,), {"batch_size": 8})
+    assert measure(alone, 0, tune.policy(0.3, 2.0), lambda pids: None, len)["receive_us_per_sample"] is None

@@ -86,7 +86,7 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
     the training process's own work on each batch before its step (``pause_actions``), inside the windows,
     which ``sync`` closes (the device's queue drained)."""
     clone = rebuild(loader, workers, **(changes or {}))
-    state = SimpleNamespace(it=iter(clone), restarts=0, starts=[], passes=[], in_pass=0)
+    state = SimpleNamespace(it=iter(clone), restarts=0, starts=[], passes=[], in_pass=0, receive_cpu_s=0.0, received=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 
     def samples(batch) -> int:  # the hook's rule, with the watch's fallback (``records``: the batch size)
@@ -96,7 +96,14 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
 
     def step() -> int:
         try:
-            return samples(next(state.it))
+            # this thread's CPU in next(): the batch received (unpickled, its tensors mapped from shared memory),
+            # not the wait for it, which takes none: the hand-off's share on the loop's own thread
+            cpu = time.thread_time()
+            batch = next(state.it)
+            state.receive_cpu_s += time.thread_time() - cpu
+            n = samples(batch)
+            state.received += n
+            return n
         except StopIteration:  # a pass ended: its samples, and the next one's start (iter() to its first batch)
             state.restarts += 1
             state.passes.append(state.in_pass)
@@ -122,7 +129,12 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
         shutdown = getattr(state.it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
-    return m.stats() | {"loader_restarts": state.restarts} | pass_columns(state.starts, state.passes)
+    receive = state.receive_cpu_s / state.received * 1e6 if state.received and workers else None
+    return (
+        m.stats()
+        | {"loader_restarts": state.restarts, "receive_us_per_sample": receive}
+        | pass_columns(state.starts, state.passes)
+    )
 
 
 def pass_columns(starts: list[float], passes: list[int]) -> dict:

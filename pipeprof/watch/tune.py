@@ -132,6 +132,7 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
             (step.get("samples_per_s_ci95_low") or step["samples_per_s"], low),
             (step.get("samples_per_s_ci95_high") or step["samples_per_s"], high),
         ):
+            s = receive_bound(s, passes.get("receive_us_per_sample"))
             row = base.copy()
             row["num_workers"], row["cpu_bound_samples_per_s"], row["step_bound_samples_per_s"] = w, rates[i], s
             at.append(in_passes(predict(row, ws, rates, cores)[0], s, passes))
@@ -144,6 +145,7 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
                 "loader_alone_samples_per_s": float(rate[i]),
                 "pass_start_s": passes.get("pass_start_s"),
                 "samples_per_pass": passes.get("samples_per_pass"),
+                "receive_us_per_sample": passes.get("receive_us_per_sample"),
             }
         )
     table = pd.DataFrame(predicted)
@@ -158,9 +160,22 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
         "main_cpu_s_per_sample": main_s,
         "step_samples_per_s": step["samples_per_s"],
         "model": "analysis.predict (min of the step, the loader alone at the workers the training "
-        "process leaves cores for, and the cores' budget), each pass's start added to the step's time where the "
-        "pause saw passes end (tune.in_passes), analysis.recommend_workers",
+        "process leaves cores for, and the cores' budget), the step's time with the batch's receiving on the loop's "
+        "thread added (tune.receive_bound), each pass's start added where the pause saw passes end "
+        "(tune.in_passes), analysis.recommend_workers",
     }
+
+
+def receive_bound(step_rate: float, receive_us: Optional[float]) -> float:
+    """The step's rate with the hand-off's share on the training loop's thread added: ``next()`` receives each
+    batch (unpickles it, maps its tensors from shared memory) between two steps, on the thread that runs them,
+    so the loop runs at most at 1 / (1/step + receive per sample) (``pause.measure`` reads that thread's CPU
+    time inside ``next()``, which waiting takes none of). The watched step is timed from one ``next()``'s return
+    to the next call, so it holds none of it. The step as watched where the pause did not read it (0 workers:
+    ``next()`` makes the batch itself, which the loader alone already counts)."""
+    if not receive_us or not step_rate:
+        return step_rate
+    return 1.0 / (1.0 / step_rate + receive_us / 1e6)
 
 
 def in_passes(rate: float, step_rate: float, passes: dict) -> float:
@@ -319,6 +334,8 @@ def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
         "pass_start_s": side.get("pass_start_s"),
         "baseline_pass_start_s": _mean([b.get("pass_start_s") for b in bases]),
         "samples_per_pass": side.get("samples_per_pass") or _mean([b.get("samples_per_pass") for b in bases]),
+        "receive_us_per_sample": side.get("receive_us_per_sample"),
+        "baseline_receive_us_per_sample": _mean([b.get("receive_us_per_sample") for b in bases]),
         # the training process's CPU in the side's windows and in the baseline's (for the record: not modelled)
         "main_cpu_pct_mean": side.get("main_cpu_pct_mean"),
         "baseline_main_cpu_pct_mean": _mean([b.get("main_cpu_pct_mean") for b in bases]),
@@ -334,7 +351,8 @@ def with_step(row: dict, step_rate: float, step_ends: tuple = (None, None)) -> d
     process's work per sample (``device_us_per_sample``, the baseline's copy subtracted) against the step watched
     in the loop. That work runs in the training process between steps (one stream, one thread), so it adds to
     the step's time per sample: predicted = min(variant alone, 1 / (1/step + extra)) over min(baseline alone,
-    step), each with its own passes' starts (:func:`in_passes`: persistent workers start no processes at a pass).
+    step), each with its own batches' receiving (:func:`receive_bound`: uint8 batches are a quarter of the bytes)
+    and its own passes' starts (:func:`in_passes`: persistent workers start no processes at a pass).
     The interval's ends are the loader gain's ends read against the step at its median and at its interval's
     ends (``step_ends``): where the step binds both sides the loader's interval alone collapses to a point.
     ``verified``: the loader's gain interval is above zero."""
@@ -349,11 +367,12 @@ def with_step(row: dict, step_rate: float, step_ends: tuple = (None, None)) -> d
     if not (mine["pass_start_s"] and theirs["pass_start_s"]):  # one side's passes unseen: neither counts them
         mine, theirs = {}, {}
 
-    def fed(step: float) -> float:  # the step with the change's work on the device added
-        return 1.0 / (1.0 / step + extra / 1e6)
+    def fed(step: float) -> float:  # the step with the change's work on the device and its batch's receiving
+        return receive_bound(1.0 / (1.0 / step + extra / 1e6), row.get("receive_us_per_sample"))
 
     def e2e(g: float, step: float = step_rate) -> float:  # the variant alone at base x (1 + g), fed by the step
-        was = in_passes(min(base, step), step, theirs)
+        own = receive_bound(step, row.get("baseline_receive_us_per_sample"))
+        was = in_passes(min(base, own), own, theirs)
         return in_passes(min(base * (1 + g), fed(step)), fed(step), mine) / was - 1
 
     steps = [step_rate] + [s for s in step_ends if s]
