@@ -129,7 +129,11 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
         shutdown = getattr(state.it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
-    receive = state.receive_cpu_s / state.received * 1e6 if state.received and workers else None
+    # added to the step's time in the model (watch.tune.receive_bound) where the step is the host's: on a GPU the
+    # watched step is the device's time, which the receiving overlaps unless the loop waits for the GPU each step
+    # (not yet measured there), so a CUDA job's is left unset
+    host_step = not torch.cuda.is_initialized()
+    receive = state.receive_cpu_s / state.received * 1e6 if state.received and workers and host_step else None
     return (
         m.stats()
         | {"loader_restarts": state.restarts, "receive_us_per_sample": receive}

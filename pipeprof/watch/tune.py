@@ -172,7 +172,8 @@ def receive_bound(step_rate: float, receive_us: Optional[float]) -> float:
     so the loop runs at most at 1 / (1/step + receive per sample) (``pause.measure`` reads that thread's CPU
     time inside ``next()``, which waiting takes none of). The watched step is timed from one ``next()``'s return
     to the next call, so it holds none of it. The step as watched where the pause did not read it (0 workers:
-    ``next()`` makes the batch itself, which the loader alone already counts)."""
+    ``next()`` makes the batch itself, which the loader alone already counts; a CUDA job, whose watched step is
+    the device's time, which the receiving may overlap)."""
     if not receive_us or not step_rate:
         return step_rate
     return 1.0 / (1.0 / step_rate + receive_us / 1e6)
