@@ -406,3 +406,29 @@ def test_an_iterable_dataset_gets_uint8_and_says_why_its_files_are_not_listed(fo
     assert "IterableDataset" in found["decoder"]["why_not"] and "IterableDataset" in found["gpu_pipeline"]["why_not"]
     images = torch.stack([x for x, _ in up.uint8(ds).dataset])
     assert images.dtype == torch.uint8 and images.shape[0] == len(ds.files)
+
+
+def test_a_concat_dataset_is_changed_in_each_of_its_datasets_where_one_loader_can_run_them(folder):
+    """An ImageFolder and a file-list dataset of the same files and transform, concatenated: each part is read for
+    its own files and transform, the variant is their concatenation; parts whose Normalize differs are refused."""
+    folder_part = _imagenet_style(folder)
+    own_part = OwnNames(folder, folder_part.transform)
+    both = torch.utils.data.ConcatDataset([folder_part, own_part])
+    found = up.inspect(both, cuda=True)
+    assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
+    assert found["uint8"]["snippet"].startswith("# train_set is a ConcatDataset: make the change in each")
+    u8 = up.uint8(both)
+    assert isinstance(u8.dataset, torch.utils.data.ConcatDataset) and len(u8.dataset) == len(both)
+    last = len(both) - 1  # the second part's last item, through its own `tf`
+    torch.manual_seed(7)
+    want = both[last][0]
+    torch.manual_seed(7)
+    got = u8.dataset[last][0]
+    assert got.dtype == torch.uint8 and torch.allclose(u8.on_device(got[None], "cpu")[0], want, atol=1e-5)
+    decoded = up.decoder(both).dataset.datasets
+    assert decoded[0].loader is up.cv2_loader and type(decoded[1]).__name__ == "Decoded"  # each by its own way
+    gpu = up.gpu_pipeline(both).dataset
+    assert bytes(gpu[last][0]) == open(own_part.files[-1], "rb").read() and gpu[last][1] == own_part.targets[-1]
+    other = _v1(folder, [transforms.CenterCrop(32), transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.5] * 3)])
+    why = up.inspect(torch.utils.data.ConcatDataset([folder_part, other]), cuda=True)["uint8"]["why_not"]
+    assert "would need different work on each batch" in why

@@ -46,6 +46,7 @@ class UserVariant(NamedTuple):
     dataset: Any
     collate: Optional[Callable] = None
     on_device: Optional[Callable] = None
+    key: Any = None  # what ``collate`` and ``on_device`` do, comparable: the parts of a ConcatDataset must agree
 
 
 def steps_of(transform) -> list:
@@ -137,8 +138,10 @@ def normaliser(t: Tail) -> Callable:
 
 
 def _subset_aware(build: Callable[..., UserVariant]) -> Callable[..., UserVariant]:
-    """``build`` on the dataset a ``torch.utils.data.Subset`` (``random_split``'s result) picks from, the variant
-    picking the same indices: the transform and the files are the inner dataset's."""
+    """``build`` through the datasets that wrap others: a ``torch.utils.data.Subset`` (``random_split``'s result)
+    is built on the dataset it picks from, the variant picking the same indices; a ``ConcatDataset`` on each of
+    its datasets (each read for its own files and transform), the variant their concatenation, where their
+    variants agree on the batch's collate and its work on the device (one loader runs them all)."""
     import functools
 
     @functools.wraps(build)
@@ -146,15 +149,25 @@ def _subset_aware(build: Callable[..., UserVariant]) -> Callable[..., UserVarian
         if isinstance(dataset, torch.utils.data.Subset):
             inner = built(dataset.dataset, *args, **kwargs)
             return inner._replace(dataset=torch.utils.data.Subset(inner.dataset, dataset.indices))
+        if isinstance(dataset, torch.utils.data.ConcatDataset):
+            kwargs.pop("files", None)  # each part's own
+            parts = [built(d, *args, **kwargs) for d in dataset.datasets]
+            if len({repr(p.key) for p in parts}) > 1 or len({p.collate for p in parts}) > 1:
+                raise ValueError(
+                    f"the {len(parts)} datasets of its ConcatDataset would need different work on each batch "
+                    f"({'; '.join(repr(p.key) for p in parts)}): one loader cannot run them together"
+                )
+            return parts[0]._replace(dataset=torch.utils.data.ConcatDataset([p.dataset for p in parts]))
         return build(dataset, *args, **kwargs)
 
     return built
 
 
 def inner(dataset):
-    """The dataset a (nested) ``Subset`` picks from, or the dataset itself."""
-    while isinstance(dataset, torch.utils.data.Subset):
-        dataset = dataset.dataset
+    """The dataset a (nested) ``Subset`` picks from, or the first dataset of a ``ConcatDataset`` (its transform and
+    files stand for the others', which its variants check), or the dataset itself."""
+    while isinstance(dataset, (torch.utils.data.Subset, torch.utils.data.ConcatDataset)):
+        dataset = dataset.dataset if isinstance(dataset, torch.utils.data.Subset) else dataset.datasets[0]
     return dataset
 
 
@@ -213,7 +226,8 @@ def uint8(dataset) -> UserVariant:
     if found is None:
         raise ValueError(why)
     kept = found.kept if family(transform) == "albumentations" else [*found.kept, ToUint8CHW()]
-    return UserVariant(_with_transform(dataset, _compose_like(transform, kept)), None, normaliser(found))
+    key = {"mean": found.mean, "std": found.std, "scale": found.scale}  # the normalisation on the device
+    return UserVariant(_with_transform(dataset, _compose_like(transform, kept)), None, normaliser(found), key)
 
 
 # ---- the GPU path: files read as bytes, decoded and augmented on the device ----------------------
@@ -673,7 +687,7 @@ def gpu_pipeline(dataset, seed: int = 0, files: Optional[Files] = None) -> UserV
         return pipes[key](unpacked(packed))
 
     target_transform = getattr(dataset, "target_transform", None) if files.folder else None  # else: as returned
-    return UserVariant(FileBytes(files.samples, target_transform), collate_bytes, on_device)
+    return UserVariant(FileBytes(files.samples, target_transform), collate_bytes, on_device, transforms)
 
 
 # ---- the other decoder -------------------------------------------------------------------------
@@ -746,7 +760,8 @@ def inspect(dataset, cuda: bool) -> dict:
     path's ``mapping`` (its transform in the GPU table's words) and the decoder's ``was`` (what the dataset
     decodes with) and ``to``; the GPU path is refused without CUDA, its mapping still shown (what would run). The
     dataset's files are read once (:func:`files_of`) for the builders that need them. A ``Subset`` is read through
-    to the dataset it picks from (its transform, its files); its variants pick the same indices."""
+    to the dataset it picks from (its transform, its files); its variants pick the same indices. A
+    ``ConcatDataset``'s first dataset stands for the others in the words; its variants are built on each."""
     try:
         files, files_why = files_of(inner(dataset))
     except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read this way: its reason, uint8 still tried
@@ -776,9 +791,18 @@ def inspect(dataset, cuda: bool) -> dict:
 
 def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> Optional[str]:
     """What to write in the user's script for ``action``: the line to change and the code, as measured (for a
-    ``Subset``, the dataset it picks from: the builders take the Subset itself)."""
+    ``Subset``, the dataset it picks from; for a ``ConcatDataset``, each of its datasets: the GPU path's builder
+    takes either as it is)."""
     text = _snippet(action, site, inner(dataset), files)
-    if text is None or not isinstance(dataset, torch.utils.data.Subset) or action == "gpu_pipeline":
+    if text is None or action == "gpu_pipeline":
+        return text
+    if isinstance(dataset, torch.utils.data.ConcatDataset):
+        return "# train_set is a ConcatDataset: make the change in each of its datasets (train_set.datasets)\n" + (
+            text.replace(
+                "train_set.loader = cv2_loader", "for part in train_set.datasets:\n    part.loader = cv2_loader"
+            )
+        )
+    if not isinstance(dataset, torch.utils.data.Subset):
         return text
     return (  # the change is to the dataset the Subset picks from, which random_split's other parts share
         "# train_set is a Subset: change the dataset it picks from (train_set.dataset), which the other parts of\n"
