@@ -6,7 +6,12 @@
 #                 and beside the step in the three modes); nvimgcodec where its wheel was carried
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
 #   sizing-standard, sizing-heavy
-#                 #39: the size table of a 16-core run against runs inside 4, 8 and 12-core masks
+#                 #39: the size table of a 16-core run against a run inside a 4-core mask (the 16-core run takes
+#                 about 4.5 minutes, each masked run about 3: all of 4, 8 and 12 ran out of one call on 2026-12-05)
+#   sizing-standard-rest, sizing-heavy-rest
+#                 the same against 8 and 12-core masks, reusing the first part's 16-core run: copy its folder from
+#                 that call's OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and
+#                 carry .plan
 # Run from the repository root after the device README's install line; each part writes a log and its run
 # folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
 set -uo pipefail
@@ -27,12 +32,20 @@ case "$part" in
     ;;
   sizing-standard | sizing-heavy)
     preset=${part#sizing-}
-    timeout -k 10 500 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
+    timeout -k 10 500 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4 \
       --set "augment.preset=$preset" --out-dir "$runs" > "$out/sizing.log" 2>&1
     echo "validate rc=$?"; tail -60 "$out/sizing.log"
     ;;
+  sizing-standard-rest | sizing-heavy-rest)
+    preset=${part#sizing-}; preset=${preset%-rest}
+    full=$(ls -d .plan/sizing-all-* 2>/dev/null | head -1)
+    [ -n "$full" ] || { echo "no .plan/sizing-all-* folder: run sizing-$preset first and carry its run" >&2; exit 2; }
+    timeout -k 10 500 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 8,12 \
+      --full-run "$full" --set "augment.preset=$preset" --out-dir "$runs" > "$out/sizing.log" 2>&1
+    echo "validate rc=$?"; tail -60 "$out/sizing.log"
+    ;;
   *)
-    echo "unknown part $part: gpu-pipeline, watch-tune, sizing-standard, sizing-heavy" >&2; exit 2
+    echo "unknown part $part: gpu-pipeline, watch-tune, sizing-{standard,heavy}[-rest]" >&2; exit 2
     ;;
 esac
 find "$runs" -name run.json | while read -r f; do  # each run folder's record, wherever the command nested it
