@@ -188,7 +188,7 @@ def test_the_pause_times_each_pass_start_of_the_users_loader(persistent):
     loader = DataLoader(ds, **kwargs)
     loader._pipeprof_args = ((ds,), kwargs)  # as the hook keeps them
     stats = measure(loader, 1, tune.policy(0.3, 8.0), lambda pids: None, lambda b: len(b[0]))
-    assert stats["samples_per_pass"] == 24 and stats["pass_starts"] == stats["loader_restarts"] >= 2
+    assert stats["samples_per_pass"] == 24 and stats["loader_restarts"] >= 2
     if persistent:
         assert stats["pass_start_s"] < 0.25
     else:
@@ -227,20 +227,18 @@ def test_the_hand_off_of_an_iterable_dataset_repeats_its_first_item():
     assert sent[0]["stats"]["samples_per_s"] > 0 and sent[0]["stats"]["loader_restarts"] == 0  # it never ends
 
 
-def test_a_pause_command_that_fails_once_is_asked_again_and_a_silent_process_is_not():
+def test_a_pause_command_whose_worker_died_is_asked_again_and_its_own_failures_stand():
     """A worker of a copy can die of a transient fault (PyTorch's spawned workers abort now and then at a loader's
-    shut-down), which ended the search at that count: the same job answered 2 workers in one run and 1 in the
-    next."""
-    answers = [
-        {"stats": _pt(900.0)},
-        {"error": "RuntimeError: DataLoader worker (pid 1) is killed by signal: Aborted."},
-    ]
-    got = tune.once_more(answers.pop)
-    assert got["stats"]["samples_per_s"] == 900.0 and "Aborted" in got["first_error"] and not answers
-    answers = [{"stats": _pt(900.0)}, {"error": "MemoryError: twice"}, {"error": "MemoryError: once"}]
-    assert tune.once_more(answers.pop) == {"error": "MemoryError: twice", "first_error": "MemoryError: once"}
-    answers = [{"stats": _pt(900.0)}, {"error": tune.NO_ANSWER}]
-    assert tune.once_more(answers.pop) == {"error": tune.NO_ANSWER} and len(answers) == 1  # not asked again
+    shut-down): asked again. A copy that fails on its own (memory, a variant that cannot be built) or a process
+    that does not answer is not asked twice."""
+    died = {"error": "RuntimeError: DataLoader worker (pid 1) is killed by signal: Aborted."}
+    answers = [{"stats": _pt(900.0)}, died]
+    assert tune.once_more(answers.pop)["stats"]["samples_per_s"] == 900.0 and not answers
+    answers = [died, died]
+    assert tune.once_more(answers.pop) == died and not answers  # a second death stands
+    for own in ({"error": "MemoryError: the copy"}, {"error": tune.NO_ANSWER}):
+        answers = [{"stats": _pt(900.0)}, own]
+        assert tune.once_more(answers.pop) == own and len(answers) == 1  # not asked again
     answers = [{"stats": _pt(700.0)}]
     assert tune.once_more(answers.pop)["stats"]["samples_per_s"] == 700.0 and not answers
 

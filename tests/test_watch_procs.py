@@ -42,9 +42,10 @@ def test_a_worker_that_ends_between_two_reads_keeps_its_cpu():
     read_once = _child(0.6)
     time.sleep(0.2)
     t2 = time.perf_counter()
-    table.tick([me, read_once.pid], t2, {read_once.pid: me})
+    both = {read_once.pid: me, never_read.pid: me}  # the ended worker named again, as the watch names all each tick
+    table.tick([me, read_once.pid, never_read.pid], t2, both)
     read_once.wait()
     t3 = time.perf_counter()
-    table.tick([me, read_once.pid], t3, {read_once.pid: me})
+    table.tick([me, read_once.pid, never_read.pid], t3, both)
     assert 0.6 - TICKS <= _used(table, read_once.pid, t1, t3) < 1.6
     assert _used(table, never_read.pid, t1, t3) == 0.0  # an ended worker is given its CPU once

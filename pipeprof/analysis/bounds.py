@@ -349,8 +349,12 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
             # while the step runs: the slower side binds (the step's with the pipeline beside it), nothing adds;
             # serially, the loader in turn with the step alone
             if overlap_mode(row) in ("on", "step-first"):
-                bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
-                return (min(step, cpu) if _known(step) and _known(cpu) else float("nan")), bounds
+                return (min(step, cpu) if _known(step) and _known(cpu) else float("nan")), {
+                    "step": step,
+                    "cpu": cpu,
+                    "io": io,
+                    "cores": None,
+                }
             step = step_bound(row)
         bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
         serial = [step, cpu] if _known(step) and _known(cpu) else []

@@ -47,6 +47,7 @@ from pipeprof.data.sources.base import Source
 from pipeprof.env import usable_cores
 from pipeprof.orchestrate.runner import execute, prepare
 from pipeprof.report.summary import group_answers, group_label
+from pipeprof.schema import GPU_DECODERS
 
 
 def sweep_speed(
@@ -459,7 +460,7 @@ def decoders_alone(
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     ready, rows = {}, []
-    for name in gpu_decode.BACKENDS:
+    for name in GPU_DECODERS:
         try:
             ready[name] = gpu_decode.decoder(name, device)
             for _ in range(warmup):
@@ -520,7 +521,6 @@ def beside_the_step(
     (backend, overlap); a backend that cannot run is its row's error."""
 
     from pipeprof import config as C
-    from pipeprof.data import gpu_decode
     from pipeprof.measure.monitors import Monitor
     from pipeprof.trials import TrialContext, TrialSpec, run_trial
 
@@ -538,7 +538,7 @@ def beside_the_step(
             models=models or {},
             channels_last=device.type == "cuda",
         )
-        for name in gpu_decode.BACKENDS:
+        for name in GPU_DECODERS:
             for mode in ("off", "on", "step-first"):  # config augment.overlap's words
                 spec = TrialSpec(
                     "gpu_shared",

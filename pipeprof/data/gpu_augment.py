@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from pipeprof.config import ConfigError
+from pipeprof.schema import DEFAULT_GPU_DECODER
 
 
 # albumentations stores OpenCV's interpolation flags; v2 takes its own enum
@@ -587,7 +588,7 @@ class GpuPipeline:
         from . import gpu_decode
 
         if self._decode is None:
-            self._decode = gpu_decode.decoder(gpu_decode.DEFAULT, self.device)
+            self._decode = gpu_decode.decoder(DEFAULT_GPU_DECODER, self.device)
         gpu_decode.settle(self.device)
         return self._decode(encoded)
 

@@ -33,9 +33,6 @@ import torch
 from pipeprof.config import ConfigError
 from pipeprof.schema import DEFAULT_GPU_DECODER, GPU_DECODERS
 
-BACKENDS = GPU_DECODERS
-DEFAULT = DEFAULT_GPU_DECODER
-
 
 class BackendMissing(ConfigError):
     """A decoder backend that cannot run in this process: the message says why and what would make it run."""
@@ -49,7 +46,7 @@ Decode = Callable[[list], list]
 OWN_STREAM = ("nvjpeg", "torchcodec")
 
 
-def settle(device: torch.device, backend: str = DEFAULT) -> None:
+def settle(device: torch.device, backend: str = DEFAULT_GPU_DECODER) -> None:
     """Wait for the work queued on the current stream before a decode. torchvision's CUDA decoder takes its output
     tensors from PyTorch's cache on the current stream but writes them from a stream of its own, which waits for
     nothing: a block freed with kernels still queued (the step's activations, the last batch's augment scratch)
@@ -64,8 +61,8 @@ def settle(device: torch.device, backend: str = DEFAULT) -> None:
 def missing(name: str, device: torch.device) -> Optional[str]:
     """Why backend ``name`` cannot decode on ``device`` here, or None when it can (imports nothing heavy
     beyond what the check needs)."""
-    if name not in BACKENDS:
-        return f"unknown GPU decoder {name!r}: one of {', '.join(BACKENDS)}"
+    if name not in GPU_DECODERS:
+        return f"unknown GPU decoder {name!r}: one of {', '.join(GPU_DECODERS)}"
     if name == "torchcodec":
         if importlib.util.find_spec("torchcodec") is None:
             return "torchcodec is not installed (pip install 'pipeprof[torchcodec]', a release built for this torch)"

@@ -152,7 +152,7 @@ def _subset_aware(build: Callable[..., UserVariant]) -> Callable[..., UserVarian
         if isinstance(dataset, torch.utils.data.ConcatDataset):
             kwargs.pop("files", None)  # each part's own
             parts = [built(d, *args, **kwargs) for d in dataset.datasets]
-            if len({repr(p.key) for p in parts}) > 1 or len({p.collate for p in parts}) > 1:
+            if len({repr(p.key) for p in parts}) > 1:  # (one builder: one collate for every part)
                 raise ValueError(
                     f"the {len(parts)} datasets of its ConcatDataset would need different work on each batch "
                     f"({'; '.join(repr(p.key) for p in parts)}): one loader cannot run them together"

@@ -39,12 +39,19 @@ def cap_worker_threads() -> None:
     torch.set_num_threads(1)
 
 
+_CV2_CAPPED: set[int] = set()  # the processes that have capped OpenCV's threads (a forked worker has not)
+
+
 def cap_cv2_threads() -> None:
     """OpenCV decodes on the calling thread alone; called before each decode where pipeprof decodes in a user's
-    workers, which run the user's worker_init_fn, not :func:`cap_worker_threads` (a call far cheaper than a decode)."""
+    workers, which run the user's worker_init_fn, not :func:`cap_worker_threads`. Once per process: a worker is
+    a process of its own, so the process id says whether this one has."""
+    if os.getpid() in _CV2_CAPPED:
+        return
     import cv2
 
     cv2.setNumThreads(0)
+    _CV2_CAPPED.add(os.getpid())
 
 
 def seed_worker(seed: int) -> None:

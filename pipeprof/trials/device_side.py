@@ -45,6 +45,7 @@ from pipeprof.data import gpu_decode
 from pipeprof.data.encoded import unpacked
 from pipeprof.data.gpu_augment import for_preset
 from pipeprof.measure.step import DeviceClock
+from pipeprof.schema import DEFAULT_GPU_DECODER
 
 AHEAD = 2  # batches the producer prepares ahead of the step: one in the step's hands, one more to absorb jitter
 _STEP_STREAMS: dict = {}  # device index -> the high-priority stream steps run on (step-first), one per process
@@ -71,7 +72,7 @@ class DeviceSide:
         device: torch.device,
         seed: int = 0,
         stand_in_s: float = 0.0,
-        decoder: str = gpu_decode.DEFAULT,
+        decoder: str = DEFAULT_GPU_DECODER,
     ):
         self.pipe = for_preset(preset, size, device, seed)
         self.decoder = decoder
@@ -413,5 +414,5 @@ def device_side(ctx, spec) -> Optional[DeviceSide]:
     """The DeviceSide of a trial whose workers only read bytes (``spec.augment_device`` set), else None."""
     if spec.augment_device in (None, "cpu") or ctx.user_dataset is not None or ctx.user_loader is not None:
         return None
-    decoder = spec.gpu_decoder or gpu_decode.DEFAULT
+    decoder = spec.gpu_decoder or DEFAULT_GPU_DECODER
     return DeviceSide(spec.preset, spec.image_size, ctx.device, ctx.seed, ctx.stand_in_step_s, decoder)

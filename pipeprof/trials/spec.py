@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from pipeprof.data import gpu_decode
 from pipeprof.data.dataset import SamplePolicy
+from pipeprof.schema import DEFAULT_GPU_DECODER
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class TrialSpec:
         if self.augment_device in (None, "cpu"):
             return None
         extra = ["serial" if self.augment_overlap is False else "stepfirst" if self.step_first else None]
-        extra.append(self.gpu_decoder if self.gpu_decoder not in (None, gpu_decode.DEFAULT) else None)
+        extra.append(self.gpu_decoder if self.gpu_decoder not in (None, DEFAULT_GPU_DECODER) else None)
         return "-".join(["gpu-augment", *filter(None, extra)])
 
     def columns(self) -> dict:

@@ -148,7 +148,6 @@ def pass_columns(starts: list[float], passes: list[int]) -> dict:
     than the trial)."""
     return {
         "pass_start_s": statistics.median(starts) if starts else None,
-        "pass_starts": len(starts),
         "samples_per_pass": statistics.median(passes) if passes else None,
     }
 

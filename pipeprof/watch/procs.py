@@ -27,7 +27,7 @@ class ProcTable:
     after their last read is in their training process's reaped children's time (``children_user`` +
     ``children_system``; the DataLoader joins its workers), so each tick reads that too for the processes that
     are not workers, and gives the part no read of the workers saw to the workers of that process that ended
-    since the last tick. Before, a loop of short passes had its workers' CPU unmeasured ("–")."""
+    since the last tick."""
 
     def __init__(self):
         self.samples: list[Sample] = []

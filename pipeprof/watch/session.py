@@ -523,8 +523,8 @@ class Session:
                 continue
             read.append((p, self._side(cid, pick, p.id, p.params, cap)))
         after = self._side(cid, pick, None, {}, cap) if read and self._left(t0, math.inf) >= cap / 2 else None
+        ends = self._step_stats((cid, label))  # the watched step's interval, the same for every action
         for p, side in read:
-            ends = self._step_stats((cid, label))
             entry = tuning.with_step(
                 tuning.bracketed(before, side, after),
                 step,

@@ -88,16 +88,17 @@ def search(
 NO_ANSWER = "no answer from the paused process"
 
 
+#: how PyTorch reports a DataLoader worker that died (the loader's own error, whatever the signal)
+WORKER_DIED = "DataLoader worker"
+
+
 def once_more(ask: Callable[[], dict]) -> dict:
-    """``ask()`` (a pause command's answer), asked once more where it came back with an error: a worker of the
-    copy being timed can die of a transient fault (PyTorch's spawned workers abort now and then as a loader shuts
-    down: "terminate called without an active exception"), and a count lost to one ended the search there, so
-    the same job answered 2 workers in one run and 1 in the next. An answer that fails twice stands, with the
-    first failure beside it (``first_error``); a process that did not answer is not asked again."""
+    """``ask()`` (a pause command's answer), asked once more where a worker of the copy being timed died (PyTorch's
+    spawned workers abort now and then as a loader shuts down: "terminate called without an active exception"): a
+    count lost to one ended the search there, so the answer moved between two runs of one job. Any other failure
+    is the copy's own (it cannot be built, memory) and stands, as does a second death."""
     got = ask()
-    if not got.get("error") or got["error"] == NO_ANSWER:
-        return got
-    return ask() | {"first_error": got["error"]}
+    return ask() if WORKER_DIED in str(got.get("error") or "") else got
 
 
 def curve(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -184,9 +185,9 @@ def in_passes(rate: float, step_rate: float, passes: dict) -> float:
     ``passes["pass_start_s"]`` in which no batch is ready: ``iter()`` starts the workers (unless persistent) and
     they make the first batch, while the step has nothing to train on. A pass of N samples then takes at least
     that start plus N / step, and at least N / ``rate`` (the loader alone already holds its own starts), so
-    the loop runs at N / max(N / rate, start + N / step). The steady-state model alone predicted a 2-core loop of
-    32 batches a pass, its worker not persistent, 32% over its watched rate at its own count (docs/measured.md).
-    ``rate`` as it is where the pause saw no pass end (a pass longer than a trial: its start is a small share)."""
+    the loop runs at N / max(N / rate, start + N / step) (what the steady-state model alone missed:
+    docs/measured.md, "watch --tune on four more scripts"). ``rate`` as it is where the pause saw no pass end (a
+    pass longer than a trial: its start is a small share)."""
     start, n = passes.get("pass_start_s"), passes.get("samples_per_pass")
     if not start or not n or not rate or not step_rate or not math.isfinite(rate):
         return rate

@@ -6,8 +6,8 @@
 #                 and beside the step in the three modes); nvimgcodec where its wheel was carried
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
 #   sizing-standard, sizing-heavy
-#                 #39: the size table of a 16-core run against a run inside a 4-core mask (the 16-core run takes
-#                 about 4.5 minutes, each masked run about 3: all of 4, 8 and 12 ran out of one call on 2026-12-05)
+#                 #39: the size table of a 16-core run against a run inside a 4-core mask (all three masks do
+#                 not fit one call: docs/measured.md, "The 1×H200 box, 2026-12-05")
 #   sizing-standard-rest, sizing-heavy-rest
 #                 the same against 8 and 12-core masks, reusing the first part's 16-core run: copy its folder from
 #                 that call's OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and

@@ -2,9 +2,8 @@
 # One device call: the examples-style ImageFolder script watched and tuned with actions, then run by hand at
 # the recommended count, plain and with the best measured change applied (its own clocks each time).
 #   bash tests/examples/watch_tune_gpu.sh OUT_DIR [IMAGES]
-# Each step has its own time limit (270 + 3 x 70 s at most), so the whole fits one 10-minute call on the 16-core
-# box (about 300 s when nothing hangs). A 20 s window once saw one batch: the first steps of a fresh process
-# (cudnn.benchmark) can take that long.
+# Each step has its own time limit (270 + 3 x 70 s at most), so the whole fits one 10-minute call. The window is
+# 30 s: the first steps of a fresh process (cudnn.benchmark) can take most of a shorter one.
 set -uo pipefail
 out=${1:?out dir}; images=${2:-4096}
 mkdir -p "$out"
