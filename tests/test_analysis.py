@@ -163,7 +163,7 @@ def test_cores_needed_interpolates_then_extrapolates():
     assert not need["extrapolated"]
     far = cores_needed(2700.0, WS, RATES, main_s=1e-3, cores=32)
     assert far["extrapolated"] and far["workers_needed"] == pytest.approx(2700 / (1800 / 32))
-    assert far["cores_needed"] == math.ceil(48 + 2.7) and "per worker at 32 workers" in far["basis"]
+    assert far["cores_needed"] == math.ceil(48 + 2.7) and "per core at its 32" in far["basis"]
     # counts past the machine's cores measured oversubscription: extrapolate from the last one that fitted
     over = cores_needed(2000.0, np.append(WS[:5], 32.0), np.append(RATES[:5], 1550.0), 0.0, cores=16)
     assert over["workers_needed"] == pytest.approx(2000 / (1500 / 16))

@@ -170,3 +170,28 @@ def test_the_gpu_count_scaling_is_read_from_the_runs_n_gpu_ceilings():
     # one machine's share of a 2-machine job (1 of its 2 ranks reported) is no job rate: no scaling from it
     partial = rows.assign(ranks_reported=[1, 1, 1, 1, 2]).drop(index=4)
     assert ws.step_and_scaling(partial) == (one, {})
+
+
+def test_a_count_that_oversubscribed_the_cores_left_counts_as_the_cores_it_had():
+    # four loader-alone trials on 16 cores: the training process's receiving took 0.27, 0.50, 0.86 and 0.80 cores;
+    # 16 workers had 16 - 0.86 = 15.14 of them, and 32 are oversubscription (left out)
+    import pandas as pd
+
+    from pipeprof.analysis.bounds import worker_cores
+
+    t = pd.DataFrame(
+        {
+            "num_workers": [4, 8, 16, 32],
+            "samples_per_s": [1113.0, 1826.0, 3186.0, 2943.0],
+            "main_cpu_pct_mean": [27.0, 50.0, 86.0, 80.0],
+        }
+    )
+    had = worker_cores(t, np.arange(4), 16.0)
+    assert had[:3] == pytest.approx([4.0, 8.0, 15.14]) and np.isnan(had[3])
+    # 15 cores for the workers read on the cores they had: between 8 and 15.14, not between 8 and 16
+    rates = t["samples_per_s"].to_numpy()[:3]
+    w = ws.Workload("w", (5000.0, 5000.0, 5000.0), had[:3], rates, rates, rates, 0.0, 16.0)
+    at15 = ws.predict(w, ws.Candidate("15c", 15))["samples_per_s"]
+    assert at15 == pytest.approx(1826 + (15 - 8) / (15.14 - 8) * (3186 - 1826))
+    # a table without the training process's CPU keeps the counts
+    assert worker_cores(t.drop(columns="main_cpu_pct_mean"), np.arange(3), 16.0) == pytest.approx([4, 8, 16])

@@ -53,6 +53,7 @@ from .bounds import (
     NEAR_BEST,
     classify,
     cpu_at,
+    cores_curve,
     cpu_curve,
     curves,
     figures,
@@ -290,7 +291,8 @@ def _group_advice(
         # so the workers and the hand-off limit of the whole job are N times a rank's
         ranks = int(curve.iloc[0].get("gpus") or 1) if "gpus" in curve else 1
         low, cap = (x * ranks for x in handoff_interval(trials, curve.iloc[0]))
-        ws = ws * ranks
+        # the cores its workers had for each count (bounds.worker_cores): the questions of cores read cores
+        ws = ws * ranks if ranks > 1 else cores_curve(trials, curve.iloc[0], cores).workers
         advice["cores_needed"] = CoresNeeded.from_dict(
             cores_needed(float(step.iloc[0]), ws, rates, main_s, cores, cap, low if low < math.inf else None)
         )

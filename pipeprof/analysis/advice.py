@@ -161,7 +161,7 @@ def cores_needed(
     base, per = _per_worker_at_top(x, y)
     main = main_s * step_rate
     how = (
-        f"past the curve's end at {per:,.0f} samples/s per worker (the rate per worker at {base:g} workers)"
+        f"past the curve's end at {per:,.0f} samples/s per core (the rate per core at its {base:.3g})"
         if need.extrapolated
         else "interpolated on the measured cpu_pipeline curve"
     )
@@ -177,7 +177,7 @@ def cores_needed(
         "extrapolated": need.extrapolated,
         "handoff_limit": cap if cap < math.inf else None,
         "handoff_straddles": straddles,
-        "basis": f"{need.value:.1f} workers reach the step's {step_rate:,.0f} samples/s, {how}; "
+        "basis": f"{need.value:.1f} workers' cores reach the step's {step_rate:,.0f} samples/s, {how}; "
         f"+ {main:.1f} core(s) for the training process ({main_s * 1e3:.2f} ms CPU per sample){caveat}",
     }
 

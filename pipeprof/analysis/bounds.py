@@ -287,6 +287,31 @@ def cpu_curve_rows(trials: pd.DataFrame, like: pd.Series) -> np.ndarray:
     return c.index.to_numpy(int)
 
 
+def worker_cores(trials: pd.DataFrame, rows: np.ndarray, usable: float) -> np.ndarray:
+    """The cores the workers of the loader-alone trials at positions ``rows`` (:func:`cpu_curve_rows`) had: their
+    count, or, where the count oversubscribed what the training process's own receiving left of the ``usable``
+    cores (its measured CPU in that trial), what it left; NaN for a count past the cores (oversubscription, not
+    more cores: left out as the curve's envelope leaves it out). The x of the curve that answers "how many cores"
+    (the what-if, cores per GPU, the size table): 16 workers on 16 cores beside a receiving thread of 0.9 cores
+    had 15.1, and read as 16 they put the machine's own 16 cores 13% under what it ran (docs/measured.md,
+    "Sizing"). Never above the count, and non-decreasing along it."""
+    t = trials.iloc[rows]
+    w = t["num_workers"].to_numpy(float)
+    main = figures(t["main_cpu_pct_mean"]).to_numpy(float) / 100 if "main_cpu_pct_mean" in t else np.zeros(len(w))
+    had = np.minimum(w, usable - np.nan_to_num(main, nan=0.0))
+    inside = w <= max(usable, 1)
+    had[inside] = np.maximum.accumulate(np.maximum(had[inside], 0.0)) if inside.any() else had[inside]
+    return np.where(inside, had, np.nan)
+
+
+def cores_curve(trials: pd.DataFrame, like: pd.Series, usable: float) -> CpuCurve:
+    """:func:`cpu_curve` with the cores its workers had (:func:`worker_cores`) for their counts: the curve the
+    questions of cores read (what-if, cores per GPU, the size table); the recommended count reads counts."""
+    t = trials.reset_index(drop=True)
+    rows = cpu_curve_rows(t, like)
+    return CpuCurve(worker_cores(t, rows, usable), t["samples_per_s"].to_numpy(float)[rows])
+
+
 def curve_at(trials: pd.DataFrame, rows: np.ndarray) -> CpuCurve:
     """The :class:`CpuCurve` of the trials at positions ``rows`` (:func:`cpu_curve_rows`)."""
     return CpuCurve(trials["num_workers"].to_numpy(float)[rows], trials["samples_per_s"].to_numpy(float)[rows])

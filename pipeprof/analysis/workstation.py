@@ -26,7 +26,7 @@ import pandas as pd
 from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, overlap_mode
 
 from .advice import rate_for_cores
-from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok
+from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok, worker_cores
 from .scaling import job_rates
 
 #: the candidates' core counts and the target share of the GPUs' ceiling where none are given (``pipeprof size``,
@@ -47,7 +47,7 @@ class Candidate(NamedTuple):
 class Workload(NamedTuple):
     label: str
     step: tuple  # the step's ceiling on one GPU: (samples/s, low, high)
-    ws: np.ndarray  # the loader's CPU curve: worker counts and rates (median, low, high)
+    ws: np.ndarray  # the loader's CPU curve: the cores its workers had (bounds.worker_cores) and rates (median, low, high)
     rates: np.ndarray
     lows: np.ndarray
     highs: np.ndarray
@@ -200,7 +200,8 @@ def workloads(run, skipped: bool = False) -> list[Workload]:
             continue
         like = rows.iloc[0]
         one, scaling = step_and_scaling(matching(ok(t, "gpu_ceiling"), like, STEP_KEYS))
-        curve = t.iloc[cpu_curve_rows(t, like)]
+        rows = cpu_curve_rows(t, like)
+        curve = t.iloc[rows]
         if one is None or len(curve) < 2:
             continue
         rates, lows, highs = _ends(curve)
@@ -208,7 +209,7 @@ def workloads(run, skipped: bool = False) -> list[Workload]:
             Workload(
                 label(a.key),
                 one,
-                curve["num_workers"].to_numpy(float),
+                worker_cores(t, rows, float(usable)),
                 rates,
                 lows,
                 highs,

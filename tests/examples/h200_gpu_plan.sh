@@ -5,13 +5,11 @@
 #                 h200-gpu-pipeline.yaml, standard and heavy, nvJPEG), then `bench gpu-augment` (each decoder alone
 #                 and beside the step in the three modes); nvimgcodec where its wheel was carried
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
-#   sizing-standard, sizing-heavy
-#                 #39: the size table of a 16-core run against a run inside a 4-core mask (all three masks do
-#                 not fit one call: docs/measured.md, "The 1×H200 box, 2026-12-05")
-#   sizing-standard-rest, sizing-heavy-rest
-#                 the same against 8 and 12-core masks, reusing the first part's 16-core run: copy its folder from
-#                 that call's OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and
-#                 carry .plan
+#   sizing        #39: the 16-core run of both presets (standard, heavy; 4, 8 and 16 workers) that the size table
+#                 reads; no masked run (the three masks with their end-to-end trials take a call of their own)
+#   sizing-masks  the same table against runs inside 4, 8 and 12-core masks (end-to-end only, at all cores and
+#                 all but one), reusing the first part's 16-core run: copy its folder from that call's
+#                 OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and carry .plan
 # Run from the repository root after the device README's install line; each part writes a log and its run
 # folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
 set -uo pipefail
@@ -30,22 +28,23 @@ case "$part" in
   watch-tune)
     bash tests/examples/watch_tune_gpu.sh "$out" 4096
     ;;
-  sizing-standard | sizing-heavy)
-    preset=${part#sizing-}
-    timeout -k 10 500 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4 \
-      --set "augment.preset=$preset" --out-dir "$runs" > "$out/sizing.log" 2>&1
-    echo "validate rc=$?"; tail -60 "$out/sizing.log"
-    ;;
-  sizing-standard-rest | sizing-heavy-rest)
-    preset=${part#sizing-}; preset=${preset%-rest}
-    full=$(ls -d .plan/sizing-all-* 2>/dev/null | head -1)
-    [ -n "$full" ] || { echo "no .plan/sizing-all-* folder: run sizing-$preset first and carry its run" >&2; exit 2; }
-    timeout -k 10 500 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 8,12 \
-      --full-run "$full" --set "augment.preset=$preset" --out-dir "$runs" > "$out/sizing.log" 2>&1
-    echo "validate rc=$?"; tail -60 "$out/sizing.log"
+  sizing | sizing-masks)
+    presets=(--set "augment.preset=[standard,heavy]" --set "loader.num_workers=[4,8,16]")
+    if [ "$part" = sizing ]; then
+      timeout -k 10 420 $py -m pipeprof run configs/h200-sizing.yaml "${presets[@]}" --set name=sizing-all \
+        --set "out_dir=$runs" > "$out/sizing.log" 2>&1
+      echo "run rc=$?"; tail -40 "$out/sizing.log"
+      $py -m pipeprof size "$runs"/sizing-all-* >> "$out/sizing.log" 2>&1; tail -25 "$out/sizing.log"
+    else
+      full=$(ls -d .plan/sizing-all-* 2>/dev/null | head -1)
+      [ -n "$full" ] || { echo "no .plan/sizing-all-* folder: run part sizing first and carry its run" >&2; exit 2; }
+      timeout -k 10 480 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
+        --end-to-end-only --full-run "$full" "${presets[@]}" --out-dir "$runs" > "$out/sizing.log" 2>&1
+      echo "validate rc=$?"; tail -60 "$out/sizing.log"
+    fi
     ;;
   *)
-    echo "unknown part $part: gpu-pipeline, watch-tune, sizing-{standard,heavy}[-rest]" >&2; exit 2
+    echo "unknown part $part: gpu-pipeline, watch-tune, sizing, sizing-masks" >&2; exit 2
     ;;
 esac
 find "$runs" -name run.json | while read -r f; do  # each run folder's record, wherever the command nested it
