@@ -13,6 +13,18 @@ $py -c "from pipeprof.data.synthetic import make_dataset as m; print(m('$data', 
   > "$out/dataset.txt" 2>&1
 echo "dataset: $(tail -1 "$out/dataset.txt")"
 script=(tests/examples/imagenet_train.py --data "$data" --batch-size 256)
+# the machine's CPU speed (pipeprof's fixed-work reference, all cores) before the watch, after it and after the
+# script's own runs: where the pause's prediction and the script's clock part, whether the machine moved between
+ref() { $py - "$1" <<'PY'
+import sys
+from pipeprof.env import usable_cores
+from pipeprof.measure import reference
+p = reference.measure(int(usable_cores()["usable"]), 1.5)["points"][-1]
+rate, low, high = p["decodes_per_s"], p["decodes_per_s_min"], p["decodes_per_s_max"]
+print(f"cpu reference ({sys.argv[1]}): {rate:,.0f} decodes/s on {p['processes']} processes ({low:,.0f}-{high:,.0f})")
+PY
+}
+ref "before the watch"
 timeout -k 10 270 $py -m pipeprof watch --tune --seconds 30 --stop --out-dir /tmp/pipeprof-out -- \
   $py "${script[@]}" --workers 4 --steps 100000 > "$out/watch.log" 2>&1
 echo "watch rc=$?"; grep -v '^step ' "$out/watch.log" | tail -45
@@ -22,8 +34,10 @@ read -r pick best < <($py -c "
 import json; t = json.load(open('$run/run.json'))['tune']
 print(t.get('recommended_workers') or 4, t.get('best_action') or 'none')")
 echo "pick=$pick best=$best"
+ref "after the watch"
 for variant in plain uint8 gpu_pipeline; do
   flag=""; [ "$variant" = uint8 ] && flag=--uint8; [ "$variant" = gpu_pipeline ] && flag=--gpu-decode
   echo "== $variant at $pick workers =="
   timeout -k 5 70 $py "${script[@]}" --workers "$pick" --steps 140 --clock $flag 2>&1 | grep -E 'clock|Error|error' | tail -3
 done
+ref "after the script's runs"
