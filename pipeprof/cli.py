@@ -555,7 +555,7 @@ def _validate_sizing(args, console) -> int:
         title="pipeprof validate --sizing: predicted from the all-cores run vs measured in a CPU mask",
         title_justify="left",
     )
-    for h in ("cores", "CPUs", "predicted/s", "measured/s", "at w", "err", "cores per GPU"):
+    for h in ("cores", "CPUs", "predicted/s", "measured/s", "at w", "err", "core", "cores per GPU"):
         t.add_column(h, justify="left" if h == "CPUs" else "right")
     for _, r in df.iterrows():
         pred = r.get("predicted_samples_per_s")
@@ -570,6 +570,7 @@ def _validate_sizing(args, console) -> int:
             "–"
             if r.get("rate_error_frac") != r.get("rate_error_frac") or r.get("rate_error_frac") is None
             else f"{r['rate_error_frac']:+.1%}",
+            _move(r.get("core_speed_move_frac")),
             "unreachable"
             if r["cores_per_gpu"] is None or r["cores_per_gpu"] != r["cores_per_gpu"]
             else f"{r['cores_per_gpu']:.0f}",
@@ -598,7 +599,18 @@ def _print_size_check(console, rows) -> None:
         console.print("the size table: no workload of the all-cores run has both a step ceiling and a CPU curve")
         return
     t = Table(title="the size table's candidates (one GPU) against the masked runs", title_justify="left")
-    for h in ("workload", "cores", "predicted/s (interval)", "binding", "measured/s", "at w", "err", "in interval"):
+    heads = (
+        "workload",
+        "cores",
+        "predicted/s (interval)",
+        "binding",
+        "measured/s",
+        "at w",
+        "err",
+        "in interval",
+        "core",
+    )
+    for h in heads:
         t.add_column(h, justify="left" if h in ("workload", "binding") else "right")
     for _, r in rows.iterrows():
         t.add_row(
@@ -611,8 +623,18 @@ def _print_size_check(console, rows) -> None:
             str(r["measured_workers"]),
             "–" if r["error_frac"] != r["error_frac"] else f"{r['error_frac']:+.1%}",
             {True: "yes", False: "no"}.get(r["within_interval"], "–"),
+            _move(r.get("core_speed_move_frac")),
         )
     console.print(t)
+    console.print(
+        "core: one core's speed at the masked run's start against the all-cores run's (their CPU references): "
+        "how much of an error the machine may own",
+        highlight=False,
+    )
+
+
+def _move(frac) -> str:
+    return "–" if frac is None or frac != frac else f"{frac:+.0%}"
 
 
 def cmd_merge(args) -> int:

@@ -96,3 +96,14 @@ def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path)
     (row,) = size.to_dict("records")
     assert row["cores"] == 1 and row["measured_samples_per_s"] == one["measured_samples_per_s"]
     assert row["predicted_samples_per_s"] == pytest.approx(100, rel=0.2)
+
+
+def test_the_machines_move_between_the_runs_is_read_from_their_cpu_references():
+    from types import SimpleNamespace
+
+    def run(one_process, cores=4):
+        points = [{"processes": 1, "decodes_per_s": one_process}, {"processes": cores, "decodes_per_s": 9.0}]
+        return SimpleNamespace(meta={"cpu_reference": {"start": {"points": points}}})
+
+    assert sizing.core_speed_move(run(566.0, 16), run(629.0)) == pytest.approx(629 / 566 - 1)
+    assert sizing.core_speed_move(run(566.0), SimpleNamespace(meta={})) is None  # a run without a reference

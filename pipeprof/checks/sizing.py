@@ -205,10 +205,25 @@ def check(
         )
         got = measured(run) | predict_at(full, step, c)
         got["rate_error_frac"] = got["predicted_samples_per_s"] / got["measured_samples_per_s"] - 1
+        got["core_speed_move_frac"] = core_speed_move(full, run)
         need = NOT_MEASURED if end_to_end_only else _need(run, step)
         rows.append({"cores": c, "cpus": ",".join(map(str, cpus)), "run": str(run.path), **got, **need})
         masked[c] = run
     return pd.DataFrame(rows), size_check(full, masked)
+
+
+def core_speed_move(full: Run, run: Run) -> Optional[float]:
+    """How much faster (+) or slower one core of the machine ran at ``run``'s start than at ``full``'s: their CPU
+    references' one-process decode rates (``measure.reference``), None where either run has none. The masked runs
+    are minutes apart on shared cores, which move more than the prediction's error (docs/measured.md, "Sizing"):
+    this says how much of an error the machine may own; it corrects nothing."""
+
+    def one(r: Run) -> Optional[float]:
+        points = ((r.meta.get("cpu_reference") or {}).get("start") or {}).get("points") or []
+        return next((p["decodes_per_s"] for p in points if p.get("processes") == 1), None)
+
+    a, b = one(full), one(run)
+    return b / a - 1 if a and b else None
 
 
 def size_check(full: Run, masked: dict) -> pd.DataFrame:
@@ -241,6 +256,7 @@ def size_check(full: Run, masked: dict) -> pd.DataFrame:
                     "within_interval": bool(p["samples_per_s_low"] <= got <= p["samples_per_s_high"])
                     if got == got
                     else None,  # nothing measured: neither
+                    "core_speed_move_frac": core_speed_move(full, run),
                 }
             )
     return pd.DataFrame(rows)
