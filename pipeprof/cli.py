@@ -53,6 +53,21 @@ def _parser() -> argparse.ArgumentParser:
     make.add_argument("--classes", type=int, default=10)
     make.add_argument("--seed", type=int, default=0)
     _report_parsers(sub)
+    _validate_parser(sub)
+    _multi_run_parsers(sub)
+    pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
+    pack.add_argument("src", help="dataset folder (class folders of images)")
+    pack.add_argument("dst", help="folder for shard-000000.tar, ...")
+    pack.add_argument("--shard-size", type=float, default=100.0, metavar="MB", help="target shard size in MB (1e6 B)")
+    pack.add_argument("--seed", type=int, default=0, help="shuffle seed: every shard mixes classes")
+    pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
+    _check_data_parser(sub)
+    _watch_parser(sub)
+    _size_parser(sub)
+    return p
+
+
+def _validate_parser(sub) -> None:
     validate = sub.add_parser("validate", help="benchmark: workloads of known answer, expected vs measured")
     validate.add_argument("--out-dir", default="out")
     validate.add_argument(
@@ -84,17 +99,6 @@ def _parser() -> argparse.ArgumentParser:
         help="with --sizing: a machines file (as `pipeprof size` reads): each machine with fewer cores than this "
         "one is a mask to check (instead of --cores)",
     )
-    _multi_run_parsers(sub)
-    pack = sub.add_parser("pack", help="pack an ImageFolder tree into tar shards (WebDataset layout)")
-    pack.add_argument("src", help="dataset folder (class folders of images)")
-    pack.add_argument("dst", help="folder for shard-000000.tar, ...")
-    pack.add_argument("--shard-size", type=float, default=100.0, metavar="MB", help="target shard size in MB (1e6 B)")
-    pack.add_argument("--seed", type=int, default=0, help="shuffle seed: every shard mixes classes")
-    pack.add_argument("--overwrite", action="store_true", help="replace shards already in DST")
-    _check_data_parser(sub)
-    _watch_parser(sub)
-    _size_parser(sub)
-    return p
 
 
 def _size_parser(sub) -> None:
