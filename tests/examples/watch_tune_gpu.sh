@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One device call: the examples-style ImageFolder script watched and tuned with actions, then run by hand at
 # the recommended count, plain and with the best measured change applied (its own clocks each time).
-#   bash tests/examples/watch_tune_gpu.sh OUT_DIR [IMAGES]
+#   bash tests/examples/watch_tune_gpu.sh OUT_DIR [IMAGES] [VARIANTS]
+# VARIANTS: which of the script's forms run by hand after the watch (default "plain uint8 gpu_pipeline"; "plain"
+# alone checks the prediction at the pick in about 80 s instead of 210)
 # Each step has its own time limit (270 + 3 x 70 s at most), so the whole fits one 10-minute call. The window is
 # 30 s: the first steps of a fresh process (cudnn.benchmark) can take most of a shorter one.
 set -uo pipefail
-out=${1:?out dir}; images=${2:-4096}
+out=${1:?out dir}; images=${2:-4096}; variants=${3:-plain uint8 gpu_pipeline}
 mkdir -p "$out"
 py=python3
 data=/tmp/pipeprof-imagenet
@@ -35,7 +37,7 @@ import json; t = json.load(open('$run/run.json'))['tune']
 print(t.get('recommended_workers') or 4, t.get('best_action') or 'none')")
 echo "pick=$pick best=$best"
 ref "after the watch"
-for variant in plain uint8 gpu_pipeline; do
+for variant in $variants; do
   flag=""; [ "$variant" = uint8 ] && flag=--uint8; [ "$variant" = gpu_pipeline ] && flag=--gpu-decode
   echo "== $variant at $pick workers =="
   timeout -k 5 70 $py "${script[@]}" --workers "$pick" --steps 140 --clock $flag 2>&1 | grep -E 'clock|Error|error' | tail -3
