@@ -47,9 +47,8 @@ class Candidate(NamedTuple):
 class Workload(NamedTuple):
     label: str
     step: tuple  # the step's ceiling on one GPU: (samples/s, low, high)
-    ws: (
-        np.ndarray
-    )  # the loader's CPU curve: the cores its workers had (bounds.worker_cores) and rates (median, low, high)
+    # the loader's CPU curve: the cores its workers had (bounds.worker_cores) and rates (median, low, high)
+    ws: np.ndarray
     rates: np.ndarray
     lows: np.ndarray
     highs: np.ndarray
