@@ -522,7 +522,10 @@ class Session:
                 tried.append({"id": p.id, "action": p.action, "skipped": skipped})
                 continue
             read.append((p, self._side(cid, pick, p.id, p.params, cap)))
-        after = self._side(cid, pick, None, {}, cap) if read and self._left(t0, math.inf) >= cap / 2 else None
+        # the second baseline reading within what is left of the budget, not a whole cap past it (the H200 pause of
+        # 2026-12-05 ran 121.4 s of 120 with a full cap here)
+        room = self._left(t0, cap)
+        after = self._side(cid, pick, None, {}, room) if read and room >= cap / 2 else None
         ends = self._step_stats((cid, label))  # the watched step's interval, the same for every action
         for p, side in read:
             entry = tuning.with_step(
