@@ -8,8 +8,9 @@
 #   sizing        #39: the 16-core run of both presets (standard, heavy; 4, 8 and 16 workers) that the size table
 #                 reads; no masked run (the three masks with their end-to-end trials take a call of their own)
 #   sizing-masks  the same table against runs inside 4, 8 and 12-core masks (end-to-end only, at all cores and
-#                 all but one), reusing the first part's 16-core run: copy its folder from that call's
-#                 OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and carry .plan
+#                 all but one; about 160 s a mask: most of a call), reusing the first part's 16-core run: copy its
+#                 folder from that call's OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in
+#                 .git/info/exclude) and carry .plan
 # Run from the repository root after the device README's install line; each part writes a log and its run
 # folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
 set -uo pipefail
@@ -38,7 +39,7 @@ case "$part" in
     else
       full=$(ls -d .plan/sizing-all-* 2>/dev/null | head -1)
       [ -n "$full" ] || { echo "no .plan/sizing-all-* folder: run part sizing first and carry its run" >&2; exit 2; }
-      timeout -k 10 480 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
+      timeout -k 10 545 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores 4,8,12 \
         --end-to-end-only --full-run "$full" "${presets[@]}" --out-dir "$runs" > "$out/sizing.log" 2>&1
       echo "validate rc=$?"; tail -60 "$out/sizing.log"
     fi
