@@ -417,6 +417,7 @@ def test_a_concat_dataset_is_changed_in_each_of_its_datasets_where_one_loader_ca
     found = up.inspect(both, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     assert found["uint8"]["snippet"].startswith("# train_set is a ConcatDataset: make the change in each")
+    assert "for part in train_set.datasets:\n    part.loader = cv2_loader" in found["decoder"]["snippet"]
     u8 = up.uint8(both)
     assert isinstance(u8.dataset, torch.utils.data.ConcatDataset) and len(u8.dataset) == len(both)
     last = len(both) - 1  # the second part's last item, through its own `tf`

@@ -293,8 +293,8 @@ def worker_cores(trials: pd.DataFrame, rows: np.ndarray, usable: float) -> np.nd
     cores (its measured CPU in that trial), what it left; NaN for a count past the cores (oversubscription, not
     more cores: left out as the curve's envelope leaves it out). The x of the curve that answers "how many cores"
     (the what-if, cores per GPU, the size table): 16 workers on 16 cores beside a receiving thread of 0.9 cores
-    had 15.1, and read as 16 they put the machine's own 16 cores 13% under what it ran (docs/measured.md,
-    "Sizing"). Never above the count, and non-decreasing along it."""
+    had 15.1, and read as 16 they put the measuring machine's own cores under what it ran (docs/measured.md).
+    Never above the count, and non-decreasing along it."""
     t = trials.iloc[rows]
     w = t["num_workers"].to_numpy(float)
     main = figures(t["main_cpu_pct_mean"]).to_numpy(float) / 100 if "main_cpu_pct_mean" in t else np.zeros(len(w))
@@ -374,12 +374,8 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
             # while the step runs: the slower side binds (the step's with the pipeline beside it), nothing adds;
             # serially, the loader in turn with the step alone
             if overlap_mode(row) in ("on", "step-first"):
-                return (min(step, cpu) if _known(step) and _known(cpu) else float("nan")), {
-                    "step": step,
-                    "cpu": cpu,
-                    "io": io,
-                    "cores": None,
-                }
+                bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
+                return (min(step, cpu) if _known(step) and _known(cpu) else float("nan")), bounds
             step = step_bound(row)
         bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
         serial = [step, cpu] if _known(step) and _known(cpu) else []

@@ -88,14 +88,18 @@ def differences(runs: list) -> list[Difference]:
     ]
 
 
-def reference_rate(meta: dict) -> Optional[float]:
-    """Decodes/s of the CPU reference at its largest process count, the mean of the run's start and end."""
+def reference_rate(meta: dict, processes: Optional[int] = None, at: tuple = ("start", "end")) -> Optional[float]:
+    """Decodes/s of the CPU reference at its largest process count (or at ``processes``), the mean of its readings
+    ``at`` the run's start and end; None where the run has none there."""
+
+    def point(points: list) -> Optional[dict]:
+        if processes is None:
+            return max(points, key=lambda p: p["processes"])
+        return next((p for p in points if p.get("processes") == processes), None)
+
     ref = meta.get("cpu_reference") or {}
-    rates = [
-        max(ref[w]["points"], key=lambda p: p["processes"])["decodes_per_s"]
-        for w in ("start", "end")
-        if ref.get(w, {}).get("points")
-    ]
+    found = [point(ref[w]["points"]) for w in at if (ref.get(w) or {}).get("points")]
+    rates = [p["decodes_per_s"] for p in found if p is not None]
     return sum(rates) / len(rates) if rates else None
 
 

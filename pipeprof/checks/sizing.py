@@ -214,15 +214,12 @@ def check(
 
 def core_speed_move(full: Run, run: Run) -> Optional[float]:
     """How much faster (+) or slower one core of the machine ran at ``run``'s start than at ``full``'s: their CPU
-    references' one-process decode rates (``measure.reference``), None where either run has none. The masked runs
-    are minutes apart on shared cores, which move more than the prediction's error (docs/measured.md, "Sizing"):
-    this says how much of an error the machine may own; it corrects nothing."""
+    references' one-process decode rates (``compare.reference_rate``), None where either run has none. Masked
+    runs are minutes apart on shared cores, which move more than the prediction errs (docs/measured.md): this says
+    how much of an error the machine may own; it corrects nothing."""
+    from pipeprof.analysis.compare import reference_rate
 
-    def one(r: Run) -> Optional[float]:
-        points = ((r.meta.get("cpu_reference") or {}).get("start") or {}).get("points") or []
-        return next((p["decodes_per_s"] for p in points if p.get("processes") == 1), None)
-
-    a, b = one(full), one(run)
+    a, b = (reference_rate(r.meta, processes=1, at=("start",)) for r in (full, run))
     return b / a - 1 if a and b else None
 
 
@@ -236,7 +233,7 @@ def size_check(full: Run, masked: dict) -> pd.DataFrame:
     loads = ws.workloads(full, skipped=True)
     rows = []
     for cores, run in masked.items():
-        best = _best_per_workload(run)
+        best, move = _best_per_workload(run), core_speed_move(full, run)
         for w in loads:
             p = ws.predict(w, ws.Candidate(f"{cores} cores", int(cores)))
             m = best.get(w.label)
@@ -256,7 +253,7 @@ def size_check(full: Run, masked: dict) -> pd.DataFrame:
                     "within_interval": bool(p["samples_per_s_low"] <= got <= p["samples_per_s_high"])
                     if got == got
                     else None,  # nothing measured: neither
-                    "core_speed_move_frac": core_speed_move(full, run),
+                    "core_speed_move_frac": move,
                 }
             )
     return pd.DataFrame(rows)

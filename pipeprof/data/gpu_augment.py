@@ -175,7 +175,7 @@ PAD_BUDGET = 1 << 26
 def _groups(sizes: torch.Tensor, channels: int, budget: int) -> list[torch.Tensor]:
     """Indices of the images, largest first, in groups whose padded copy (count x tallest x widest x channels)
     stays within ``budget`` elements (an image alone over it makes a group of its own). Plain Python numbers in
-    the loop: a tensor read per image cost 10 µs each, milliseconds a batch of the producer's host time."""
+    the loop: a tensor read per image adds up to the producer's host time, which the training thread waits for."""
     hw = sizes.tolist()
     groups, group, top = [], [], (0, 0)
     for i in (sizes[:, 0] * sizes[:, 1]).argsort(descending=True, stable=True).tolist():

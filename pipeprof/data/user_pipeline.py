@@ -793,25 +793,25 @@ def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> O
     """What to write in the user's script for ``action``: the line to change and the code, as measured (for a
     ``Subset``, the dataset it picks from; for a ``ConcatDataset``, each of its datasets: the GPU path's builder
     takes either as it is)."""
-    text = _snippet(action, site, inner(dataset), files)
-    if text is None or action == "gpu_pipeline":
-        return text
     if isinstance(dataset, torch.utils.data.ConcatDataset):
-        return "# train_set is a ConcatDataset: make the change in each of its datasets (train_set.datasets)\n" + (
-            text.replace(
-                "train_set.loader = cv2_loader", "for part in train_set.datasets:\n    part.loader = cv2_loader"
-            )
+        note = "# train_set is a ConcatDataset: make the change in each of its datasets (train_set.datasets)\n"
+        text = _snippet(action, site, inner(dataset), files, "for part in train_set.datasets:\n    part.loader = {}")
+    elif isinstance(dataset, torch.utils.data.Subset):  # the change is to the dataset the Subset picks from
+        note = (
+            "# train_set is a Subset: change the dataset it picks from (train_set.dataset), which the other parts of\n"
+            "# its random_split share (give them a dataset of their own where they must not change)\n"
         )
-    if not isinstance(dataset, torch.utils.data.Subset):
-        return text
-    return (  # the change is to the dataset the Subset picks from, which random_split's other parts share
-        "# train_set is a Subset: change the dataset it picks from (train_set.dataset), which the other parts of\n"
-        "# its random_split share (give them a dataset of their own where they must not change)\n"
-        + text.replace("train_set.loader", "train_set.dataset.loader")
-    )
+        text = _snippet(action, site, inner(dataset), files, "train_set.dataset.loader = {}")
+    else:
+        note, text = "", _snippet(action, site, dataset, files)
+    return text if text is None or action == "gpu_pipeline" else note + text
 
 
-def _snippet(action: str, site: str, dataset, files: Optional[Files]) -> Optional[str]:
+def _snippet(
+    action: str, site: str, dataset, files: Optional[Files], set_loader: str = "train_set.loader = {}"
+) -> Optional[str]:
+    """:func:`snippet` for the dataset itself; ``set_loader``: the statement that gives the user's dataset (or the
+    datasets it wraps) another image loader, ``{}`` the loader."""
     if action == "uint8":
         attr, _ = transform_attr(dataset)
         found, _ = tail(getattr(dataset, attr)) if attr else (None, None)
@@ -854,8 +854,7 @@ def _snippet(action: str, site: str, dataset, files: Optional[Files]) -> Optiona
         if files.folder:
             return (
                 f"# the dataset of the DataLoader at {site}: decode with OpenCV\n"
-                "from pipeprof.data.user_pipeline import cv2_loader\n"
-                "train_set.loader = cv2_loader"
+                "from pipeprof.data.user_pipeline import cv2_loader\n" + set_loader.format("cv2_loader")
             )
         cls = type(dataset).__name__
         if other_decoder(files) == "cv2":
