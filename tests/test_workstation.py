@@ -66,6 +66,13 @@ def test_price_per_sample_and_the_cheapest_that_reaches_the_target():
     assert "small reaches 76%" in line
 
 
+def test_a_lower_bound_in_percent_is_rounded_down_not_up_to_the_target():
+    from pipeprof.report.workstation import at_least
+
+    # 4,237.5 of a 4,716.1 ceiling is 89.85%: "at least 90%" would contradict a pick that found it short of 90%
+    assert (at_least(4237.5 / 4716.1), at_least(0.9), at_least(1.0), at_least(0.0)) == ("89%", "90%", "100%", "0%")
+
+
 def test_the_machines_file_is_checked_field_by_field():
     good = ws.parse_machines({"machines": [{"name": "ws-a", "cores": 24, "gpus": 2, "gpu": "H200", "price": 9e3}]})
     assert good == [ws.Candidate("ws-a", 24, 2, "H200", 1, 9000.0)]

@@ -234,7 +234,7 @@ def _sizing(loads: list) -> str:
     :data:`analysis.workstation.DEFAULT_CORES`, and the buyer's lines (nothing where it has no workload)."""
     from pipeprof.analysis import workstation as ws
 
-    from .workstation import sentence
+    from .workstation import at_least, sentence
 
     if not loads:
         return ""
@@ -246,7 +246,7 @@ def _sizing(loads: list) -> str:
             r["machine"],
             f"{r['samples_per_s']:,.0f} ({r['samples_per_s_low']:,.0f}–{r['samples_per_s_high']:,.0f})",
             r["binding"],
-            f"{r['of_ceiling_frac']:.0%} (≥ {r['of_ceiling_low_frac']:.0%})",
+            f"{r['of_ceiling_frac']:.0%} (≥ {at_least(r['of_ceiling_low_frac'])})",
             r["note"],
         ]
         for _, r in rows.iterrows()

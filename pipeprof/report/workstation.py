@@ -3,7 +3,15 @@ cheapest candidate reaching the target (the figures are ``analysis.workstation``
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+
+
+def at_least(frac: float) -> str:
+    """A lower bound as a whole percent, rounded down: 89.85% of the ceiling must not read "≥ 90%" beside a pick
+    that (rightly) found it short of a 90% target."""
+    return f"{math.floor(frac * 100 + 1e-9):.0f}%"
 
 
 def sentence(rows: pd.DataFrame, best: dict, target: float) -> list[str]:
@@ -17,14 +25,14 @@ def sentence(rows: pd.DataFrame, best: dict, target: float) -> list[str]:
             top = g.sort_values("of_ceiling_low_frac").iloc[-1]
             out.append(
                 head + f"no candidate keeps the GPUs at {target:.0%} of their ceiling; the closest is {top['machine']} "
-                f"({top['of_ceiling_low_frac']:.0%}-{min(top['of_ceiling_frac'], 1):.0%})"
+                f"({at_least(top['of_ceiling_low_frac'])}-{min(top['of_ceiling_frac'], 1):.0%})"
             )
             continue
         r = g[g["machine"] == pick].iloc[0]
         more = " (extrapolated past the cores measured)" if r["extrapolated"] else ""
         out.append(
             head + f"{pick} keeps the GPUs at {r['of_ceiling_frac']:.0%} of their ceiling (at least "
-            f"{r['of_ceiling_low_frac']:.0%}){more}; {smallest['machine']} reaches {smallest['of_ceiling_frac']:.0%}"
+            f"{at_least(r['of_ceiling_low_frac'])}){more}; {smallest['machine']} reaches {smallest['of_ceiling_frac']:.0%}"
         )
     return out
 
@@ -41,7 +49,7 @@ def render_size(rows: pd.DataFrame, best: dict, target: float) -> str:
         out.append(
             f"| {r['workload']} | {r['machine']} | {r['samples_per_s']:,.1f} ({r['samples_per_s_low']:,.1f}–"
             f"{r['samples_per_s_high']:,.1f}) | {r['binding']} | {r['of_ceiling_frac']:.0%} "
-            f"(≥ {r['of_ceiling_low_frac']:.0%}) | {r['gpu_scaling']} | {per} | "
+            f"(≥ {at_least(r['of_ceiling_low_frac'])}) | {r['gpu_scaling']} | {per} | "
             f"{r['note']} |"
         )
     out += [""] + sentence(rows, best, target)
