@@ -92,10 +92,18 @@ def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path)
     # both runs' own curves say a 1,600 samples/s step needs about 16 cores of this pipeline
     assert df["cores_per_gpu"].between(13, 21).all()
     assert sizing.summary(df)["max_rate_error_frac"] == pytest.approx(abs(one["rate_error_frac"]))
+    # the bracket: the same workload on all cores at the full run's nearest count (1 worker), right before the mask;
+    # the known workload's rate does not depend on the hour, so the move is small and the error after it too
+    assert (Path(tmp_path) / "sizing-bracket-1.log").exists()
+    assert one["move_frac"] == pytest.approx(0.0, abs=0.25)
+    assert one["error_after_move_frac"] == pytest.approx(
+        one["predicted_samples_per_s"] * (1 + one["move_frac"]) / one["measured_samples_per_s"] - 1
+    )
     # the size table's 1-core candidate beside the same masked run: 100 samples/s a core, predicted and measured
     (row,) = size.to_dict("records")
     assert row["cores"] == 1 and row["measured_samples_per_s"] == one["measured_samples_per_s"]
     assert row["predicted_samples_per_s"] == pytest.approx(100, rel=0.2)
+    assert row["move_frac"] == pytest.approx(one["move_frac"])  # one workload: the same bracket read
 
 
 def test_the_machines_move_between_the_runs_is_read_from_their_cpu_references():
@@ -107,3 +115,25 @@ def test_the_machines_move_between_the_runs_is_read_from_their_cpu_references():
 
     assert sizing.core_speed_move(run(566.0, 16), run(629.0)) == pytest.approx(629 / 566 - 1)
     assert sizing.core_speed_move(run(566.0), SimpleNamespace(meta={})) is None  # a run without a reference
+
+
+def test_the_bracket_reads_the_same_workload_at_the_full_runs_nearest_count():
+    """A bracket of known content: the stored run's own trials, its end-to-end rates 10% higher, is a +10% move for
+    its workload at the count both measured; the prediction scaled by it is the error the model owns."""
+    from dataclasses import replace
+
+    from pipeprof.analysis import workstation as ws
+
+    full = load_run(Path(__file__).parent / "data" / "run-cpu-files")
+    assert sizing.bracket_count(full, 4) == 1 and sizing.bracket_count(full, 1) == 1  # it measured 0 and 1 workers
+    t = full.trials.copy()
+    e2e = t["kind"] == "end_to_end"
+    t.loc[e2e, "samples_per_s"] *= 1.1
+    bracket = replace(full, trials=t)
+    (label,) = {ws.label(r) for _, r in sizing.curves(full.trials).iterrows()}
+    assert sizing.moves(full, bracket, 1) == {label: pytest.approx(0.1)}
+    assert sizing.moves(full, bracket, 3) == {}  # a count neither measured: no move is read
+    # predicted 1,000 on a machine that then ran the workload 10% faster, measured 1,100: the model owns none of it
+    assert sizing._after_move(1000.0, 0.1, 1100.0) == pytest.approx(0.0)
+    assert sizing._after_move(1000.0, None, 1100.0) != sizing._after_move(1000.0, None, 1100.0)  # NaN: no bracket
+

@@ -32,7 +32,8 @@ def sentence(rows: pd.DataFrame, best: dict, target: float) -> list[str]:
         more = " (extrapolated past the cores measured)" if r["extrapolated"] else ""
         out.append(
             head + f"{pick} keeps the GPUs at {r['of_ceiling_frac']:.0%} of their ceiling (at least "
-            f"{at_least(r['of_ceiling_low_frac'])}){more}; {smallest['machine']} reaches {smallest['of_ceiling_frac']:.0%}"
+            f"{at_least(r['of_ceiling_low_frac'])}){more}; {smallest['machine']} reaches "
+            f"{smallest['of_ceiling_frac']:.0%}"
         )
     return out
 
