@@ -528,7 +528,6 @@ def cmd_validate(args) -> int:
 
 
 def _validate_sizing(args, console) -> int:
-    from rich.table import Table
 
     from pipeprof import config as cfgmod
 
@@ -562,6 +561,26 @@ def _validate_sizing(args, console) -> int:
         end_to_end_only=args.end_to_end_only,
         bracket=not args.no_bracket,
     )
+    _print_sizing(console, df)
+    _print_size_check(console, size)
+    s = sizing.summary(df)
+    spread = "not measured" if s["cores_per_gpu_spread_frac"] is None else f"{s['cores_per_gpu_spread_frac']:.0%}"
+    worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
+    after = s["max_error_after_move_frac"]
+    after = "" if after is None else f" ({after:.1%} after each mask's bracket move: what the model owns)"
+    console.print(
+        f"largest |predicted − measured| {worst}{after} (target ≤ "
+        f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
+        f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}"
+    )
+    return 0 if s["passed"] else 1
+
+
+def _print_sizing(console, df) -> None:
+    """The check's first table: per core count, the all-cores run's prediction beside the masked run's rate, the
+    error, the machine's moves, and each run's own cores per GPU."""
+    from rich.table import Table
+
     t = Table(
         title="pipeprof validate --sizing: predicted from the all-cores run vs measured in a CPU mask",
         title_justify="left",
@@ -602,18 +621,6 @@ def _validate_sizing(args, console) -> int:
     console.print(t)
     for _, r in df.iterrows():
         console.print(f"cores per GPU from the {r['cores']}-core run: {r['cores_per_gpu_basis']}", highlight=False)
-    _print_size_check(console, size)
-    s = sizing.summary(df)
-    spread = "not measured" if s["cores_per_gpu_spread_frac"] is None else f"{s['cores_per_gpu_spread_frac']:.0%}"
-    worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
-    after = s["max_error_after_move_frac"]
-    after = "" if after is None else f" ({after:.1%} after each mask's bracket move: what the model owns)"
-    console.print(
-        f"largest |predicted − measured| {worst}{after} (target ≤ "
-        f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
-        f"{sizing.TARGET_CORES_SPREAD:.0%}): {'pass' if s['passed'] else 'FAIL'}"
-    )
-    return 0 if s["passed"] else 1
 
 
 def _print_size_check(console, rows) -> None:

@@ -136,4 +136,3 @@ def test_the_bracket_reads_the_same_workload_at_the_full_runs_nearest_count():
     # predicted 1,000 on a machine that then ran the workload 10% faster, measured 1,100: the model owns none of it
     assert sizing._after_move(1000.0, 0.1, 1100.0) == pytest.approx(0.0)
     assert sizing._after_move(1000.0, None, 1100.0) != sizing._after_move(1000.0, None, 1100.0)  # NaN: no bracket
-

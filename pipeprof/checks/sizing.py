@@ -84,10 +84,10 @@ def masked_workers(cores: int, end_to_end_only: bool = False) -> list[int]:
     return sorted({w for w in counts if w >= 1})
 
 
-def launch(
-    config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]], log_path: Path
-) -> Run:
-    """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given); its run folder."""
+def launch(config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]]) -> Run:
+    """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given); its run folder. Its output
+    goes to ``NAME.log`` in ``out_dir``."""
+    log_path = out_dir / f"{name}.log"
     sets = [*overrides, f"out_dir={out_dir}", f"name={name}"]  # the last wins: the run must land where it is looked for
     cmd = [sys.executable, "-m", "pipeprof", "run", str(config_path)] + [a for s in sets for a in ("--set", s)]
     confine = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # noqa: E731 - runs in the child
@@ -221,7 +221,7 @@ def check(
         full = load_run(full_run)
     else:
         progress("full run on all usable cores")
-        full = launch(config, out, "sizing-all", list(overrides), None, out / "sizing-all.log")
+        full = launch(config, out, "sizing-all", list(overrides), None)
     step = step_rate(full)
     if step is None:
         raise RuntimeError(f"the full run {full.path} has no step ceiling (gpu_ceiling trial): nothing to size against")
@@ -236,38 +236,33 @@ def check(
         k = bracket_count(full, c) if bracket else None
         if k is not None:
             progress(f"all cores at {k} workers (the bracket before the {c}-core mask)")
-            ref = launch(
-                config,
-                out,
-                f"sizing-bracket-{c}",
-                [*overrides, f"loader.num_workers=[{k}]", "trials=[end_to_end]"],
-                None,
-                out / f"sizing-bracket-{c}.log",
-            )
-            moved[c] = moves(full, ref, k)
+            sets = [*overrides, f"loader.num_workers=[{k}]", "trials=[end_to_end]"]
+            moved[c] = moves(full, launch(config, out, f"sizing-bracket-{c}", sets, None), k)
         progress(f"{c} cores (CPUs {','.join(map(str, cpus))})")
         workers = ",".join(map(str, masked_workers(c, end_to_end_only)))
         kinds = "end_to_end" if end_to_end_only else "cpu_pipeline,end_to_end"
         run = launch(
-            config,
-            out,
-            f"sizing-{c}",
-            [*overrides, f"loader.num_workers=[{workers}]", f"trials=[{kinds}]"],
-            cpus,
-            out / f"sizing-{c}.log",
-        )
-        got = measured(run) | predict_at(full, step, c)
-        got["rate_error_frac"] = got["predicted_samples_per_s"] / got["measured_samples_per_s"] - 1
-        got["core_speed_move_frac"] = core_speed_move(full, run)
-        best = _group_row(full)
-        got["move_frac"] = moved.get(c, {}).get(ws.label(best)) if best is not None else None
-        got["error_after_move_frac"] = _after_move(
-            got["predicted_samples_per_s"], got["move_frac"], got["measured_samples_per_s"]
+            config, out, f"sizing-{c}", [*overrides, f"loader.num_workers=[{workers}]", f"trials=[{kinds}]"], cpus
         )
         need = NOT_MEASURED if end_to_end_only else _need(run, step)
+        got = _masked_row(full, run, step, c, moved.get(c, {}))
         rows.append({"cores": c, "cpus": ",".join(map(str, cpus)), "run": str(run.path), **got, **need})
         masked[c] = run
     return pd.DataFrame(rows), size_check(full, masked, moved)
+
+
+def _masked_row(full: Run, run: Run, step: float, cores: int, moved: dict) -> dict:
+    """A masked run's measurement beside the all-cores run's prediction for its cores, their error, and what the
+    machine may own of it (the CPU references' move; the bracket's for the prediction's workload, ``moved``)."""
+    got = measured(run) | predict_at(full, step, cores)
+    got["rate_error_frac"] = got["predicted_samples_per_s"] / got["measured_samples_per_s"] - 1
+    got["core_speed_move_frac"] = core_speed_move(full, run)
+    best = _group_row(full)
+    got["move_frac"] = moved.get(ws.label(best)) if best is not None else None
+    got["error_after_move_frac"] = _after_move(
+        got["predicted_samples_per_s"], got["move_frac"], got["measured_samples_per_s"]
+    )
+    return got
 
 
 def core_speed_move(full: Run, run: Run) -> Optional[float]:
