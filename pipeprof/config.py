@@ -329,11 +329,12 @@ class AugmentConfig(_Strict):
     device: Axis[Literal["cpu", "cuda"]] = ["cpu"]
     # the GPU pipeline only (device cuda). overlap, sweep axis: on, a producer thread decodes and augments the
     # next batches on a stream of its own beside the step; step-first, the same with the step's stream at the
-    # device's highest priority, so the pipeline's kernels take what the step leaves of the SMs; off, the
-    # training thread does it before each step (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg
+    # device's highest priority, so the pipeline's kernels take what the step leaves of the SMs; staged, as on
+    # with decode and augment in two threads of their own (a batch's cycle the longer of the two, not their sum);
+    # off, the training thread does it before each step (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg
     # (torchvision), torchcodec, nvimgcodec (the GPU's hardware JPEG engines); one that cannot run here fails its
     # trials with the reason (data/gpu_decode.py)
-    overlap: Axis[Literal["on", "off", "step-first"]] = ["on"]
+    overlap: Axis[Literal["on", "off", "step-first", "staged"]] = ["on"]
     gpu_decoder: Axis[Literal[GPU_DECODERS]] = [DEFAULT_GPU_DECODER]
 
     @field_validator("overlap", mode="before")
@@ -349,7 +350,7 @@ class AugmentConfig(_Strict):
         if not v:
             allowed = {
                 "device": "cpu, cuda",
-                "overlap": "on, off, step-first",
+                "overlap": "on, off, step-first, staged",
                 "gpu_decoder": "nvjpeg, torchcodec, nvimgcodec",
             }
             raise ValueError(f"at least one of: {allowed[info.field_name]}")

@@ -24,6 +24,7 @@ GROUP_KEYS = [
     "augment_device",
     "augment_overlap",
     "step_first",
+    "staged",
     "gpu_decoder",
     "batch_size",
     "source",
@@ -40,9 +41,10 @@ DEFAULT_GPU_DECODER = "nvjpeg"
 
 
 def overlap_mode(row) -> Optional[str]:
-    """A GPU-pipeline row's (or group key's) ``augment.overlap`` in the config's words, 'on', 'off' or
-    'step-first', from its two stored columns (``augment_overlap``, ``step_first``: bools, or 1.0 / 0.0 where a
-    stored table mixed them with missing values); None where it has none (the workers' pipeline, an older run)."""
+    """A GPU-pipeline row's (or group key's) ``augment.overlap`` in the config's words, 'on', 'off', 'step-first'
+    or 'staged', from its stored columns (``augment_overlap``, ``step_first``, ``staged``: bools, or 1.0 / 0.0
+    where a stored table mixed them with missing values); None where it has none (the workers' pipeline, an older
+    run)."""
 
     def flag(v) -> Optional[bool]:
         return True if v in (True, 1.0) else False if v in (False, 0.0) else None
@@ -50,7 +52,13 @@ def overlap_mode(row) -> Optional[str]:
     on = flag(row.get("augment_overlap"))
     if on is None:
         return None
-    return "step-first" if on and flag(row.get("step_first")) else "on" if on else "off"
+    if not on:
+        return "off"
+    return "step-first" if flag(row.get("step_first")) else "staged" if flag(row.get("staged")) else "on"
+
+
+#: the overlap modes in which a producer prepares batches beside the step (not 'off', where the step waits for it)
+OVERLAPPED = ("on", "step-first", "staged")
 
 
 class TrialKind(str, Enum):

@@ -33,11 +33,12 @@ def _through(feed, batches):
         feed.close()
 
 
-def _overlapped_equals_serial(batches, device, step_first=False):
+def _overlapped_equals_serial(batches, device, step_first=False, staged=False):
     serial = _through(Serial(DeviceSide("standard", 64, device, seed=3)), batches)
     side = DeviceSide("standard", 64, device, seed=3)
-    overlapped = _through(Overlapped(side, device, step_first=step_first), batches)
+    overlapped = _through(Overlapped(side, device, step_first=step_first, staged=staged), batches)
     assert len(side.marks) == len(batches)  # every batch taken while measuring kept its marks
+    assert {len(m) for m in side.marks} == {4 if staged else 3}  # staged: each stage's own start and end
     for a, b in zip(serial, overlapped):
         assert a.device.type == torch.device(device).type
         assert torch.equal(a.cpu(), b.cpu())  # the same draws, in the same order: byte-identical batches
@@ -45,6 +46,7 @@ def _overlapped_equals_serial(batches, device, step_first=False):
 
 def test_overlapped_batches_are_the_serial_ones_for_a_fixed_seed(byte_batches):
     _overlapped_equals_serial(byte_batches, torch.device("cpu"))
+    _overlapped_equals_serial(byte_batches, torch.device("cpu"), staged=True)  # two threads, the same batches
 
 
 @pytest.mark.gpu
@@ -52,6 +54,7 @@ def test_overlapped_batches_are_the_serial_ones_for_a_fixed_seed(byte_batches):
 def test_overlapped_batches_on_cuda_are_byte_identical_to_serial_ones(byte_batches):
     _overlapped_equals_serial(byte_batches, torch.device("cuda"))
     _overlapped_equals_serial(byte_batches, torch.device("cuda"), step_first=True)
+    _overlapped_equals_serial(byte_batches, torch.device("cuda"), staged=True)
 
 
 @pytest.mark.gpu
@@ -69,12 +72,13 @@ def test_step_first_runs_the_steps_on_a_high_priority_stream_and_hands_the_strea
     assert torch.cuda.current_stream(device) == before
 
 
-def test_a_failure_in_the_producer_is_raised_where_the_batch_is_taken(byte_batches):
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_failure_in_the_producer_is_raised_where_the_batch_is_taken(byte_batches, staged):
     def broken():
         yield byte_batches[0]
         raise OSError("the storage went away")
 
-    feed = Overlapped(DeviceSide("standard", 64, torch.device("cpu")), torch.device("cpu"))
+    feed = Overlapped(DeviceSide("standard", 64, torch.device("cpu")), torch.device("cpu"), staged=staged)
     it = broken()
     try:
         assert feed.take(it, False).batch["image"].shape[0] == 4
@@ -82,7 +86,69 @@ def test_a_failure_in_the_producer_is_raised_where_the_batch_is_taken(byte_batch
             feed.take(it, False)
     finally:
         feed.close()
-    assert not feed.thread.is_alive()
+    assert feed.threads and not any(t.is_alive() for t in feed.threads)
+
+
+class _BadAugment(DeviceSide):
+    """Staged, the second thread fails: its augment of the third batch."""
+
+    calls = 0
+
+    def augment_part(self, images, start=None):
+        self.calls += 1
+        if self.calls == 3:
+            raise ValueError("augment failed on the third batch")
+        return super().augment_part(images, start)
+
+
+def test_staged_a_failure_in_the_augmenting_thread_is_raised_in_order(byte_batches):
+    cpu = torch.device("cpu")
+    feed = Overlapped(_BadAugment("standard", 64, cpu), cpu, staged=True)
+    it = iter(byte_batches)
+    try:
+        assert [feed.take(it, False).batch["image"].shape[0] for _ in range(2)] == [4, 4]
+        with pytest.raises(ValueError, match="third batch"):
+            feed.take(it, False)
+    finally:
+        feed.close()
+    assert not any(t.is_alive() for t in feed.threads)
+
+
+class _TwoStageCost(DeviceSide):
+    """A GPU pipeline of known cost on the producer's threads: 80 ms in each of decode and augment a batch."""
+
+    def decode_part(self, batch):
+        out = super().decode_part(batch)
+        threading.Event().wait(0.08)
+        return out
+
+    def augment_part(self, images, start=None):
+        out = super().augment_part(images, start)
+        threading.Event().wait(0.08)
+        return out
+
+
+@pytest.mark.alone  # timed: another test's load on the two cores moves its waits
+def test_staged_a_batch_takes_the_longer_stage_not_the_sum(byte_batches):
+    """80 ms of decode and 80 ms of augment a batch: one producer thread hands a batch every 160 ms, two stages
+    one every 80 ms once both run (six batches: about 0.96 s against 0.56 s)."""
+    import time
+
+    cpu = torch.device("cpu")
+
+    def seconds(staged):
+        feed = Overlapped(_TwoStageCost("standard", 64, cpu), cpu, staged=staged)
+        it = iter(byte_batches)
+        t0 = time.perf_counter()
+        try:
+            for _ in byte_batches:
+                feed.take(it, False)
+            return time.perf_counter() - t0
+        finally:
+            feed.close()
+
+    one, two = seconds(False), seconds(True)
+    assert one >= 6 * 0.16 and two < 0.8 * one, (one, two)
 
 
 class _SlowSide(DeviceSide):
@@ -157,6 +223,13 @@ def test_the_overlap_share_is_of_the_pipelines_device_time():
     cols = overlap_columns(Clock(), step, pipe)
     assert cols["gpu_overlap_frac"] == pytest.approx(10 / 20)
     assert cols["gpu_overlap_ms_per_batch"] == pytest.approx(5.0)
+    # staged: each stage's own span (the 6 ms a batch waited between its decode and its augment is not device
+    # time), and the second decode (10-14) ran inside the first augment (10-16): the pipeline was busy 0-4, 10-16
+    # and 20-26, 16 ms, of which 12-16 and 20-22 beside the step
+    staged = [(0.0, 4.0, 10.0, 16.0), (10.0, 14.0, 20.0, 26.0)]
+    cols = overlap_columns(Clock(), [(12.0, 22.0)], staged)
+    assert cols["gpu_overlap_frac"] == pytest.approx((4 + 2) / 16)
+    assert cols["gpu_overlap_ms_per_batch"] == pytest.approx(3.0)
 
 
 def test_backends_that_cannot_run_are_refused_with_why():
@@ -193,7 +266,7 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
                 "model": {"name": ["resnet18"], "precision": ["bf16"]},
                 "augment": {
                     "device": ["cpu", "cuda"],
-                    "overlap": ["on", "off", "step-first"],
+                    "overlap": ["on", "off", "step-first", "staged"],
                     "gpu_decoder": ["nvjpeg", "nvimgcodec"],
                 },
                 "loader": {"num_workers": [2]},
@@ -207,13 +280,16 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
     specs = expand(cfg, probe=lambda preset, size: ("float32", 224))
     ids = [s.trial_id for s in specs]
     gpu = {p for i in ids for p in i.split("/") if p.startswith("gpu-augment")}
-    assert gpu == {f"gpu-augment{mode}{dec}" for mode in ("", "-serial", "-stepfirst") for dec in ("", "-nvimgcodec")}
+    modes = ("", "-serial", "-stepfirst", "-staged")
+    assert gpu == {f"gpu-augment{mode}{dec}" for mode in modes for dec in ("", "-nvimgcodec")}
     first = [s for s in specs if s.step_first]
     assert first and all(s.augment_overlap and "-stepfirst" in s.trial_id for s in first)  # overlapped, step first
     alone = [i for i in ids if i.startswith("cpu_pipeline")]  # no step to place: step-first runs as on, once
-    assert alone and not any("stepfirst" in i for i in alone) and len(alone) == len(set(alone)) == 4 + 1
+    # staged runs the pipeline alone in its two threads too: its own loader-alone trial
+    assert alone and not any("stepfirst" in i for i in alone) and len(alone) == len(set(alone)) == 6 + 1
+    assert sum("-staged" in i for i in alone) == 2
     shared = [i for i in ids if i.startswith("gpu_shared")]
-    assert len(shared) == 6 and all("/gpu-augment" in i for i in shared)
+    assert len(shared) == 8 and all("/gpu-augment" in i for i in shared)
     handoffs = [i for i in ids if i.startswith("handoff")]
     assert len(handoffs) == 2 and [h for h in handoffs if "gpu-augment" in h] == [handoffs[1]]
     assert handoffs[1].split("/")[2] == "gpu-augment"  # the bytes' hand-off: no decoder or overlap of its own
@@ -387,8 +463,10 @@ def test_a_groups_overlap_reads_alike_from_bools_and_from_a_stored_tables_floats
     cases = [((True, False), "on", "", ""), ((False, False), "off", " serial", "-serial")]
     cases += [((True, True), "step-first", " step-first", "-stepfirst")]
     for stored in (bool, float):
-        for (overlap, first), mode, words, suffix in cases:
-            key = {"augment_device": "cuda", "augment_overlap": stored(overlap), "step_first": stored(first)}
+        for (overlap, first), mode, words, suffix in cases + [((True, "staged"), "staged", " staged", "-staged")]:
+            staged = first == "staged"
+            key = {"augment_device": "cuda", "augment_overlap": stored(overlap), "step_first": stored(first is True)}
+            key["staged"] = stored(staged)
             key["gpu_decoder"] = "nvimgcodec"
             assert overlap_mode(key) == mode
             assert gpu_pipeline(key) == f"GPU pipeline{words} nvimgcodec"

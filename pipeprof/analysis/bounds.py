@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from pipeprof.schema import GROUP_KEYS, overlap_mode
+from pipeprof.schema import GROUP_KEYS, OVERLAPPED, overlap_mode
 
 NEAR_BEST = 0.95  # "reaches the best rate" means within 5% of it: window CVs are a few %
 BALANCED = 0.05  # two bounds within 5% of each other: neither change alone helps much
@@ -58,6 +58,7 @@ BOUND_KEYS = {
         "augment_device",
         "augment_overlap",
         "step_first",
+        "staged",
         "gpu_decoder",
         "gpus",
     ],
@@ -373,7 +374,7 @@ def predict(row: pd.Series, ws: np.ndarray, rates: np.ndarray, cores: float) -> 
             # the GPU pipeline's loader alone already holds its decode/augment. Overlapped, a producer thread loads
             # while the step runs: the slower side binds (the step's with the pipeline beside it), nothing adds;
             # serially, the loader in turn with the step alone
-            if overlap_mode(row) in ("on", "step-first"):
+            if overlap_mode(row) in OVERLAPPED:
                 bounds = {"step": step, "cpu": cpu, "io": io, "cores": None}
                 return (min(step, cpu) if _known(step) and _known(cpu) else float("nan")), bounds
             step = step_bound(row)

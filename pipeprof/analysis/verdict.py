@@ -42,7 +42,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
-from pipeprof.schema import overlap_mode
+from pipeprof.schema import OVERLAPPED, overlap_mode
 
 from .bounds import (
     BALANCED,
@@ -348,7 +348,7 @@ def _shared(row: pd.Series) -> Optional[tuple[str, str]]:
     mode = overlap_mode(row)
     how = (
         f"overlapped, {overlap:.0%} of its device time beside the step's"
-        if mode in ("on", "step-first") and overlap is not None
+        if mode in OVERLAPPED and overlap is not None
         else "serially, before each step"
         if mode == "off"
         else "beside it"

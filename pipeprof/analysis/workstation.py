@@ -166,7 +166,7 @@ def label(key) -> str:
         key.get("precision"),
         "inference" if key.get("mode") == "inference" else None,
         key.get("preset"),
-        "gpu-augment" + {"off": "-serial", "step-first": "-stepfirst"}.get(overlap_mode(key), "")
+        "gpu-augment" + {"off": "-serial", "step-first": "-stepfirst", "staged": "-staged"}.get(overlap_mode(key), "")
         if isinstance(gpu, str) and gpu != "cpu"
         else None,
         key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, DEFAULT_GPU_DECODER) else None,

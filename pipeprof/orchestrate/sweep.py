@@ -78,7 +78,7 @@ def augment_devices(cfg, user_dataset: bool) -> list[dict]:
             continue
         out += [
             {"augment_device": d, "augment_overlap": o != "off", "gpu_decoder": dec}
-            | ({"step_first": True} if o == "step-first" else {})
+            | ({"step_first": True} if o == "step-first" else {"staged": True} if o == "staged" else {})
             for dec, o in product(cfg.augment.gpu_decoder, cfg.augment.overlap)
         ]
     return out

@@ -82,11 +82,11 @@ def shape(g: dict) -> str:
 
 
 def gpu_pipeline(g) -> str:
-    """'GPU pipeline' where the GPU decodes and augments, with 'serial' (overlap off) or 'step-first' and its
+    """'GPU pipeline' where the GPU decodes and augments, with 'serial' (overlap off), 'step-first' or 'staged' and its
     decoder where not nvJPEG; '' for the workers' pipeline."""
     if g.get("augment_device") != "cuda":
         return ""
-    words = ["GPU pipeline", {"off": "serial", "step-first": "step-first"}.get(overlap_mode(g), "")]
+    words = ["GPU pipeline", {"off": "serial", "step-first": "step-first", "staged": "staged"}.get(overlap_mode(g), "")]
     decoder = g.get("gpu_decoder")
     words.append(decoder if isinstance(decoder, str) and decoder != DEFAULT_GPU_DECODER else "")
     return " ".join(w for w in words if w)

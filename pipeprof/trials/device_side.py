@@ -15,6 +15,13 @@ Two ways to place it beside the step (``augment.overlap``):
   device's high priority (:func:`step_stream`). CUDA's block scheduler then dispatches the step's pending
   blocks before the pipeline's, so the pipeline runs in what the step leaves of the SMs instead of slowing it;
   whether that is faster end to end (the pipeline may then fall behind) is what the setting measures.
+* **staged** (overlapped, ``staged``): the producer split in two threads, each on a stream of its own: one takes
+  the bytes and decodes, the other augments what the first decoded. A decode call blocks its thread until done,
+  and beside the step it spans 52-61 ms (its small per-image kernels wait for the SMs the step holds) where it
+  takes 12 alone; one producer then spent 63-66 host ms a batch on decode + augment against a 55 ms step
+  (docs/measured.md), so it could not keep ahead. Staged, a batch's cycle is the longer of the two stages, not
+  their sum; the augment still draws its randomness batch by batch in the loader's order (one thread), so the
+  batches are the serial ones.
 
 Device clock marks (CUDA events on a GPU, read after the window's sync) bracket the decode and the
 augmentation on the stream that runs them; the host's own time in the call is kept too, since nvJPEG does
@@ -84,14 +91,25 @@ class DeviceSide:
 
     def prepare(self, batch: dict) -> tuple[dict, tuple, float]:
         """(the batch with its images on the device, the three marks around decode and augment, host seconds)."""
+        images, (m0, m1), decode_s = self.decode_part(batch)
+        out, (_, m2), augment_s = self.augment_part(images, start=m1)
+        return {**batch, "image": out}, (m0, m1, m2), decode_s + augment_s
+
+    def decode_part(self, batch: dict) -> tuple:
+        """(the batch's images decoded on the device, the marks around the decode, host seconds in it)."""
         gpu_decode.settle(self.pipe.device, self.decoder)  # the decoder may write from a stream of its own (see there)
-        t0 = time.perf_counter()  # after the wait: the host's own time in the decode and augment calls
+        t0 = time.perf_counter()  # after the wait: the host's own time in the decode call
         m0 = self.clock.mark()
         images = self.decode(unpacked(batch))
-        m1 = self.clock.mark()
+        return images, (m0, self.clock.mark()), time.perf_counter() - t0
+
+    def augment_part(self, images, start=None) -> tuple:
+        """(the images augmented, the marks around the augment, host seconds in it); ``start``: a mark already
+        recorded where the augment begins on this stream (the decode's end, serially)."""
+        t0 = time.perf_counter()
+        m1 = self.clock.mark() if start is None else start
         out = self.pipe.augment(images)
-        m2 = self.clock.mark()
-        return {**batch, "image": out}, (m0, m1, m2), time.perf_counter() - t0
+        return out, (m1, self.clock.mark()), time.perf_counter() - t0
 
     def __call__(self, batch: dict, measuring: bool) -> dict:
         if self.stand_in is not None:
@@ -113,8 +131,9 @@ class DeviceSide:
         measured time (``device_pipeline_frac``). Read after the last window's sync."""
         if not self.marks:
             return {"gpu_decoder": self.decoder}
-        decode = np.array([self.clock.elapsed_ms(a, b) for a, b, _ in self.marks])
-        augment = np.array([self.clock.elapsed_ms(b, c) for _, b, c in self.marks])
+        spans = [stages(m) for m in self.marks]
+        decode = np.array([self.clock.elapsed_ms(a, b) for (a, b), _ in spans])
+        augment = np.array([self.clock.elapsed_ms(c, d) for _, (c, d) in spans])
         return {
             "gpu_decoder": self.decoder,
             "device_decode_ms_mean": float(decode.mean()),
@@ -124,6 +143,12 @@ class DeviceSide:
             if measured_s > 0
             else None,
         } | (self.stand_in.columns() if self.stand_in is not None else {})
+
+
+def stages(marks: tuple) -> tuple:
+    """((decode start, decode end), (augment start, augment end)) of a batch's marks: three where one stream ran
+    both (the augment starts where the decode ended), four where each stage had its own (``staged``)."""
+    return ((marks[0], marks[1]), (marks[1], marks[2])) if len(marks) == 3 else ((marks[0], marks[1]), marks[2:4])
 
 
 class Fed(NamedTuple):
@@ -173,14 +198,21 @@ class Overlapped(Plain):
     loader's own error) is raised at the next :meth:`take`. Which batches count as measured is decided when the
     training thread takes them, so a batch prepared during warm-up but taken in a window counts in the window."""
 
-    def __init__(self, side: DeviceSide, device: torch.device, ahead: int = AHEAD, step_first: bool = False):
-        self.side, self.ahead, self.held = side, ahead, ahead + 1
+    def __init__(
+        self, side: DeviceSide, device: torch.device, ahead: int = AHEAD, step_first: bool = False, staged: bool = False
+    ):
+        self.side, self.ahead, self.staged = side, ahead, bool(staged)
+        self.held = ahead + 1 + (2 if self.staged else 0)  # staged: one more decoded, one more in the decoder's hands
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:  # streams and set_device need the index
             self.device = torch.device("cuda", torch.cuda.current_device())
         # the producer's stream at the default priority: at the device's highest, its decode still spanned the
         # step beside it and the rate did not move (docs/measured.md, "The 1×H200 box, 2026-12-05, second start")
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        # staged: the decoding thread's stream (the augmenting thread keeps ``stream``), and the one decoded batch
+        # between them: the decoder runs at most one batch ahead of the augment
+        self.decode_stream = torch.cuda.Stream(self.device) if self.staged and self.stream is not None else None
+        self.decoded: queue.Queue = queue.Queue(maxsize=1)
         self.step_first = bool(step_first) and self.stream is not None
         self.switched = 0  # the id of the thread whose steps this feed moved to the high-priority stream
         self.ready: queue.Queue = queue.Queue(maxsize=ahead)
@@ -188,6 +220,7 @@ class Overlapped(Plain):
         self.gate = threading.Event()  # set: the producer may take the next batch (cleared out of its side's turn)
         self.gate.set()
         self.thread: Optional[threading.Thread] = None
+        self.threads: list[threading.Thread] = []
         self.it = None
         self.pipeline_wait_s: list[float] = []  # measured batches: the training thread's wait beyond the loader's
 
@@ -196,8 +229,13 @@ class Overlapped(Plain):
             if self.step_first:
                 self._to_step_stream()
             self.it = it
-            self.thread = threading.Thread(target=self._produce, name="pipeprof-gpu-pipeline", daemon=True)
-            self.thread.start()
+            loops = [self._decode_loop, self._augment_loop] if self.staged else [self._produce]
+            self.threads = [
+                threading.Thread(target=f, name=f"pipeprof-gpu-pipeline-{i}", daemon=True) for i, f in enumerate(loops)
+            ]
+            self.thread = self.threads[0]
+            for t in self.threads:
+                t.start()
         t0 = time.perf_counter()
         item = self.ready.get()
         wait = time.perf_counter() - t0
@@ -240,10 +278,61 @@ class Overlapped(Plain):
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
             self._put(_Failed(exc))
 
-    def _put(self, item) -> None:
+    def _decode_loop(self) -> None:
+        """Staged, first thread: the loader's next batch, decoded on its own stream; handed on with the event after
+        its decode."""
+        try:
+            if self.stream is not None:
+                torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.decode_stream) if self.decode_stream is not None else nullcontext():
+                while not self.stopping.is_set():
+                    if not self.gate.wait(0.1) or self.stopping.is_set():
+                        continue
+                    t0 = time.perf_counter()
+                    batch = next(self.it)
+                    loader_s = time.perf_counter() - t0
+                    images, marks, host_s = self.side.decode_part(batch)
+                    done = torch.cuda.Event() if self.decode_stream is not None else None
+                    if done is not None:
+                        done.record(self.decode_stream)
+                    self._put((batch, images, marks, host_s, done, loader_s), self.decoded)
+        except BaseException as exc:  # noqa: BLE001 - passed on through the augmenting thread
+            self._put(_Failed(exc), self.decoded)
+
+    def _augment_loop(self) -> None:
+        """Staged, second thread: each decoded batch augmented on the producer's stream after its decode, in the
+        order the loader gave them (the augment's random draws follow the batches as serially)."""
+        try:
+            if self.stream is not None:
+                torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+                while not self.stopping.is_set():
+                    try:
+                        item = self.decoded.get(timeout=0.1)
+                    except queue.Empty:
+                        continue
+                    if isinstance(item, _Failed):
+                        self._put(item)
+                        return
+                    batch, images, (m0, m1), decode_s, decoded, loader_s = item
+                    if decoded is not None:
+                        self.stream.wait_event(decoded)  # the augment's kernels after the decode's last
+                        for t in images if isinstance(images, (list, tuple)) else [images]:
+                            if isinstance(t, torch.Tensor) and t.is_cuda:
+                                t.record_stream(self.stream)  # the decoder's stream freed it: reused after ours
+                    out, (m2, m3), augment_s = self.side.augment_part(images)
+                    done = torch.cuda.Event() if self.stream is not None else None
+                    if done is not None:
+                        done.record(self.stream)
+                    self._put(({**batch, "image": out}, (m0, m1, m2, m3), decode_s + augment_s, done, loader_s))
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
+            self._put(_Failed(exc))
+
+    def _put(self, item, to: Optional[queue.Queue] = None) -> None:
+        to = self.ready if to is None else to
         while not self.stopping.is_set():
             try:
-                self.ready.put(item, timeout=0.1)
+                to.put(item, timeout=0.1)
                 return
             except queue.Full:
                 continue
@@ -286,17 +375,19 @@ class Overlapped(Plain):
 
     def _stop(self) -> None:
         self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(timeout=60)
-            if self.thread.is_alive():
+        for t in self.threads:
+            t.join(timeout=60)
+            if t.is_alive():
                 raise RuntimeError(
-                    "the GPU pipeline's producer thread did not stop within 60 s (inside the loader's next() or "
-                    "a decode call): its loader is left open"
+                    f"the GPU pipeline's producer thread {t.name} did not stop within 60 s (inside the loader's "
+                    "next(), a decode or an augment call): its loader is left open"
                 )
-        while not self.ready.empty():
-            self.ready.get_nowait()
-        if self.stream is not None:
-            self.stream.synchronize()
+        for q in (self.ready, self.decoded):
+            while not q.empty():
+                q.get_nowait()
+        for stream in (self.decode_stream, self.stream):
+            if stream is not None:
+                stream.synchronize()
 
 
 def pipeline_wait_columns(fed, measured_s: float) -> dict:
@@ -308,21 +399,22 @@ def pipeline_wait_columns(fed, measured_s: float) -> dict:
     return {"gpu_pipeline_wait_frac": float(sum(waits) / measured_s)}
 
 
+def _merged(iv: np.ndarray) -> list:
+    """[start, end] intervals joined where they touch or overlap, in order."""
+    out: list = []
+    for a, b in sorted(map(tuple, iv)):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
 def overlap_ms(step: np.ndarray, pipe: np.ndarray) -> float:
     """Milliseconds in which the step and the pipeline both had work on the device: ``step`` and ``pipe`` are
     (n, 2) arrays of [start, end] intervals on one clock. Each set is merged first (its own intervals may touch
     or overlap), then their intersection is summed."""
-
-    def merged(iv: np.ndarray) -> list:
-        out: list = []
-        for a, b in sorted(map(tuple, iv)):
-            if out and a <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], b)
-            else:
-                out.append([a, b])
-        return out
-
-    s, p = merged(step), merged(pipe)
+    s, p = _merged(step), _merged(pipe)
     i = j = 0
     total = 0.0
     while i < len(s) and j < len(p):
@@ -337,15 +429,20 @@ def overlap_ms(step: np.ndarray, pipe: np.ndarray) -> float:
 def overlap_columns(clock: DeviceClock, step_marks: list, pipe_marks: list) -> dict:
     """The overlap achieved over the measured batches: the share of the pipeline's device time that ran while
     the step ran (``gpu_overlap_frac``), and both busy times. ``step_marks``: (start, end) of each step's compute;
-    ``pipe_marks``: the pipeline's (decode start, decode end, augment end). Read after the last window's sync,
+    ``pipe_marks``: the pipeline's (decode start, decode end, augment end), or staged (decode start, decode end,
+    augment start, augment end). Read after the last window's sync,
     on the clock of the first pipeline mark (CUDA events of one device compare across streams)."""
     if not step_marks or not pipe_marks:
         return {}
     ref = pipe_marks[0][0]
     at = np.vectorize(lambda m: clock.elapsed_ms(ref, m), otypes=[float])
     step = np.column_stack([at([m[0] for m in step_marks]), at([m[1] for m in step_marks])])
-    pipe = np.column_stack([at([m[0] for m in pipe_marks]), at([m[2] for m in pipe_marks])])
-    busy = float((pipe[:, 1] - pipe[:, 0]).sum())
+    # one span a batch where one stream ran decode and augment back to back; staged, each stage's own (the
+    # batch may wait between them, which is not the pipeline's device time)
+    spans = [[(m[0], m[-1])] if len(m) == 3 else list(stages(m)) for m in pipe_marks]
+    flat = [span for batch in spans for span in batch]
+    pipe = np.column_stack([at([a for a, _ in flat]), at([b for _, b in flat])])
+    busy = float(sum(b - a for a, b in _merged(pipe)))  # staged, a batch's decode and another's augment run at once
     both = overlap_ms(step, pipe)
     return {
         "gpu_overlap_frac": both / busy if busy > 0 else None,
@@ -363,7 +460,7 @@ def feed(ctx, spec) -> Plain:
 def gpu_feed(side: DeviceSide, device, spec) -> Plain:
     """The GPU pipeline's feed as ``spec`` places it beside the step: overlapped (step-first or not) or serial."""
     if spec.augment_overlap:
-        return Overlapped(side, device, step_first=bool(spec.step_first))
+        return Overlapped(side, device, step_first=bool(spec.step_first), staged=bool(spec.staged))
     return Serial(side)
 
 

@@ -40,6 +40,7 @@ class TrialSpec:
     # own, beside the step (True), or on the step's stream before it (False); and which JPEG decoder runs
     augment_overlap: Optional[bool] = None
     step_first: Optional[bool] = None  # overlapped with the step's stream at high priority (augment.overlap)
+    staged: Optional[bool] = None  # overlapped, decode and augment in threads of their own (augment.overlap)
     gpu_decoder: Optional[str] = None
     action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.variants)
 
@@ -69,10 +70,11 @@ class TrialSpec:
 
     def _gpu_part(self) -> Optional[str]:
         """'gpu-augment' for the GPU pipeline as it runs by default (overlapped, nvJPEG), its other settings
-        appended: 'gpu-augment-serial', 'gpu-augment-stepfirst', 'gpu-augment-nvimgcodec'."""
+        appended: 'gpu-augment-serial', 'gpu-augment-stepfirst', 'gpu-augment-staged', 'gpu-augment-nvimgcodec'."""
         if self.augment_device in (None, "cpu"):
             return None
-        extra = ["serial" if self.augment_overlap is False else "stepfirst" if self.step_first else None]
+        mode = "serial" if self.augment_overlap is False else "stepfirst" if self.step_first else None
+        extra = [mode or ("staged" if self.staged else None)]
         extra.append(self.gpu_decoder if self.gpu_decoder not in (None, DEFAULT_GPU_DECODER) else None)
         return "-".join(["gpu-augment", *filter(None, extra)])
 
