@@ -74,6 +74,24 @@ def test_flip_and_colour_draw_their_parameters_per_sample():
     assert dim.dtype == torch.uint8 and (dim.int() - (x.float() * 0.5).round().int()).abs().max() <= 1
 
 
+def test_colour_and_noise_change_only_the_samples_their_coin_chose():
+    """Both convert and compute only the chosen samples (the coin drawn on the host): the others come back as
+    they were, bit for bit, and the chosen ones as the op's arithmetic says."""
+    x = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8)
+    dim = A.ColorJitter(brightness=(0.5, 0.5), contrast=(1, 1), saturation=(1, 1), hue=(0, 0), p=0.5)
+    noise = A.GaussNoise(std_range=(0.1, 0.1), p=0.5)
+    for t in (dim, noise):
+        out = GpuPipeline(spec(t), "cpu", seed=2).augment(list(x))
+        same = [bool(torch.equal(a, b)) for a, b in zip(out, x)]
+        assert out.dtype == torch.uint8 and 10 < sum(same) < 54, (t, sum(same))
+        moved = (out.float() - x.float())[[i for i, kept in enumerate(same) if not kept]]
+        if t is dim:  # half as bright, rounded
+            expect = (x.float() * 0.5).round() - x.float()
+            assert (moved - expect[[i for i, kept in enumerate(same) if not kept]]).abs().max() <= 1
+        else:  # 10% of 255 a pixel, less where the clamp to 0..255 cut it
+            assert 0.8 * 25.5 < float(moved.std()) < 1.05 * 25.5
+
+
 def test_crops_leave_one_size_and_a_missing_crop_is_said(encoded):
     x = GpuPipeline(spec(A.RandomResizedCrop((32, 48)), A.GaussianBlur(p=1.0)), "cpu").augment(
         GpuPipeline([], "cpu").decode(encoded)

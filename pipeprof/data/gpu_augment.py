@@ -473,39 +473,51 @@ def _factors(x: torch.Tensor, bounds, g: torch.Generator, centre: float = 1.0) -
     )
 
 
-def _blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-    """torchvision's blend (ratio * a + (1 - ratio) * b, clamped to [0, 1]) with a ratio per sample."""
-    return (ratio * a + (1 - ratio) * b).clamp_(0, 1)
-
-
 def color_jitter(p: dict) -> Op:
-    """Brightness, contrast, saturation and hue factors drawn per sample, applied in that order to the
-    whole batch at once (albumentations shuffles the order per call; the cost is the same)."""
+    """Brightness, contrast, saturation and hue factors drawn per sample, applied in that order to the samples the
+    coin chose (albumentations shuffles the order per call; the cost is the same).
+
+    Each pass over a batch is a kernel over every pixel, and beside the step each waits for SMs (docs/measured.md):
+    so only the chosen samples are converted (the coin is drawn on the host: their indices need no sync), the
+    blends run in place (brightness is a product: ``ratio * y + (1 - ratio) * 0`` is ``ratio * y``, bit for bit),
+    and the hue turns in the HSV tensor itself. The arithmetic is torchvision's blend's, in its order."""
 
     def batch(x, g):
-        y = x.float() / 255 if x.dtype == torch.uint8 else x.clone()
-        if (b := _factors(y, p["brightness"], g)) is not None:
-            y = _blend(y, torch.zeros_like(y), b)
-        if (c := _factors(y, p["contrast"], g)) is not None:
-            y = _blend(y, _F().rgb_to_grayscale(y).mean(dim=(-3, -2, -1), keepdim=True), c)
-        if (s := _factors(y, p["saturation"], g)) is not None:
-            y = _blend(y, _F().rgb_to_grayscale(y), s)
-        if (h := _factors(y, p["hue"], g, centre=0.0)) is not None:
+        keys = ("brightness", "contrast", "saturation", "hue")  # drawn in this order, then the coin
+        factors = [_factors(x, p[k], g, centre=0.0 if k == "hue" else 1.0) for k in keys]
+        pick = _draw(g, x.shape[0]) < p["p"]  # on the host, as _chosen draws it
+        if not bool(pick.any()):
+            return x
+        every = bool(pick.all())
+        idx = _to(pick.nonzero().squeeze(1), x.device)
+        sub = x if every else x.index_select(0, idx)
+        b, c, s, h = (f if f is None or every else f.index_select(0, idx) for f in factors)
+        y = sub.float().div_(255) if x.dtype == torch.uint8 else sub.clone()
+        if b is not None:
+            y.mul_(b).clamp_(0, 1)
+        if c is not None:
+            mean = _F().rgb_to_grayscale(y).mean(dim=(-3, -2, -1), keepdim=True)
+            y.mul_(c).add_((1 - c) * mean).clamp_(0, 1)
+        if s is not None:
+            gray = _F().rgb_to_grayscale(y).mul_(1 - s)  # before y is scaled in place
+            y.mul_(s).add_(gray).clamp_(0, 1)
+        if h is not None:
             y = _shift_hue(y, h.view(-1, 1, 1))
-        y = torch.where(_chosen(x, p["p"], g), y, x.float() / 255 if x.dtype == torch.uint8 else x)
-        return (y * 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else y
+        if x.dtype == torch.uint8:
+            y = y.mul_(255).round_().to(torch.uint8)
+        return y if every else x.index_copy(0, idx, y)
 
     return Op("ColorJitter", batch=batch)
 
 
 def _shift_hue(y: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """Hue rotated by ``shift`` (a share of the circle) per sample, through torchvision's own HSV
-    conversion, which takes a batch."""
+    conversion, which takes a batch (the hue turned in place: no stacked copy)."""
     from torchvision.transforms.v2.functional._color import _hsv_to_rgb, _rgb_to_hsv
 
     hsv = _rgb_to_hsv(y)
-    hue = (hsv[:, 0] + shift) % 1.0
-    return _hsv_to_rgb(torch.stack([hue, hsv[:, 1], hsv[:, 2]], dim=1))
+    hsv[:, 0].add_(shift).remainder_(1.0)
+    return _hsv_to_rgb(hsv)
 
 
 def gauss_noise(p: dict) -> Op:
@@ -513,11 +525,15 @@ def gauss_noise(p: dict) -> Op:
 
     def batch(x, g):
         lo, hi = p["std_range"]
-        std = _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1)
-        std = std * (255 if x.dtype == torch.uint8 else 1)
-        noisy = x.float() + torch.randn(x.shape, device=x.device) * std
-        noisy = noisy.clamp_(0, 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else noisy
-        return torch.where(_chosen(x, p["p"], g), noisy, x)
+        std = (lo + (hi - lo) * _draw(g, x.shape[0])) * (255 if x.dtype == torch.uint8 else 1)
+        coin = _draw(g, x.shape[0])  # drawn after the deviations, as before; the noise only for the chosen samples
+
+        def noisy(imgs, u):
+            sd = _to(u[:, 1].contiguous(), imgs.device).view(-1, 1, 1, 1)
+            out = imgs.float().add_(torch.randn(imgs.shape, device=imgs.device).mul_(sd))
+            return out.clamp_(0, 255).round_().to(torch.uint8) if x.dtype == torch.uint8 else out
+
+        return _some(x, torch.stack([coin, std], dim=1), p["p"], noisy)
 
     return Op("GaussNoise", batch=batch)
 
