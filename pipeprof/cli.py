@@ -110,7 +110,9 @@ def _validate_parser(sub) -> None:
 def _size_parser(sub) -> None:
     size = sub.add_parser("size", help="size a workstation: what each candidate machine delivers for measured runs")
     size.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="runs of the workloads (models, precisions ...)")
-    size.add_argument("--machines", metavar="FILE", help="candidate machines (YAML; configs/machines.yaml is one)")
+    size.add_argument(
+        "--machines", metavar="FILE", help="candidate machines (YAML; configs/machines/example.yaml is one)"
+    )
     size.add_argument(
         "--cores", help="without --machines: core counts, comma-separated (default: 4,8,12,16,24,32, as the report's)"
     )

@@ -39,6 +39,14 @@ def test_past_the_measured_cores_the_figure_is_extrapolated_and_its_low_end_fall
     assert r12["of_ceiling_low_frac"] == pytest.approx(low / 1000) and r12["of_ceiling_frac"] == pytest.approx(0.95)
 
 
+def test_a_row_at_the_ceiling_says_when_the_hand_off_was_not_measured():
+    # 16 cores reach the step (1,000) without a hand-off trial: said; 4 cores (400) are far from it: not said
+    assert "hand-off not measured" in ws.predict(W, ws.Candidate("16c", 16))["note"]
+    assert "hand-off" not in ws.predict(W, ws.Candidate("4c", 4))["note"]
+    capped = ws.predict(W._replace(cap=980.0), ws.Candidate("16c", 16))  # measured: it caps instead
+    assert capped["samples_per_s"] == pytest.approx(980) and "hand-off" not in capped["note"]
+
+
 def test_more_gpus_scale_the_ceiling_assumed_linear_unless_measured():
     two = ws.predict(W, ws.Candidate("16c2g", 16, gpus=2))
     assert two["gpu_scaling"] == "assumed linear" and two["binding"] == "cpu"
@@ -141,7 +149,8 @@ def test_the_report_of_a_gpu_run_has_the_sizing_table_its_lines_and_plot(tmp_pat
     page = render_html(load_run(gpu_run(tmp_path)))
     assert 'id="sizing"' in page and 'id="table-sizing"' in page and 'id="fig-sizing"' in page
     table = page[page.index('id="table-sizing"') :]
-    assert ">32 cores, 1 GPU<" in table and ">extrapolated<" in table  # past the 2 cores that run measured
+    assert ">32 cores, 1 GPU<" in table and ">extrapolated" in table  # past the 2 cores that run measured
+    assert "hand-off not measured" in table  # at the step's ceiling, and that run had no hand-off trial
     # its step (the CPU's, 2 samples/s) is below what any candidate's cores feed: the fewest cores keep it busy
     assert f"for {NAME}, 4 cores, 1 GPU keeps the GPUs at 100% of their ceiling" in page
 

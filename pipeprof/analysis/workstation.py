@@ -122,13 +122,17 @@ def predict(w: Workload, c: Candidate) -> dict:
         "gpu_scaling": "measured" if eff is not None else ("assumed linear" if c.gpus > 1 else "one GPU"),
         "price": c.price,
         "samples_per_s_per_price": rate / c.price if c.price else None,
-        "note": "; ".join(_caveats(w, c, bool(extrapolated))),
+        "note": "; ".join(_caveats(w, c, bool(extrapolated), reaches=cpu[0].value >= 0.9 * gpu[0])),
     }
 
 
-def _caveats(w: Workload, c: Candidate, extrapolated: bool) -> list[str]:
-    """What the row's figure assumes beyond what the run measured."""
+def _caveats(w: Workload, c: Candidate, extrapolated: bool, reaches: bool = False) -> list[str]:
+    """What the row's figure assumes beyond what the run measured. ``reaches``: the CPUs deliver at least 90% of
+    the GPUs' ceiling, where an unmeasured hand-off limit may bind instead (on the 1×H200 box a loader held at 95%
+    of the step inside a 12-core mask where the table, without a hand-off trial, read the step's ceiling)."""
     out = ["extrapolated"] if extrapolated else []
+    if reaches and not math.isfinite(w.cap):
+        out.append("hand-off not measured (trials: handoff): one loader may pass fewer")
     if c.gpu and w.gpu and c.gpu.lower() not in w.gpu.lower():
         out.append(f"the step's ceiling is this run's {w.gpu}'s, not measured on a {c.gpu}")
     if c.threads_per_core > 1:
