@@ -450,3 +450,16 @@ def test_the_live_line_counts_the_loaders_own_workers_not_every_pid_seen():
     session = SimpleNamespace(store=store, monitor=None, procs=procs, t_start=0.0)
     (text,) = line(session, 0.0, 1.0)
     assert text.endswith("(2 workers)") and "160 samples/s" in text  # 2 ranks x 10 batches of 8 in 1 s
+
+
+def test_the_summary_says_a_figure_it_has_not_as_a_dash_without_a_unit():
+    """A loader whose workers lived only inside each pass (a validation loader) has no workers' CPU: '–', not '–%'."""
+    import pandas as pd
+
+    from pipeprof.watch.live import _row_lines
+
+    row = {"loader": "val.py:31", "rank": 0, "num_workers": 1, "batch_size": 128, "mode": "inference", "status": "ok"}
+    row |= {"samples_per_s": 2755.0, "data_wait_frac": 0.26, "gpu_util_pct_mean": None}
+    for cpu, words in ((float("nan"), "workers' CPU –"), (52.9, "workers' CPU 52.9%")):
+        head = _row_lines(pd.Series(row | {"workers_cpu_pct_mean": cpu}), {})[0]
+        assert head.endswith(words) and "GPU –," in head

@@ -82,16 +82,13 @@ def _row_lines(r: pd.Series, v: dict) -> list[str]:
     head = f"  {r['loader']} rank {r['rank']} ({r['num_workers']} workers, batch {r['batch_size']}, {r['mode']})"
     if r["status"] != "ok":
         return [f"{head}: {r.get('error')}"]
-    ci = (
-        f" ({_rate(r['samples_per_s_ci95_low'])}–{_rate(r['samples_per_s_ci95_high'])})"
-        if r.get("samples_per_s_ci95_low") == r.get("samples_per_s_ci95_low")
-        else ""
-    )
-    gpu = r.get("gpu_util_pct_mean")
+    low, high = r.get("samples_per_s_ci95_low"), r.get("samples_per_s_ci95_high")
+    ci = f" ({_rate(low)}–{_rate(high)})" if low is not None and low == low else ""
+    gpu, cpu = r.get("gpu_util_pct_mean"), r.get("workers_cpu_pct_mean")
     return [
         f"{head}: {_rate(r['samples_per_s'])}{ci} samples/s, data wait {_pct(r['data_wait_frac'])}, "
         f"GPU {'–' if gpu is None or gpu != gpu else f'{gpu:.0f}%'}, workers' CPU "
-        f"{_rate(r.get('workers_cpu_pct_mean'))}%",
+        f"{'–' if cpu is None or cpu != cpu else f'{_rate(cpu)}%'}",
         f"    verdict: {v.get('verdict', 'unknown')}: {v.get('verdict_basis', 'no verdict stored')}",
     ]
 
