@@ -241,7 +241,7 @@ class Overlapped(Plain):
         wait = time.perf_counter() - t0
         if isinstance(item, _Failed):
             raise item.exc
-        batch, marks, host_s, done, loader_s = item
+        _, batch, marks, host_s, done, loader_s = item  # the batch as the loader gave it, then as prepared
         # the data wait is the part of the training thread's wait the loader accounts for: at most what the
         # producer itself waited for this batch's bytes; the rest it waited on the GPU pipeline (decoding and
         # augmenting, slowed where the step holds the SMs), which is the step's side of the device, not input
@@ -260,44 +260,33 @@ class Overlapped(Plain):
         return Fed(batch, data_wait)
 
     def _produce(self) -> None:
-        try:
-            if self.stream is not None:
-                torch.cuda.set_device(self.device)
-            with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
-                while not self.stopping.is_set():
-                    if not self.gate.wait(0.1) or self.stopping.is_set():
-                        continue
-                    t0 = time.perf_counter()
-                    batch = next(self.it)
-                    loader_s = time.perf_counter() - t0
-                    out, marks, host_s = self.side.prepare(batch)
-                    done = torch.cuda.Event() if self.stream is not None else None
-                    if done is not None:
-                        done.record(self.stream)
-                    self._put((out, marks, host_s, done, loader_s))
-        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
-            self._put(_Failed(exc))
+        """One producer thread (overlap on): each batch decoded and augmented on the producer's stream."""
+        self._take_loop(self.stream, self.side.prepare, self.ready)
 
     def _decode_loop(self) -> None:
-        """Staged, first thread: the loader's next batch, decoded on its own stream; handed on with the event after
-        its decode."""
+        """Staged, the first thread: each batch decoded on its own stream, handed on to the augmenting thread."""
+        self._take_loop(self.decode_stream, self.side.decode_part, self.decoded)
+
+    def _take_loop(self, stream, work, to: queue.Queue) -> None:
+        """Take the loader's batches in turn (the gate), ``work`` each on ``stream``, and hand ``to`` on (the batch,
+        work's result, the event after it, the seconds the loader took); a failure goes the same way."""
         try:
             if self.stream is not None:
                 torch.cuda.set_device(self.device)
-            with torch.cuda.stream(self.decode_stream) if self.decode_stream is not None else nullcontext():
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
                 while not self.stopping.is_set():
                     if not self.gate.wait(0.1) or self.stopping.is_set():
                         continue
                     t0 = time.perf_counter()
                     batch = next(self.it)
                     loader_s = time.perf_counter() - t0
-                    images, marks, host_s = self.side.decode_part(batch)
-                    done = torch.cuda.Event() if self.decode_stream is not None else None
+                    result = work(batch)
+                    done = torch.cuda.Event() if stream is not None else None
                     if done is not None:
-                        done.record(self.decode_stream)
-                    self._put((batch, images, marks, host_s, done, loader_s), self.decoded)
-        except BaseException as exc:  # noqa: BLE001 - passed on through the augmenting thread
-            self._put(_Failed(exc), self.decoded)
+                        done.record(stream)
+                    self._put((batch, *result, done, loader_s), to)
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
+            self._put(_Failed(exc), to)
 
     def _augment_loop(self) -> None:
         """Staged, second thread: each decoded batch augmented on the producer's stream after its decode, in the
@@ -324,7 +313,7 @@ class Overlapped(Plain):
                     done = torch.cuda.Event() if self.stream is not None else None
                     if done is not None:
                         done.record(self.stream)
-                    self._put(({**batch, "image": out}, (m0, m1, m2, m3), decode_s + augment_s, done, loader_s))
+                    self._put((batch, {**batch, "image": out}, (m0, m1, m2, m3), decode_s + augment_s, done, loader_s))
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
             self._put(_Failed(exc))
 
