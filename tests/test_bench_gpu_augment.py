@@ -45,3 +45,36 @@ def test_the_decoders_are_set_against_the_h200_anchor_only_on_an_h200():
     assert "| 50% |" in on and "| nvimgcodec | skipped | not installed |" in on
     off = render_decoders(df, "NVIDIA A100-SXM4-80GB")
     assert "| – |" in off and "50%" not in off and "not set beside a NVIDIA A100" in off
+
+
+def test_each_step_of_the_pipeline_is_timed_on_its_own_in_the_presets_order(tiny_dataset):
+    """The per-op table: decode, then each op of the preset as the pipeline runs them, one row per timed batch and
+    step; a step of known cost (an op made to sleep 30 ms) reads its cost, the others theirs."""
+    import time
+
+    import torch
+
+    from pipeprof.checks.bench import ops_alone, render_ops
+    from pipeprof.data import gpu_augment as G
+    from pipeprof.data.augment import load_preset, stage_names
+    from pipeprof.data.sources import source_class
+
+    src = source_class("files")(tiny_dataset)
+    encoded = [torch.frombuffer(bytearray(src.read(i)), dtype=torch.uint8) for i in range(4)]
+    slow = G.TORCHVISION["HorizontalFlip"]
+
+    def sleepy(p):
+        op = slow(p)
+        return op._replace(batch=lambda x, g: (time.sleep(0.03), op.batch(x, g))[1])
+
+    G.TORCHVISION["HorizontalFlip"] = sleepy
+    try:
+        df = ops_alone("standard", encoded, torch.device("cpu"), repeats=2, warmup=1, size=64)
+    finally:
+        G.TORCHVISION["HorizontalFlip"] = slow
+    steps = ["decode", *stage_names(load_preset("standard"))]
+    assert list(df["step"]) == steps * 2 and list(df["repeat"]) == [1] * len(steps) + [2] * len(steps)
+    flip = df[df["step"] == "HorizontalFlip"]
+    assert (flip["device_ms"] >= 30).all() and (flip["host_ms"] >= 30).all()
+    assert (df["device_ms"] >= 0).all()
+    assert render_ops(df).splitlines()[2].startswith("| decode |")

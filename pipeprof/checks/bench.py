@@ -444,6 +444,43 @@ def render_gpu_augment(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ops_alone(preset: str, encoded: list, device, repeats: int = 10, warmup: int = 2, size: int = 224) -> pd.DataFrame:
+    """One row per timed batch and step of the batched pipeline (decode, then each op in order): its device ms
+    (between marks on the stream: CUDA events read after the batch's sync; the host clock on a CPU) and the host ms
+    in its call. Each op alone, nothing beside it: where the pipeline's time goes before it meets the step."""
+    from pipeprof.data.gpu_augment import for_preset
+    from pipeprof.measure.step import DeviceClock
+
+    pipe, clock = for_preset(preset, size, device, seed=0), DeviceClock(device)
+    rows = []
+    for i in range(warmup + repeats):
+        marks: list = []
+
+        def mark(name: str, marks: list = marks) -> None:
+            marks.append((name, clock.mark(), time.perf_counter()))
+
+        clock.sync()
+        mark("start")
+        images = pipe.decode(encoded)
+        mark("decode")
+        pipe.augment(images, after=mark)
+        clock.sync()
+        if i >= warmup:
+            for (_, a, ha), (name, b, hb) in zip(marks, marks[1:]):
+                rows.append({"repeat": i - warmup + 1, "step": name, "device_ms": clock.elapsed_ms(a, b)})
+                rows[-1]["host_ms"] = (hb - ha) * 1e3
+    return pd.DataFrame(rows)
+
+
+def render_ops(df: pd.DataFrame) -> str:
+    """Markdown: per step of the pipeline, in order, the median (range) device ms and the median host ms."""
+    lines = ["| step | device ms | host ms in the call |", "|---|---|---|"]
+    for name, g in df.groupby("step", sort=False):
+        d = g["device_ms"]
+        lines.append(f"| {name} | {d.median():,.2f} ({d.min():,.2f}–{d.max():,.2f}) | {g['host_ms'].median():,.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 # the reference figure (docs/measured.md, "The GPU pipeline"): nvJPEG's batched decode of these JPEGs on one H200
 NVJPEG_ANCHOR_IMAGES_S = 16_022
 

@@ -617,13 +617,16 @@ class GpuPipeline:
         gpu_decode.settle(self.device)
         return self._decode(encoded)
 
-    def augment(self, images: list[torch.Tensor]) -> torch.Tensor:
+    def augment(self, images: list[torch.Tensor], after: Optional[Callable[[str], None]] = None) -> torch.Tensor:
         """The ops in the preset's order, each on the whole batch where it has a batch form that takes the
         batch as it is (a crop or resize takes images of several sizes; the others need one size), else per
-        sample. Stacked at the first op that needs a stacked batch."""
+        sample. Stacked at the first op that needs a stacked batch. ``after(op name)`` is called as each op
+        returns (the benchmark's per-op clock)."""
         x: list | torch.Tensor = images
         for op in self.ops:
             x = self._apply(op, x)
+            if after is not None:
+                after(op.name)
         return self._stacked(x)
 
     def _apply(self, op: Op, x):
