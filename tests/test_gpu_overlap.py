@@ -420,7 +420,7 @@ def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tin
         row = action_trial(ctx, spec, base, alt)
     assert row["pairs"] >= 2 and row["samples_per_s"] > 0 and row["baseline_samples_per_s"] > 0
     assert row["gpu_decoder"] == "nvjpeg" and row["device_decode_ms_mean"] > 0
-    assert feed.thread is not None and not feed.thread.is_alive()
+    assert feed.threads and not any(t.is_alive() for t in feed.threads)
 
 
 def test_the_adaptive_search_reads_the_step_with_the_pipeline_beside_it_as_that_sides_ceiling(tmp_path):

@@ -219,13 +219,12 @@ class Overlapped(Plain):
         self.stopping = threading.Event()
         self.gate = threading.Event()  # set: the producer may take the next batch (cleared out of its side's turn)
         self.gate.set()
-        self.thread: Optional[threading.Thread] = None
-        self.threads: list[threading.Thread] = []
+        self.threads: list[threading.Thread] = []  # the producer's (two staged), started at the first take
         self.it = None
         self.pipeline_wait_s: list[float] = []  # measured batches: the training thread's wait beyond the loader's
 
     def take(self, it, measuring: bool) -> Fed:
-        if self.thread is None:
+        if not self.threads:
             if self.step_first:
                 self._to_step_stream()
             self.it = it
@@ -233,7 +232,6 @@ class Overlapped(Plain):
             self.threads = [
                 threading.Thread(target=f, name=f"pipeprof-gpu-pipeline-{i}", daemon=True) for i, f in enumerate(loops)
             ]
-            self.thread = self.threads[0]
             for t in self.threads:
                 t.start()
         t0 = time.perf_counter()
