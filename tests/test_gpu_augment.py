@@ -92,6 +92,30 @@ def test_colour_and_noise_change_only_the_samples_their_coin_chose():
             assert 0.8 * 25.5 < float(moved.std()) < 1.05 * 25.5
 
 
+def test_the_hue_turns_as_torchvisions_hsv_pair_turns_it():
+    """The hue rotation written on RGB against torchvision's own RGB -> HSV -> RGB with the hue moved: the same up to
+    float rounding (at most one level of 255, on a few pixels), grey and saturated pixels included; a whole turn
+    gives the image back."""
+    from torchvision.transforms.v2.functional._color import _hsv_to_rgb, _rgb_to_hsv
+
+    from pipeprof.data.gpu_augment import _shift_hue
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8, generator=g)
+    x[:3] = x[:3, :1]  # grey: no hue to turn
+    x[3:6, :, :, :16] = 255  # saturated channels
+    y = x.float() / 255
+    shift = torch.rand(16, 1, 1, generator=g) - 0.5
+    hsv = _rgb_to_hsv(y)
+    hsv[:, 0] = (hsv[:, 0] + shift) % 1.0
+    want = (_hsv_to_rgb(hsv) * 255).round()
+    got = (_shift_hue(y, shift) * 255).round()
+    diff = (got - want).abs()
+    assert diff.max() <= 1 and float((diff > 0).float().mean()) < 1e-3
+    assert torch.equal(got[:3], x[:3].float())  # grey stays grey
+    assert torch.equal((_shift_hue(y, torch.ones(16, 1, 1)) * 255).round(), x.float())
+
+
 def test_crops_leave_one_size_and_a_missing_crop_is_said(encoded):
     x = GpuPipeline(spec(A.RandomResizedCrop((32, 48)), A.GaussianBlur(p=1.0)), "cpu").augment(
         GpuPipeline([], "cpu").decode(encoded)
