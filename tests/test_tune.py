@@ -102,6 +102,7 @@ def test_a_window_holds_whole_passes_where_a_pass_is_short():
 
 
 def test_with_no_verified_action_the_answer_names_the_likeliest_with_both_readings():
+    from pipeprof.watch import tune as tune_mod
     from pipeprof.watch.live import action_lines
 
     def entry(i: str, gain: float, low: float, high: float) -> dict:
@@ -121,6 +122,21 @@ def test_with_no_verified_action_the_answer_names_the_likeliest_with_both_readin
     assert action_lines(tune)[-1] == "  → no action tried was shown to help"
     tune |= {"actions": [entry("uint8", 0.09, 0.02, 0.16)], "best_action": "uint8"}
     assert "best measured change: uint8, end to end +9.0% (+2.0% … +16.0%)" in action_lines(tune)[-1]
+    # two helpful changes whose intervals overlap: the best is named, and the other as not separable from it; one
+    # whose interval ends below the best's low end, or that is not verified, is not
+    tried = [
+        entry("uint8", 0.09, 0.02, 0.16),
+        entry("persistent", 0.088, 0.027, 0.153),
+        entry("prefetch", 0.015, 0.005, 0.019),
+        entry("decoder", 0.05, -0.01, 0.12),
+    ]
+    best = tune_mod.best_action(tried)
+    assert best["id"] == "uint8" and tune_mod.as_good(best, tried) == ["persistent"]
+    tune |= {"actions": tried, "best_as_good": tune_mod.as_good(best, tried)}
+    assert action_lines(tune)[-1] == (
+        "  → as good within the intervals (not separable from it): persistent, end to end +8.8% (+2.7% … +15.3%)"
+    )
+    assert tune_mod.as_good(None, tried) == []
 
 
 def test_the_model_is_checked_against_the_loop_at_its_own_count():

@@ -87,8 +87,73 @@ def test_v2_in_its_documented_order_toimage_first_has_a_uint8_form(folder):
     assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
     _, words = up.gpu_transforms(ds.transform)
     assert "ToImage -> (decoded as uint8 CHW)" in words and "ToDtype -> (its scale in Normalize)" in words
-    no_conversion = v2.Compose([v2.RandomResizedCrop(32), v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
-    assert "not ToTensor (or ToImage ... ToDtype)" in up.tail(no_conversion)[1]
+    no_scale = v2.Compose([v2.RandomResizedCrop(32), v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
+    assert "not ToTensor (or a scaling ToDtype)" in up.tail(no_scale)[1]
+
+
+class Decoded(torch.utils.data.Dataset):
+    """torchvision's v2 way: ``decode_image`` gives uint8 tensors, v2 transforms on them, a scaling ToDtype and
+    Normalize last, no ToImage (``scaled``: the dataset hands float tensors in [0, 1] instead); targets worked out
+    per item from the file's folder through ``classes``, not listed."""
+
+    def __init__(self, folder, transform, scaled=False):
+        base = datasets.ImageFolder(folder)
+        self.paths, self.classes = [str(p) for p, _ in base.samples], list(base.classes)
+        self.transform, self.scaled = transform, scaled
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import os
+
+        from torchvision.io import decode_image
+
+        img = decode_image(self.paths[i], mode=torchvision_rgb())
+        img = img.float() / 255 if self.scaled else img
+        return self.transform(img), self.classes.index(os.path.basename(os.path.dirname(self.paths[i])))
+
+
+def torchvision_rgb():
+    from torchvision.io import ImageReadMode
+
+    return ImageReadMode.RGB
+
+
+def _decoded_steps():
+    return [v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True)]
+
+
+def test_images_that_come_as_uint8_tensors_have_a_uint8_form_and_float_ones_are_refused(folder):
+    ds = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]))
+    variant = up.uint8(ds)
+    torch.manual_seed(4)
+    want = ds[1][0]
+    torch.manual_seed(4)
+    got = variant.dataset[1][0]
+    assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
+    assert "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)" in up.snippet("uint8", "x", ds)
+    scaled = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]), scaled=True)
+    with pytest.raises(ValueError, match="its first sample fails: the images reach Normalize as torch.float32"):
+        up.uint8(scaled)
+
+
+def test_targets_worked_out_from_the_files_folder_are_read_through_the_class_list(folder):
+    """A dataset with paths and a class list but no list of targets: its targets are its files' folders' indices in
+    that list, checked against its own __getitem__; the GPU path and the other decoder read them so."""
+    ds = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]))
+    files, why = up.files_of(ds)
+    assert why is None and "through `Decoded.classes`" in files.where
+    assert [t for _, t in files.samples] == [ds[i][1] for i in range(len(ds))]
+    found = up.inspect(ds, cuda=True)
+    assert found["gpu_pipeline"]["why_not"] is None and found["uint8"]["why_not"] is None
+    assert "it decodes with torchvision.io" in found["decoder"]["why_not"]  # not a Pillow or OpenCV decode to swap
+    encoded, labels = up.collate_bytes([up.gpu_pipeline(ds).dataset[i] for i in range(3)])
+    assert labels.tolist() == [ds[i][1] for i in range(3)]
+    # a class list in another order than the folders' answers other targets: not read through it
+    ds.classes = ds.classes[::-1]
+    shuffled = [ds[i][1] for i in range(len(ds))]
+    assert [t for _, t in up.files_of(ds)[0].samples] == shuffled  # still what __getitem__ says
 
 
 def test_a_transform_that_does_not_end_in_normalize_says_what_it_ends_with():

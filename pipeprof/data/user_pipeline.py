@@ -101,11 +101,20 @@ def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
     if names[-1:] != ["Normalize"] or len(steps) < 2:
         return None, f"its transform ends with {names[-1] if names else 'nothing'}, not Normalize"
     norm, conv = steps[-1], steps[-2]
-    # v2 converts once, anywhere before (ToImage first is its documented order), and scales at the end
-    uint8_before = any(n in ("ToImage", "PILToTensor") for n in names[:-2])
-    if not (names[-2] == "ToTensor" or names[-2] == "ToDtype" and uint8_before):
-        return None, f"its Normalize follows {names[-2]}, not ToTensor (or ToImage ... ToDtype)"
+    # v2 converts once, anywhere before (ToImage first is its documented order), and scales at the end; with no
+    # conversion before a scaling ToDtype the images come as tensors already (torchvision.io.decode_image, v2's
+    # documented way): uint8 ones for the variant, which :func:`uint8` checks on a sample
+    scales = names[-2] == "ToDtype" and getattr(conv, "scale", False)
+    if not (names[-2] == "ToTensor" or scales):
+        return None, f"its Normalize follows {names[-2]}, not ToTensor (or a scaling ToDtype)"
     return Tail(steps[:-2], list(norm.mean), list(norm.std), conversion_scale(conv, 1.0)), None
+
+
+def tensors_in(transform) -> bool:
+    """Whether a torchvision transform that ends in a scaling ToDtype + Normalize is handed tensors (no ToImage
+    or PILToTensor before it): its uint8 form ends where its steps end, on the images as they came."""
+    names = [_name(t) for t in steps_of(transform)]
+    return names[-2:] == ["ToDtype", "Normalize"] and not any(n in ("ToImage", "PILToTensor") for n in names[:-2])
 
 
 class ToUint8CHW:
@@ -113,7 +122,9 @@ class ToUint8CHW:
 
     def __call__(self, img):
         if isinstance(img, torch.Tensor):
-            return img if img.dtype == torch.uint8 else img.to(torch.uint8)
+            if img.dtype != torch.uint8:  # a float image cast to uint8 would be truncated, not converted
+                raise ValueError(f"the images reach Normalize as {img.dtype} tensors, not uint8 ones")
+            return img
         import numpy as np
 
         arr = np.array(img)  # a copy: torch takes only writable arrays
@@ -227,7 +238,13 @@ def uint8(dataset) -> UserVariant:
         raise ValueError(why)
     kept = found.kept if family(transform) == "albumentations" else [*found.kept, ToUint8CHW()]
     key = {"mean": found.mean, "std": found.std, "scale": found.scale}  # the normalisation on the device
-    return UserVariant(_with_transform(dataset, _compose_like(transform, kept)), None, normaliser(found), key)
+    variant = _with_transform(dataset, _compose_like(transform, kept))
+    if family(transform) == "torchvision" and tensors_in(transform):
+        try:  # what reaches ToDtype is the dataset's own: one sample says whether it is uint8
+            variant[0]
+        except Exception as exc:  # noqa: BLE001 - any failure of the changed transform is why it does not apply
+            raise ValueError(f"without its ToDtype and Normalize, its first sample fails: {exc}") from exc
+    return UserVariant(variant, None, normaliser(found), key)
 
 
 # ---- the GPU path: files read as bytes, decoded and augmented on the device ----------------------
@@ -624,7 +641,46 @@ def _probe(dataset) -> tuple[Optional[Files], Optional[str]]:
             where = f"`{name}.{attr}`, checked on {len(seen)} samples of its own __getitem__"
             samples = [(p, _int(values[i])) for i, (p, _) in enumerate(listed)]
             return Files(samples, decoder, form, seen[0].rec.call, where, keys=seen[0].keys), None
-    return None, f"`{name}`'s targets are not class indices in a list of its own (checked on {len(seen)} samples)"
+    by_folder = _folder_targets(dataset, listed, seen)
+    if by_folder is not None:
+        targets, classes = by_folder
+        where = (
+            f"`{name}.{attr}`, its targets by each file's folder through `{name}.{classes}`, checked on {len(seen)} "
+            "samples of its own __getitem__"
+        )
+        samples = [(p, t) for (p, _), t in zip(listed, targets)]
+        return Files(samples, decoder, form, seen[0].rec.call, where, keys=seen[0].keys), None
+    return None, (
+        f"`{name}`'s targets are not class indices in a list of its own, nor its files' folders' indices in a class "
+        f"list or dict of its own (checked on {len(seen)} samples)"
+    )
+
+
+def _folder_targets(dataset, listed: list, seen: list) -> Optional[tuple[list, str]]:
+    """(each file's target, the attribute it was read through) where the dataset's ``__getitem__`` returned, on
+    every sample seen, its file's folder's index in a class list (``classes``) or a dict (``class_to_idx``) of its
+    own: ImageFolder's layout with its targets worked out per item, not listed. None where no attribute does."""
+    import os
+
+    def folder(path) -> str:
+        return os.path.basename(os.path.dirname(str(path)))
+
+    for attr, value in vars(dataset).items():
+        if (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(k, str) and _int(v) is not None for k, v in value.items())
+        ):
+            index = {k: _int(v) for k, v in value.items()}
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(k, str) for k in value):
+            index = {k: i for i, k in enumerate(value)}
+        else:
+            continue
+        if all(index.get(folder(listed[s.index][0])) == _int(s.target) for s in seen):
+            targets = [index.get(folder(p)) for p, _ in listed]
+            if None not in targets:  # every file in a folder the class list names
+                return targets, attr
+    return None
 
 
 def files_of(dataset) -> tuple[Optional[Files], Optional[str]]:
@@ -821,6 +877,8 @@ def _snippet(
         drop = (
             "Normalize (keep ToTensorV2)"
             if alb
+            else "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)"
+            if tensors_in(getattr(dataset, attr))
             else "the float conversion and Normalize (end with transforms.PILToTensor(), or v2.ToImage())"
         )
         mean, std = ([round(v, 4) for v in vs] for vs in (found.mean, found.std))

@@ -189,7 +189,16 @@ def action_lines(tune: dict) -> list[str]:
         f"  → best measured change: {best['action']}, end to end {best['predicted_e2e_gain_frac']:+.1%} "
         f"({best['predicted_e2e_gain_ci95_low']:+.1%} … {best['predicted_e2e_gain_ci95_high']:+.1%}); what to write:"
     )
-    return out + [f"      {line}" for line in (best.get("snippet") or "").splitlines()]
+    out += [f"      {line}" for line in (best.get("snippet") or "").splitlines()]
+    ties = [a for a in listed if a.get("id") in (tune.get("best_as_good") or [])]
+    if ties:
+        words = "; ".join(
+            f"{a['action']}, end to end {a['predicted_e2e_gain_frac']:+.1%} ({a['predicted_e2e_gain_ci95_low']:+.1%} "
+            f"… {a['predicted_e2e_gain_ci95_high']:+.1%})"
+            for a in ties
+        )
+        out.append(f"  → as good within the intervals (not separable from it): {words}")
+    return out
 
 
 def _cores_text(need: Optional[CoresNeeded]) -> str:

@@ -463,7 +463,8 @@ class Session:
             "actions_at_workers": pick,
             "actions": tried
             + [{"id": p.id, "action": p.action, "why_not": p.why_not} for p in planned if p.why_not is not None],
-            "best_action": (tuning_module().best_action(tried) or {}).get("id"),
+            "best_action": (best := tuning_module().best_action(tried) or {}).get("id"),
+            "best_as_good": tuning_module().as_good(best or None, tried),
             "actions_timed_region": tuning_module().ACTION_REGION,
             "user_pipeline": user,
         }

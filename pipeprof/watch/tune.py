@@ -401,6 +401,25 @@ def best_action(tried: list[dict]) -> Optional[dict]:
     return best_measured(helps, "predicted_e2e_gain_frac", verified_only=True)
 
 
+def as_good(best: Optional[dict], tried: list[dict]) -> list[str]:
+    """The ids of the other actions shown to help (verified, end-to-end interval above zero) whose end-to-end
+    interval reaches the best one's: not separable from it, so the best's name alone would flip from run to run
+    on noise (a held-out script's pause named persistent_workers in two runs and uint8 in a third, each within the
+    other's interval, and by hand they gained +8.6% / +2.4% and +9.0% / +2.5%)."""
+    if best is None:
+        return []
+    low = best["predicted_e2e_gain_ci95_low"]
+    return [
+        a["id"]
+        for a in tried
+        if a is not best
+        and a.get("measured")
+        and a.get("verified")
+        and (a.get("predicted_e2e_gain_ci95_low") or 0.0) > 0
+        and a["predicted_e2e_gain_ci95_high"] >= low
+    ]
+
+
 def knob_snippet(site: str, params: dict) -> str:
     words = ", ".join(f"{k}={v!r}" for k, v in params.items())
     return f"# the DataLoader at {site}\nDataLoader(..., {words})"
