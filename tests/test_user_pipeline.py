@@ -124,6 +124,7 @@ def _decoded_steps():
     return [v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True)]
 
 
+@pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")  # the user's own call
 def test_images_that_come_as_uint8_tensors_have_a_uint8_form_and_float_ones_are_refused(folder):
     ds = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]))
     variant = up.uint8(ds)
@@ -138,6 +139,7 @@ def test_images_that_come_as_uint8_tensors_have_a_uint8_form_and_float_ones_are_
         up.uint8(scaled)
 
 
+@pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")  # the user's own call
 def test_targets_worked_out_from_the_files_folder_are_read_through_the_class_list(folder):
     """A dataset with paths and a class list but no list of targets: its targets are its files' folders' indices in
     that list, checked against its own __getitem__; the GPU path and the other decoder read them so."""
