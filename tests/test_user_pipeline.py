@@ -76,15 +76,20 @@ def test_v2_and_albumentations_tails_are_read_with_their_scale(folder):
     )
 
 
-def test_v2_in_its_documented_order_toimage_first_has_a_uint8_form(folder):
-    steps = [v2.ToImage(), v2.RandomResizedCrop(32), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
-    ds = datasets.ImageFolder(folder, v2.Compose(steps))
+def _uint8_form_is_the_users_batch(ds) -> None:
+    """The uint8 variant's sample, normalised on the device, is the user's own sample (the same random draws)."""
     variant = up.uint8(ds)
     torch.manual_seed(4)
     want = ds[1][0]
     torch.manual_seed(4)
     got = variant.dataset[1][0]
     assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
+
+
+def test_v2_in_its_documented_order_toimage_first_has_a_uint8_form(folder):
+    steps = [v2.ToImage(), v2.RandomResizedCrop(32), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    ds = datasets.ImageFolder(folder, v2.Compose(steps))
+    _uint8_form_is_the_users_batch(ds)
     _, words = up.gpu_transforms(ds.transform)
     assert "ToImage -> (decoded as uint8 CHW)" in words and "ToDtype -> (its scale in Normalize)" in words
     no_scale = v2.Compose([v2.RandomResizedCrop(32), v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
@@ -127,12 +132,7 @@ def _decoded_steps():
 @pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")  # the user's own call
 def test_images_that_come_as_uint8_tensors_have_a_uint8_form_and_float_ones_are_refused(folder):
     ds = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]))
-    variant = up.uint8(ds)
-    torch.manual_seed(4)
-    want = ds[1][0]
-    torch.manual_seed(4)
-    got = variant.dataset[1][0]
-    assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
+    _uint8_form_is_the_users_batch(ds)
     assert "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)" in up.snippet("uint8", "x", ds)
     scaled = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]), scaled=True)
     with pytest.raises(ValueError, match="its first sample fails: the images reach Normalize as torch.float32"):
