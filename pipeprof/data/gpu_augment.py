@@ -466,11 +466,10 @@ def vertical_flip(p: dict) -> Op:
     return Op("VerticalFlip", batch=lambda x, g: torch.where(_chosen(x, p["p"], g), x.flip(-2), x))
 
 
-def _factors(x: torch.Tensor, bounds, g: torch.Generator, centre: float = 1.0) -> torch.Tensor:
+def _factors(n: int, bounds, g: torch.Generator, centre: float = 1.0) -> Optional[torch.Tensor]:
+    """``n`` factors drawn uniformly within ``bounds`` on the host, or None (no draw) where both ends are ``centre``."""
     lo, hi = bounds
-    return (
-        _to(lo + (hi - lo) * _draw(g, x.shape[0]), x.device).view(-1, 1, 1, 1) if (lo, hi) != (centre, centre) else None
-    )
+    return lo + (hi - lo) * _draw(g, n) if (lo, hi) != (centre, centre) else None
 
 
 def color_jitter(p: dict) -> Op:
@@ -478,21 +477,14 @@ def color_jitter(p: dict) -> Op:
     coin chose (albumentations shuffles the order per call; the cost is the same).
 
     Each pass over a batch is a kernel over every pixel, and beside the step each waits for SMs (docs/measured.md):
-    so only the chosen samples are converted (the coin is drawn on the host: their indices need no sync), the
-    blends run in place (brightness is a product: ``ratio * y + (1 - ratio) * 0`` is ``ratio * y``, bit for bit;
-    the others are torchvision's blend, in its order), and the hue turns on RGB directly (:func:`_shift_hue`)."""
+    so only the chosen samples are converted (:func:`_some`), the blends run in place (brightness is a product:
+    ``ratio * y + (1 - ratio) * 0`` is ``ratio * y``, bit for bit; the others are torchvision's blend, in its
+    order), and the hue turns on RGB directly (:func:`_shift_hue`)."""
+    keys = ("brightness", "contrast", "saturation", "hue")
 
-    def batch(x, g):
-        keys = ("brightness", "contrast", "saturation", "hue")  # drawn in this order, then the coin
-        factors = [_factors(x, p[k], g, centre=0.0 if k == "hue" else 1.0) for k in keys]
-        pick = _draw(g, x.shape[0]) < p["p"]  # on the host, as _chosen draws it
-        if not bool(pick.any()):
-            return x
-        every = bool(pick.all())
-        idx = _to(pick.nonzero().squeeze(1), x.device)
-        sub = x if every else x.index_select(0, idx)
-        b, c, s, h = (f if f is None or every else f.index_select(0, idx) for f in factors)
-        y = sub.float().div_(255) if x.dtype == torch.uint8 else sub.clone()
+    def jitter(x, drawn: dict):
+        b, c, s, h = (None if drawn[k] is None else _to(drawn[k], x.device).view(-1, 1, 1, 1) for k in keys)
+        y = x.float().div_(255) if x.dtype == torch.uint8 else x.clone()
         if b is not None:
             y.mul_(b).clamp_(0, 1)
         if c is not None:
@@ -503,9 +495,18 @@ def color_jitter(p: dict) -> Op:
             y.mul_(s).add_(gray).clamp_(0, 1)
         if h is not None:
             y = _shift_hue(y, h.view(-1, 1, 1))
-        if x.dtype == torch.uint8:
-            y = y.mul_(255).round_().to(torch.uint8)
-        return y if every else x.index_copy(0, idx, y)
+        return y.mul_(255).round_().to(torch.uint8) if x.dtype == torch.uint8 else y
+
+    def batch(x, g):
+        n = x.shape[0]
+        drawn = {k: _factors(n, p[k], g, centre=0.0 if k == "hue" else 1.0) for k in keys}  # in this order
+        present = [k for k in keys if drawn[k] is not None]
+        u = torch.stack([_draw(g, n), *(drawn[k] for k in present)], dim=1)  # the coin drawn last, column 0
+
+        def chosen(imgs, rows):
+            return jitter(imgs, {k: rows[:, 1 + present.index(k)].contiguous() if k in present else None for k in keys})
+
+        return _some(x, u, p["p"], chosen)
 
     return Op("ColorJitter", batch=batch)
 
