@@ -293,8 +293,8 @@ def worker_cores(trials: pd.DataFrame, rows: np.ndarray, usable: float) -> np.nd
     count, or, where the count oversubscribed what the training process's own receiving left of the ``usable``
     cores (its measured CPU in that trial), what it left; NaN for a count past the cores (oversubscription, not
     more cores: left out as the curve's envelope leaves it out). The x of the curve that answers "how many cores"
-    (the what-if, cores per GPU, the size table): 16 workers on 16 cores beside a receiving thread of 0.9 cores
-    had 15.1, and read as 16 they put the measuring machine's own cores under what it ran (docs/measured.md).
+    (the what-if, cores per GPU, the size table): read as counts, workers beside a busy receiving thread put the
+    measuring machine's own cores under what it ran (docs/measured.md, the sizing check on the 1×H200 box).
     Never above the count, and non-decreasing along it."""
     t = trials.iloc[rows]
     w = t["num_workers"].to_numpy(float)

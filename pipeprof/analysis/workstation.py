@@ -128,8 +128,8 @@ def predict(w: Workload, c: Candidate) -> dict:
 
 def _caveats(w: Workload, c: Candidate, extrapolated: bool, reaches: bool = False) -> list[str]:
     """What the row's figure assumes beyond what the run measured. ``reaches``: the CPUs deliver at least 90% of
-    the GPUs' ceiling, where an unmeasured hand-off limit may bind instead (on the 1×H200 box a loader held at 95%
-    of the step inside a 12-core mask where the table, without a hand-off trial, read the step's ceiling)."""
+    the GPUs' ceiling, where an unmeasured hand-off limit may bind instead (a masked run that held below the
+    step where the table read its ceiling: docs/verdicts.md, "Sizing a workstation")."""
     out = ["extrapolated"] if extrapolated else []
     if reaches and not math.isfinite(w.cap):
         out.append("hand-off not measured (trials: handoff): one loader may pass fewer")

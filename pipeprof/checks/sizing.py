@@ -13,12 +13,11 @@ before any SMT sibling, as the scheduler places workers on the unrestricted mach
 Each run is a separate ``python -m pipeprof run`` process writing its own run folder.
 
 Why a bracket beside each mask: the all-cores run and a masked run are minutes apart on shared cores, which move
-more than the prediction errs (docs/measured.md: one core 11-14% faster at two masks' starts, a run -20% from its
-start to its end). Right before each masked run, an unmasked run measures the same workloads end to end at the
-all-cores run's own worker count nearest the mask (:func:`bracket_count`): the same setting, minutes later. Its
-ratio to the all-cores run's figure (:func:`moves`) is how far the machine moved for that very workload, and the
-prediction scaled by it is the error the model owns (``error_after_move_frac``). The target is still judged on
-the raw error; the move attributes, it corrects nothing.
+more than the prediction errs (docs/measured.md, the sizing check on the 1×H200 box). Right before each masked run,
+an unmasked run measures the same workloads end to end at the all-cores run's own worker count nearest the mask
+(:func:`bracket_count`): the same setting, minutes later. Its ratio to the all-cores run's figure (:func:`moves`) is
+how far the machine moved for that very workload, and the prediction scaled by it is the error the model owns
+(``error_after_move_frac``). The target is still judged on the raw error; the move attributes, it corrects nothing.
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ Two ways to place it beside the step (``augment.overlap``):
   device's high priority (:func:`step_stream`). CUDA's block scheduler then dispatches the step's pending
   blocks before the pipeline's, so the pipeline runs in what the step leaves of the SMs instead of slowing it;
   whether that is faster end to end (the pipeline may then fall behind) is what the setting measures.
-* **staged** (overlapped, ``staged``): the producer split in two threads, each on a stream of its own: one takes
-  the bytes and decodes, the other augments what the first decoded. A decode call blocks its thread until done,
-  and beside the step it spans 52-61 ms (its small per-image kernels wait for the SMs the step holds) where it
-  takes 12 alone; one producer then spent 63-66 host ms a batch on decode + augment against a 55 ms step
-  (docs/measured.md), so it could not keep ahead. Staged, a batch's cycle is the longer of the two stages, not
-  their sum; the augment still draws its randomness batch by batch in the loader's order (one thread), so the
-  batches are the serial ones.
+* **staged** (overlapped, ``staged``): the producer split in two threads, each on a stream of its own: one takes the
+  bytes and decodes, the other augments what the first decoded. A decode call blocks its thread until done, and
+  beside the step it spans several times its time alone (its small per-image kernels wait for the SMs the step
+  holds): one producer then spent more host time a batch on decode + augment than the step took (docs/measured.md,
+  "The GPU pipeline beside the step: where its time goes"), so it could not keep ahead. Staged, a batch's cycle is
+  the longer of the two stages, not their sum; the augment still draws its randomness batch by batch in the loader's
+  order (one thread), so the batches are the serial ones.
 
 Device clock marks (CUDA events on a GPU, read after the window's sync) bracket the decode and the
 augmentation on the stream that runs them; the host's own time in the call is kept too, since nvJPEG does

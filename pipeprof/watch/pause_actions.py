@@ -104,8 +104,7 @@ def side_stats(loader, cmd: dict, count: Callable, measure: Callable) -> dict:
     stats = measure(loader, int(cmd["workers"]), cmd["policy"], lambda pids: None, count, changes, work, sync)
     # the work timed alone, on batches the windows took, once the side's workers have stopped. In the windows the
     # workers run flat out beside it, more than in the loop whose step it is added to, and on a CPU its wall clock
-    # read them: a normalisation of 16 images of 96 px took 0.3 ms a batch alone, 3.7 ms on average beside one
-    # busy process on 2 cores, and a held-out script's uint8 change was predicted -33% end to end where it ran +7%
+    # read their load, not the work (docs/watch.md, "--tune")
     clock = WorkClock(device)
     for batch, n in kept:
         clock.timed(functools.partial(on, batch), n)

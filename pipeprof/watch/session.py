@@ -523,8 +523,8 @@ class Session:
                 tried.append({"id": p.id, "action": p.action, "skipped": skipped})
                 continue
             read.append((p, self._side(cid, pick, p.id, p.params, cap)))
-        # the second baseline reading within what is left of the budget, not a whole cap past it (a pause on the
-        # H200 box overran its budget by a full cap's tail: docs/measured.md)
+        # the second baseline reading within what is left of the budget, not a whole cap past it (a pause overran
+        # its budget by a full cap's tail: docs/measured.md)
         room = self._left(t0, cap)
         after = self._side(cid, pick, None, {}, room) if read and room >= cap / 2 else None
         ends = self._step_stats((cid, label))  # the watched step's interval, the same for every action

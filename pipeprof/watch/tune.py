@@ -403,8 +403,7 @@ def best_action(tried: list[dict]) -> Optional[dict]:
 
 def as_good(best: Optional[dict], tried: list[dict]) -> list[str]:
     """The ids of the other actions shown to help (verified, end-to-end interval above zero) whose end-to-end
-    interval reaches the best one's: not separable from it, so naming the best alone would pick one on noise (a
-    held-out script's persistent_workers and uint8 changes gained +8.6% / +2.4% and +9.0% / +2.5% by hand)."""
+    interval reaches the best one's: not separable from it, so naming the best alone would pick one on noise."""
     if best is None:
         return []
     low = best["predicted_e2e_gain_ci95_low"]
