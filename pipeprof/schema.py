@@ -59,6 +59,15 @@ def overlap_mode(row) -> Optional[str]:
 
 #: the overlap modes in which a producer prepares batches beside the step (not 'off', where the step waits for it)
 OVERLAPPED = ("on", "step-first", "staged")
+#: each overlap mode's tag in trial ids and workload labels, and its word in answers ('on', the default: none)
+OVERLAP_TAGS = {"off": "serial", "step-first": "stepfirst", "staged": "staged"}
+OVERLAP_WORDS = {"off": "serial", "step-first": "step-first", "staged": "staged"}
+
+
+def overlap_settings(mode: str) -> dict:
+    """The stored columns of ``augment.overlap``'s word ``mode``: the inverse of :func:`overlap_mode`."""
+    extra = {"step-first": {"step_first": True}, "staged": {"staged": True}}.get(mode, {})
+    return {"augment_overlap": mode != "off"} | extra
 
 
 class TrialKind(str, Enum):

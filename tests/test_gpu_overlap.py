@@ -472,3 +472,12 @@ def test_a_groups_overlap_reads_alike_from_bools_and_from_a_stored_tables_floats
             assert gpu_pipeline(key) == f"GPU pipeline{words} nvimgcodec"
             assert label(key | {"model": "resnet50"}) == f"resnet50 gpu-augment{suffix} nvimgcodec"
     assert overlap_mode({"augment_device": "cpu", "augment_overlap": float("nan")}) is None
+    from pipeprof.schema import overlap_settings
+
+    # the config's word to the stored columns and back: the sweep writes them, the analysis reads them
+    assert [overlap_mode(overlap_settings(m)) for m in ("on", "off", "step-first", "staged")] == [
+        "on",
+        "off",
+        "step-first",
+        "staged",
+    ]

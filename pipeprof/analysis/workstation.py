@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
-from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, overlap_mode
+from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, OVERLAP_TAGS, overlap_mode
 
 from .advice import rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok, worker_cores
@@ -170,7 +170,7 @@ def label(key) -> str:
         key.get("precision"),
         "inference" if key.get("mode") == "inference" else None,
         key.get("preset"),
-        "gpu-augment" + {"off": "-serial", "step-first": "-stepfirst", "staged": "-staged"}.get(overlap_mode(key), "")
+        "-".join(filter(None, ["gpu-augment", OVERLAP_TAGS.get(overlap_mode(key))]))
         if isinstance(gpu, str) and gpu != "cpu"
         else None,
         key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, DEFAULT_GPU_DECODER) else None,

@@ -47,7 +47,7 @@ from pipeprof.data.sources.base import Source
 from pipeprof.env import usable_cores
 from pipeprof.orchestrate.runner import execute, prepare
 from pipeprof.report.summary import group_answers, group_label
-from pipeprof.schema import GPU_DECODERS
+from pipeprof.schema import GPU_DECODERS, overlap_settings
 
 
 def sweep_speed(
@@ -590,8 +590,7 @@ def beside_the_step(
                     input_dtype="float32",
                     source="held",
                     augment_device="cuda",
-                    augment_overlap=mode != "off",
-                    staged=mode == "staged" or None,
+                    **overlap_settings(mode),
                     gpu_decoder=name,
                 )
                 try:

@@ -26,7 +26,7 @@ from pipeprof.data.augment import load_preset, output_dtype
 from pipeprof.env import usable_cores
 from pipeprof.measure import noise
 from pipeprof.models import input_size
-from pipeprof.schema import TrialKind
+from pipeprof.schema import TrialKind, overlap_settings
 from pipeprof.trials import KINDS, TrialContext, TrialSpec, run_trial, spec_key
 from pipeprof.trials.columns import is_oom, oom_columns
 from pipeprof.trials.heap import release
@@ -77,8 +77,7 @@ def augment_devices(cfg, user_dataset: bool) -> list[dict]:
             out.append({})
             continue
         out += [
-            {"augment_device": d, "augment_overlap": o != "off", "gpu_decoder": dec}
-            | ({"step_first": True} if o == "step-first" else {"staged": True} if o == "staged" else {})
+            {"augment_device": d, "gpu_decoder": dec} | overlap_settings(o)
             for dec, o in product(cfg.augment.gpu_decoder, cfg.augment.overlap)
         ]
     return out

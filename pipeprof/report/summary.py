@@ -16,7 +16,7 @@ import pandas as pd
 from pipeprof.analysis import GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
 from pipeprof.answer import Answer
-from pipeprof.schema import DEFAULT_GPU_DECODER, overlap_mode
+from pipeprof.schema import DEFAULT_GPU_DECODER, OVERLAP_WORDS, overlap_mode
 
 VERDICT_WORDS = {
     "cpu-bound": "CPU-bound",
@@ -86,7 +86,7 @@ def gpu_pipeline(g) -> str:
     decoder where not nvJPEG; '' for the workers' pipeline."""
     if g.get("augment_device") != "cuda":
         return ""
-    words = ["GPU pipeline", {"off": "serial", "step-first": "step-first", "staged": "staged"}.get(overlap_mode(g), "")]
+    words = ["GPU pipeline", OVERLAP_WORDS.get(overlap_mode(g), "")]
     decoder = g.get("gpu_decoder")
     words.append(decoder if isinstance(decoder, str) and decoder != DEFAULT_GPU_DECODER else "")
     return " ".join(w for w in words if w)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from pipeprof.data.dataset import SamplePolicy
-from pipeprof.schema import DEFAULT_GPU_DECODER
+from pipeprof.schema import DEFAULT_GPU_DECODER, OVERLAP_TAGS, overlap_mode
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ class TrialSpec:
         appended: 'gpu-augment-serial', 'gpu-augment-stepfirst', 'gpu-augment-staged', 'gpu-augment-nvimgcodec'."""
         if self.augment_device in (None, "cpu"):
             return None
-        mode = "serial" if self.augment_overlap is False else "stepfirst" if self.step_first else None
-        extra = [mode or ("staged" if self.staged else None)]
+        cols = {"augment_overlap": self.augment_overlap, "step_first": self.step_first, "staged": self.staged}
+        extra = [OVERLAP_TAGS.get(overlap_mode(cols))]
         extra.append(self.gpu_decoder if self.gpu_decoder not in (None, DEFAULT_GPU_DECODER) else None)
         return "-".join(["gpu-augment", *filter(None, extra)])
 
