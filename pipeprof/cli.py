@@ -530,7 +530,6 @@ def cmd_validate(args) -> int:
 
 
 def _validate_sizing(args, console) -> int:
-
     from pipeprof import config as cfgmod
 
     from .checks import sizing
@@ -736,7 +735,7 @@ def _bench_gpu_augment(args) -> int:
 
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repeats = max(10, args.repeats)
-    encoded = _jpegs(args.batch)  # one batch of JPEGs for the three tables
+    encoded = _jpegs(args.batch)  # one batch of JPEGs for every table
     forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log, encoded=encoded)
     ops = ops_alone(args.preset, encoded, dev, repeats)
     alone = decoders_alone(encoded, dev, repeats, log=log)
