@@ -500,3 +500,77 @@ def test_a_concat_dataset_is_changed_in_each_of_its_datasets_where_one_loader_ca
     other = _v1(folder, [transforms.CenterCrop(32), transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.5] * 3)])
     why = up.inspect(torch.utils.data.ConcatDataset([folder_part, other]), cuda=True)["uint8"]["why_not"]
     assert "would need different work on each batch" in why
+
+
+def test_resize_of_the_shorter_side_and_a_plain_crop_map_to_the_gpu_and_give_torchvisions_images(folder):
+    from pipeprof.data import gpu_augment as ga
+
+    tail = [transforms.ToTensor(), transforms.Normalize(MEAN, STD)]
+    ds = _v1(folder, [transforms.Resize(40), transforms.CenterCrop(32), *tail])
+    stored, words = up.gpu_transforms(ds.transform)
+    assert [t["__class_fullname__"] for t in stored] == ["SmallestMaxSize", "CenterCrop", "Normalize"], words
+    variant = up.gpu_pipeline(ds)
+    encoded, _ = up.collate_bytes([variant.dataset[i] for i in range(4)])
+    got, want = variant.on_device(encoded, "cpu"), torch.stack([ds[i][0] for i in range(4)])
+    assert got.shape == want.shape == (4, 3, 32, 32)
+    # Pillow's antialiased resize against the tensor one (0.0003 levels of 255 apart on average, 1 at most)
+    assert float((got - want).abs().mean()) * 0.226 * 255 < 0.1 and float((got - want).abs().max()) * 0.226 * 255 < 2
+    # torchvision's rounding of the longer side (int) and albumentations' (round) where they differ: 70 x 99 to 64
+    img = torch.randint(0, 256, (3, 70, 99), dtype=torch.uint8)
+    g = torch.Generator()
+    tv = ga.smallest_max_size(stored[0] | {"max_size": 64}).one(img, g)
+    assert tv.shape[-2:] == v2.Resize(64)(img).shape[-2:] == (64, 90)
+    import albumentations as A
+
+    alb = A.SmallestMaxSize(max_size=64, p=1.0)(image=img.permute(1, 2, 0).numpy())["image"]
+    assert (
+        ga.smallest_max_size(A.to_dict(A.SmallestMaxSize(max_size=64))["transform"]).one(img, g).shape[-2:]
+        == (alb.shape[:2])
+        == (64, 91)
+    )
+    crop = up.gpu_transforms(transforms.Compose([transforms.RandomCrop(24), *tail]))[0]
+    assert crop[0] == {"__class_fullname__": "RandomCrop", "height": 24, "width": 24}
+    padded = up.gpu_transforms(transforms.Compose([transforms.RandomCrop(24, padding=4), *tail]))
+    assert padded[0] is None and "RandomCrop with padding" in padded[1]
+    capped = up.gpu_transforms(transforms.Compose([transforms.Resize(24, max_size=30), *tail]))
+    assert capped[0] is None and "max_size=30" in capped[1]
+
+
+class CsvImages(torch.utils.data.Dataset):
+    """A dataset read from a table, as Kaggle notebooks write one: its paths and labels in a pandas DataFrame,
+    its transform under ``transforms``, dict items."""
+
+    def __init__(self, folder, transforms_):
+        import pandas as pd
+
+        base = datasets.ImageFolder(folder)
+        self.df = pd.DataFrame({"path": [str(p) for p, _ in base.samples], "label": [t for _, t in base.samples]})
+        self.transforms = transforms_
+
+    def __len__(self):
+        return len(self.df)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        row = self.df.iloc[i]
+        return {"image": self.transforms(Image.open(row["path"]).convert("RGB")), "label": int(row["label"])}
+
+
+def test_files_and_labels_in_a_dataframe_and_a_transform_under_transforms_are_found(folder):
+    ds = CsvImages(folder, _imagenet_style(folder).transform)
+    assert up.transform_attr(ds) == ("transforms", None)
+    files, why = up.files_of(ds)
+    assert why is None and "`CsvImages.df['path']`" in files.where and files.keys == ("image", "label")
+    assert files.samples == list(zip(ds.df["path"], ds.df["label"]))
+    found = up.inspect(ds, cuda=True)
+    assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
+    variant = up.uint8(ds)
+    torch.manual_seed(3)
+    want = ds[2]["image"]
+    torch.manual_seed(3)
+    got = variant.dataset[2]["image"]
+    assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
+    # a VisionDataset's `transforms` takes the image and the target together: not read as the image's
+    vision = datasets.ImageFolder(folder)
+    assert up.transform_attr(vision)[0] is None

@@ -319,6 +319,30 @@ def resize(p: dict) -> Op:
     return Op("Resize", one=one, batch=batch, ragged=True)
 
 
+def smallest_max_size(p: dict) -> Op:
+    """The shorter side scaled to ``max_size``, the aspect ratio kept: albumentations' SmallestMaxSize (each side
+    ``round(side * scale)``), or torchvision's ``Resize(int)`` where ``long_side`` is 'floor' (the shorter side
+    exactly, the longer ``int(size * long / short)``). The images leave in several sizes: per sample, a stacked
+    batch of one size in one call."""
+    size, interp = p.get("max_size"), _interp(p.get("interpolation", 1))
+    if not isinstance(size, int) or p.get("max_size_hw") is not None:
+        raise NoCounterpart(
+            f"SmallestMaxSize(max_size={size!r}, max_size_hw={p.get('max_size_hw')!r}): only one fixed size maps"
+        )
+    floor = p.get("long_side") == "floor"
+
+    def out_size(h: int, w: int) -> list[int]:
+        if floor:
+            return [size, int(size * w / h)] if h <= w else [int(size * h / w), size]
+        scale = size / min(h, w)
+        return [max(1, round(h * scale)), max(1, round(w * scale))]
+
+    def one(img, g):
+        return _F().resize(img, out_size(*img.shape[-2:]), interpolation=interp, antialias=True)
+
+    return Op("SmallestMaxSize", one=one, batch=one)
+
+
 def _affine_args(sizes: torch.Tensor, p: dict, u: torch.Tensor) -> torch.Tensor:
     """(n, 6) angle, translate x and y (pixels, rounded), scale, shear x and y from each sample's uniforms
     (column 0 is the coin of ``p``)."""
@@ -575,6 +599,7 @@ TORCHVISION: dict[str, Callable[[dict], Op]] = {
     "RandomCrop": random_crop,
     "CenterCrop": center_crop,
     "Resize": resize,
+    "SmallestMaxSize": smallest_max_size,
     "Affine": affine,
     "GaussianBlur": gaussian_blur,
     "HorizontalFlip": horizontal_flip,

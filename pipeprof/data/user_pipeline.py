@@ -182,6 +182,14 @@ def inner(dataset):
     return dataset
 
 
+def _vision_dataset() -> tuple:
+    try:
+        from torchvision.datasets import VisionDataset
+    except ImportError:  # no torchvision: no VisionDataset to tell apart
+        return ()
+    return (VisionDataset,)
+
+
 def transform_attr(dataset) -> tuple[Optional[str], Optional[str]]:
     """(the attribute that holds the dataset's transform, None) or (None, why not): ``transform`` as torchvision's
     datasets name it, else the one attribute that holds a torchvision or albumentations transform (a user's
@@ -189,7 +197,9 @@ def transform_attr(dataset) -> tuple[Optional[str], Optional[str]]:
     if getattr(dataset, "transform", None) is not None:
         return "transform", None
     attrs = vars(dataset) if hasattr(dataset, "__dict__") else {}
-    others = {"target_transform", "transforms"}  # the targets', and a VisionDataset's pair of both
+    others = {"target_transform"}  # the targets'
+    if isinstance(dataset, _vision_dataset()):  # its `transforms` takes (image, target) together
+        others.add("transforms")
     transforms = ("torchvision.transforms", "albumentations")  # not a model or a dataset torchvision also makes
     found = [k for k, v in attrs.items() if k not in others and type(v).__module__.startswith(transforms)]
     name = type(dataset).__name__
@@ -282,9 +292,25 @@ def _center(t) -> dict:
 
 def _resize(t) -> dict:
     size = t.size if isinstance(t.size, (list, tuple)) else [t.size]
-    if len(size) != 2:  # torchvision's Resize(int) scales the shorter side: no fixed output size
-        raise LookupError("Resize of the shorter side (one number) has no fixed-size counterpart on the GPU")
+    if len(size) == 1:  # the shorter side to that size, torchvision's rounding of the longer
+        if getattr(t, "max_size", None) is not None:
+            raise LookupError(f"Resize with max_size={t.max_size} (the longer side capped) has no GPU counterpart")
+        return {
+            "__class_fullname__": "SmallestMaxSize",
+            "max_size": int(size[0]),
+            "interpolation": _interp(t),
+            "long_side": "floor",
+        }
     return {"__class_fullname__": "Resize", "height": int(size[0]), "width": int(size[1]), "interpolation": _interp(t)}
+
+
+def _crop(t) -> dict:
+    """torchvision's RandomCrop without padding (with it, torchvision pads each side by the shortfall, not the
+    table's centred padding)."""
+    if getattr(t, "padding", None) or getattr(t, "pad_if_needed", False):
+        raise LookupError("RandomCrop with padding or pad_if_needed has no GPU counterpart (only the plain crop maps)")
+    h, w = _size(t.size)
+    return {"__class_fullname__": "RandomCrop", "height": h, "width": w}
 
 
 def _jitter(t) -> dict:
@@ -304,6 +330,7 @@ TO_TABLE: dict[str, Callable[[Any], dict]] = {
     "RandomHorizontalFlip": lambda t: {"__class_fullname__": "HorizontalFlip", "p": float(t.p)},
     "RandomVerticalFlip": lambda t: {"__class_fullname__": "VerticalFlip", "p": float(t.p)},
     "CenterCrop": _center,
+    "RandomCrop": _crop,
     "Resize": _resize,
     "ColorJitter": _jitter,
 }
@@ -498,13 +525,25 @@ def _path(v) -> bool:
     return isinstance(v, (str, os.PathLike))
 
 
+def _columns(attrs: dict):
+    """(name, value) for each attribute, a pandas DataFrame's columns and a Series as lists of their own
+    (``df['path']``): a dataset read from a CSV holds its files and labels there, not in a list."""
+    for name, v in attrs.items():
+        if type(v).__module__.startswith("pandas") and hasattr(v, "columns"):
+            yield from ((f"{name}[{c!r}]", v[c].to_list()) for c in v.columns)
+        elif type(v).__module__.startswith("pandas") and hasattr(v, "to_list"):
+            yield name, v.to_list()
+        else:
+            yield name, v
+
+
 def _lists(dataset, n: int) -> tuple[dict, dict]:
     """The dataset's attributes of ``n`` entries: those of paths (or (path, target) pairs), and those of
     integers (candidate targets), by name."""
     import numpy as np
 
     paths, ints = {}, {}
-    for name, v in vars(dataset).items():
+    for name, v in _columns(vars(dataset)):
         if not isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) or getattr(v, "ndim", 1) == 0:
             continue
         if len(v) != n or n == 0:
