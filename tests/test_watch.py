@@ -460,6 +460,6 @@ def test_the_summary_says_a_figure_it_has_not_as_a_dash_without_a_unit():
 
     row = {"loader": "val.py:31", "rank": 0, "num_workers": 1, "batch_size": 128, "mode": "inference", "status": "ok"}
     row |= {"samples_per_s": 2755.0, "data_wait_frac": 0.26, "gpu_util_pct_mean": None}
-    for cpu, words in ((float("nan"), "workers' CPU –"), (52.9, "workers' CPU 52.9%")):
+    for cpu, words in ((float("nan"), "workers' CPU –"), (52.9, "workers' CPU 53%"), (5.02, "workers' CPU 5%")):
         head = _row_lines(pd.Series(row | {"workers_cpu_pct_mean": cpu}), {})[0]
         assert head.endswith(words) and "GPU –," in head

@@ -88,7 +88,7 @@ def _row_lines(r: pd.Series, v: dict) -> list[str]:
     return [
         f"{head}: {_rate(r['samples_per_s'])}{ci} samples/s, data wait {_pct(r['data_wait_frac'])}, "
         f"GPU {'–' if gpu is None or gpu != gpu else f'{gpu:.0f}%'}, workers' CPU "
-        f"{'–' if cpu is None or cpu != cpu else f'{_rate(cpu)}%'}",
+        f"{'–' if cpu is None or cpu != cpu else f'{cpu:.0f}%'}",
         f"    verdict: {v.get('verdict', 'unknown')}: {v.get('verdict_basis', 'no verdict stored')}",
     ]
 
