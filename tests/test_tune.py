@@ -301,3 +301,53 @@ def test_the_pause_reads_the_loops_cpu_in_receiving_a_batch_not_its_wait_for_one
     alone = DataLoader(ds, batch_size=8)
     alone._pipeprof_args = ((ds,), {"batch_size": 8})
     assert measure(alone, 0, tune.policy(0.3, 2.0), lambda pids: None, len)["receive_us_per_sample"] is None
+
+
+_FULL = None  # a shared counter of the workers' full collections (set before they fork)
+
+
+def _count_full_collections(worker_id):
+    import gc
+
+    def seen(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            with _FULL.get_lock():
+                _FULL.value += 1
+
+    gc.callbacks.append(seen)
+
+
+class _Allocating(torch.utils.data.Dataset):
+    """Items that make 5,000 short-lived lists each: the garbage collector runs in the worker as it would for an
+    image's decode and augment."""
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return torch.tensor(float(len([[j] for j in range(5000)])))
+
+
+def test_the_pause_forks_its_loaders_workers_from_a_collected_process():
+    """What the pause made before a measure (300,000 objects, as an import makes) must not leave each forked
+    worker a full collection over the inherited heap to run: the loop's workers do not pay it."""
+    import gc
+    import multiprocessing
+
+    from torch.utils.data import DataLoader
+
+    from pipeprof.watch.pause import measure
+
+    global _FULL
+    _FULL = multiprocessing.get_context("fork").Value("i", 0)
+    ds = _Allocating()
+    kwargs = {"batch_size": 4, "num_workers": 1, "worker_init_fn": _count_full_collections}
+    loader = DataLoader(ds, **kwargs)
+    loader._pipeprof_args = ((ds,), kwargs)
+    gc.collect()
+    gc.disable()
+    made = [[i] for i in range(300_000)]  # the pause's own objects, no collection since
+    gc.enable()
+    stats = measure(loader, 1, tune.policy(0.3, 3.0), lambda pids: None, lambda b: len(b))
+    assert stats["loader_restarts"] >= 2 and len(made) == 300_000
+    assert _FULL.value == 0

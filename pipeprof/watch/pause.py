@@ -25,6 +25,7 @@ generators) are put back as they were, so the user's data order does not change.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import random
 import statistics
@@ -86,6 +87,12 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
     the training process's own work on each batch before its step (``pause_actions``), inside the windows,
     which ``sync`` closes (the device's queue drained)."""
     clone = rebuild(loader, workers, **(changes or {}))
+    # Each worker is forked from this process and inherits its garbage collector's counts. What the pause itself
+    # made (the modules it imported to read the dataset, a variant's objects) leaves a full collection due, which
+    # the parent, idle in the pause, never runs: every child ran it instead, over the whole inherited heap, each
+    # page it touched copied, and a loader without persistent workers forks a child each pass (docs/measured.md,
+    # "three held-out scripts"). Collected here, outside the windows, the children start as the loop's do.
+    gc.collect()
     state = SimpleNamespace(it=iter(clone), restarts=0, starts=[], passes=[], in_pass=0, receive_cpu_s=0.0, received=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 
