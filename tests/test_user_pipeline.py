@@ -574,3 +574,49 @@ def test_files_and_labels_in_a_dataframe_and_a_transform_under_transforms_are_fo
     # a VisionDataset's `transforms` takes the image and the target together: not read as the image's
     vision = datasets.ImageFolder(folder)
     assert up.transform_attr(vision)[0] is None
+
+
+class PresetTrain:
+    """torchvision's references/classification/presets.py, as scripts copy it: a class that only hands the image on
+    to its v2 Compose, which ends in ToPureTensor."""
+
+    def __init__(self, crop_size):
+        self.transforms = v2.Compose(
+            [
+                v2.RandomResizedCrop(crop_size, antialias=True),
+                v2.RandomHorizontalFlip(),
+                v2.PILToTensor(),
+                v2.ToDtype(torch.float, scale=True),
+                v2.Normalize(MEAN, STD),
+                v2.ToPureTensor(),
+            ]
+        )
+
+    def __call__(self, img):
+        return self.transforms(img)
+
+
+class Converting(PresetTrain):
+    """A wrapper that does more than hand the image on: not read through."""
+
+    def __call__(self, img):
+        return self.transforms(img.convert("RGB"))
+
+
+def test_a_class_that_only_hands_its_image_to_a_compose_is_read_through(folder):
+    ds = datasets.ImageFolder(folder, PresetTrain(48))
+    assert up.transform_attr(ds) == ("transform.transforms", None) and up.transform_of(ds) is ds.transform.transforms
+    found = up.inspect(ds, cuda=True)
+    assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
+    assert "`ImageFolder.transform.transforms`" in found["uint8"]["snippet"]
+    variant = up.uint8(ds)
+    assert ds.transform.transforms.transforms[-1].__class__.__name__ == "ToPureTensor"  # the user's not changed
+    torch.manual_seed(4)
+    want = torch.stack([ds[i][0] for i in range(3)])
+    torch.manual_seed(4)
+    got = torch.stack([variant.dataset[i][0] for i in range(3)])
+    assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got, "cpu"), want, atol=1e-5)
+    stored, words = up.gpu_transforms(up.transform_of(ds))
+    assert [t["__class_fullname__"] for t in stored] == ["RandomResizedCrop", "HorizontalFlip", "Normalize"], words
+    why = up.inspect(datasets.ImageFolder(folder, Converting(48)), cuda=True)["uint8"]["why_not"]
+    assert why == "the dataset's transform is not a torchvision or albumentations Compose"

@@ -5,7 +5,8 @@ action of ``pipeprof.actions`` that has a user form (``Action.on_user``), whethe
 not. What it reads, and nothing else:
 
 - the dataset's ``transform``: a torchvision ``Compose`` (v1 or v2) or an albumentations ``Compose``, and its
-  steps by class name;
+  steps by class name, or a class of the user's that only hands its image on to one (torchvision's references'
+  ``ClassificationPresetTrain``: ``return self.transforms(img)``, read from its source);
 - where its images come from: a torchvision ``DatasetFolder`` / ``ImageFolder`` (``samples``: path and
   target; ``loader``: torchvision's own ``default_loader`` / ``pil_loader``).
 
@@ -50,9 +51,13 @@ class UserVariant(NamedTuple):
 
 
 def steps_of(transform) -> list:
-    """The steps of a Compose (torchvision's or albumentations'), or the transform alone."""
+    """The steps of a Compose (torchvision's or albumentations'), or the transform alone; a v2 ``ToPureTensor``
+    at the end left out (it only unwraps a tensor subclass, which nothing after it reads)."""
     inner = getattr(transform, "transforms", None)
-    return list(inner) if isinstance(inner, (list, tuple)) else [transform]
+    steps = list(inner) if isinstance(inner, (list, tuple)) else [transform]
+    while len(steps) > 1 and _name(steps[-1]) == "ToPureTensor":
+        steps.pop()
+    return steps
 
 
 def _name(t) -> str:
@@ -195,39 +200,85 @@ def transform_attr(dataset) -> tuple[Optional[str], Optional[str]]:
     datasets name it, else the one attribute that holds a torchvision or albumentations transform (a user's
     ``self.tf`` or ``self.augment``). Two such attributes (``train_tf`` and ``val_tf``) are not told apart."""
     if getattr(dataset, "transform", None) is not None:
-        return "transform", None
+        inner = forwarded(dataset.transform)
+        return ("transform" if inner is None else f"transform.{inner}"), None
     attrs = vars(dataset) if hasattr(dataset, "__dict__") else {}
     others = {"target_transform"}  # the targets'
     if isinstance(dataset, _vision_dataset()):  # its `transforms` takes (image, target) together
         others.add("transforms")
-    transforms = ("torchvision.transforms", "albumentations")  # not a model or a dataset torchvision also makes
-    found = [k for k, v in attrs.items() if k not in others and type(v).__module__.startswith(transforms)]
+    found = [k for k, v in attrs.items() if k not in others and (_is_transform(v) or forwarded(v))]
     name = type(dataset).__name__
     if len(found) == 1:
-        return found[0], None
+        inner = forwarded(attrs[found[0]])
+        return (found[0] if inner is None else f"{found[0]}.{inner}"), None
     if found:
         listed = ", ".join(f"`{k}`" for k in found)
         return None, f"`{name}` holds several transforms ({listed}): which one its items go through is not known"
     return None, f"`{name}` holds no torchvision or albumentations transform among its attributes"
 
 
+def _is_transform(v) -> bool:
+    return type(v).__module__.startswith(("torchvision.transforms", "albumentations"))  # not a model or a dataset
+
+
+def forwarded(t) -> Optional[str]:
+    """The attribute a transform class of the user's only hands its image on to, or None: its ``__call__``'s
+    source is one ``return self.<attr>(img)`` (or albumentations' ``self.<attr>(image=img)``) and the attribute
+    holds a torchvision or albumentations transform. torchvision's references (``ClassificationPresetTrain``,
+    copied into many scripts) wrap their Compose so; anything more in the call is not read through."""
+    import ast
+    import inspect as source
+    import textwrap
+
+    if t is None or _is_transform(t) or not hasattr(t, "__dict__"):
+        return None
+    try:
+        fn = ast.parse(textwrap.dedent(source.getsource(type(t).__call__))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):  # a builtin's, or source not at hand
+        return None
+    body = [b for b in getattr(fn, "body", []) if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+    params = [a.arg for a in fn.args.args] if isinstance(fn, ast.FunctionDef) else []
+    if len(params) != 2 or len(body) != 1 or not isinstance(body[0], ast.Return):
+        return None
+    call = body[0].value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return None
+    handed = [*call.args, *(k.value for k in call.keywords if k.arg == "image")]
+    only_image = len(handed) == 1 == len(call.args) + len(call.keywords) and isinstance(handed[0], ast.Name)
+    forwards = isinstance(call.func.value, ast.Name) and call.func.value.id == params[0]
+    if only_image and forwards and handed[0].id == params[1] and _is_transform(getattr(t, call.func.attr, None)):
+        return call.func.attr
+    return None
+
+
+def _get(dataset, path: str):
+    """``dataset.a.b`` for the path 'a.b'."""
+    for part in path.split("."):
+        dataset = getattr(dataset, part)
+    return dataset
+
+
 def transform_of(dataset):
     """The dataset's transform (:func:`transform_attr`), or None."""
     attr, _ = transform_attr(dataset)
-    return getattr(dataset, attr) if attr else None
+    return _get(dataset, attr) if attr else None
 
 
 def _with_transform(dataset, transform):
     """A shallow copy of ``dataset`` whose transform (:func:`transform_attr`) is ``transform`` (the samples, files
-    and labels shared)."""
+    and labels shared); a wrapper the transform is handed through (:func:`forwarded`) copied with it."""
     out = copy.copy(dataset)
-    attr = transform_attr(dataset)[0] or "transform"
-    setattr(out, attr, transform)
+    attr, _, inner = (transform_attr(dataset)[0] or "transform").partition(".")
+    value = transform
+    if inner:
+        value = copy.copy(getattr(dataset, attr))
+        setattr(value, inner, transform)
+    setattr(out, attr, value)
     wrapped = getattr(dataset, "transforms", None)
     if attr == "transform" and type(wrapped).__name__ == "StandardTransform":  # torchvision's VisionDataset keeps both
         from torchvision.datasets.vision import StandardTransform
 
-        out.transforms = StandardTransform(transform, getattr(dataset, "target_transform", None))
+        out.transforms = StandardTransform(value, getattr(dataset, "target_transform", None))
     return out
 
 
@@ -242,7 +293,7 @@ def _compose_like(transform, steps: list):
 @_subset_aware
 def uint8(dataset) -> UserVariant:
     attr, why = transform_attr(dataset)
-    transform = getattr(dataset, attr) if attr else None
+    transform = _get(dataset, attr) if attr else None
     found, why = tail(transform) if attr else (None, why)
     if found is None:
         raise ValueError(why)
@@ -875,7 +926,7 @@ def inspect(dataset, cuda: bool) -> dict:
             why = str(exc)
         out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset, files) if why is None else None}
     attr, why = transform_attr(inner(dataset))
-    mapped, words = gpu_transforms(getattr(inner(dataset), attr)) if attr else (None, why)
+    mapped, words = gpu_transforms(_get(inner(dataset), attr)) if attr else (None, why)
     out["gpu_pipeline"]["mapping"] = words if mapped is not None else None
     if out["gpu_pipeline"]["why_not"] is None and not cuda:
         out["gpu_pipeline"]["why_not"] = f"no CUDA in this job (the transform maps: {words})"
@@ -909,15 +960,15 @@ def _snippet(
     datasets it wraps) another image loader, ``{}`` the loader."""
     if action == "uint8":
         attr, _ = transform_attr(dataset)
-        found, _ = tail(getattr(dataset, attr)) if attr else (None, None)
+        found, _ = tail(_get(dataset, attr)) if attr else (None, None)
         if found is None:
             return None
-        alb = family(getattr(dataset, attr)) == "albumentations"
+        alb = family(_get(dataset, attr)) == "albumentations"
         drop = (
             "Normalize (keep ToTensorV2)"
             if alb
             else "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)"
-            if tensors_in(getattr(dataset, attr))
+            if tensors_in(_get(dataset, attr))
             else "the float conversion and Normalize (end with transforms.PILToTensor(), or v2.ToImage())"
         )
         mean, std = ([round(v, 4) for v in vs] for vs in (found.mean, found.std))
