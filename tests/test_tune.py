@@ -351,3 +351,26 @@ def test_the_pause_forks_its_loaders_workers_from_a_collected_process():
     stats = measure(loader, 1, tune.policy(0.3, 3.0), lambda pids: None, lambda b: len(b))
     assert stats["loader_restarts"] >= 2 and len(made) == 300_000
     assert _FULL.value == 0
+
+
+def test_a_cpu_step_is_predicted_with_the_threads_the_workers_leave_it_and_the_line_says_so():
+    """A CPU step of 4 threads at 1,200 samples/s on 4 cores, its loop's training process 4 cores busy; the loader
+    alone 300 a worker. Beside w workers it is given max(1, 4 - w) threads (as pipeprof's own sweep gives its CPU
+    step; more spin on taken cores) and its rate scaled to them: at 3 workers 300/s, so 2 workers (600 each side)
+    is the pick, with the line to write. A step that kept one core busy (it waits, or sleeps) loses nothing at 3
+    workers; a GPU job's step (no CPU threads) is left as watched: 3 workers, 900."""
+    points = [_pt(300.0 * w) | {"num_workers": w} for w in (1, 2, 3)]
+    watched = _pt(280.0) | {"num_workers": 1, "main_cpu_pct_mean": 400.0}
+    step = _pt(1200.0) | {"main_cpu_pct_mean": 100.0}
+    found = tune.recommend(points, watched, step, 4.0, cpu_threads=4)
+    assert [p["step_threads"] for p in found["predicted"]] == [3, 2, 1]
+    assert found["predicted"][2]["samples_per_s"] <= 300.0 + 1e-9  # the step with one thread of four
+    assert found["recommended_workers"] == 2
+    line = tune.threads_line(4, 4.0, 2)
+    assert line.startswith("and in the training process: torch.set_num_threads(2)")
+    assert tune.threads_line(2, 4.0, 2) is None and tune.threads_line(None, 4.0, 2) is None
+    waits = tune.recommend(points, watched | {"main_cpu_pct_mean": 100.0}, step, 4.0, cpu_threads=4)
+    assert [p["samples_per_s"] for p in waits["predicted"]] == pytest.approx([300.0, 600.0, 900.0])
+    gpu = tune.recommend(points, watched, step, 4.0)
+    assert all(p["step_threads"] is None for p in gpu["predicted"])
+    assert gpu["predicted"][2]["samples_per_s"] == pytest.approx(900.0) and gpu["recommended_workers"] == 3

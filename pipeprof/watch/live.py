@@ -116,6 +116,8 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
         )
         if tune.get("change"):
             out.append(f"    {tune['change']}")
+        if tune.get("threads_line"):
+            out.append(f"    {tune['threads_line']}")
         out += _pass_start_line(tune, pick.workers)
     if (tune.get("local_ranks") or 1) > 1:
         out.append(

@@ -178,6 +178,9 @@ def serve(loader, client, first: dict, count) -> None:
             "user": _inspect(loader),
             "stopped": quiet.stopped,
             "batches_per_pass": _passes(loader),
+            # a CPU step's intra-op threads share the cores with the workers (watch.tune.step_threads)
+            "threads": torch.get_num_threads(),
+            "device": "cuda" if torch.cuda.is_initialized() else "cpu",
         }
     )
     client.flush()

@@ -431,6 +431,8 @@ class Session:
             "curve_note": note,
             "local_ranks": ranks,
             "cores_per_rank": cores,
+            "threads_now": paused.get("threads"),
+            "device": paused.get("device"),
         }
         try:
             self._tune_actions(cid, label, step, cores, paused.get("user") or {}, t0)
@@ -598,7 +600,7 @@ class Session:
 
     def _recommend(self, rows: list[dict], cores: float) -> dict:
         """The pause's recommendation from the stored rows: the tuned rank's watched row, the step, the points."""
-        from .tune import change_line, handoff_cap, picked, recommend
+        from .tune import change_line, handoff_cap, picked, recommend, threads_line
 
         label = self.tuned
         mine = [r for r in rows if r["loader"] == label and r["status"] == "ok"]
@@ -619,9 +621,11 @@ class Session:
         points = [r for r in mine if r["kind"] == "cpu_pipeline"]
         if not (watched and step and points):
             return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
-        found = recommend(points, watched, step, cores, handoff_cap(mine))
+        cpu_threads = self.tune_result.get("threads_now") if self.tune_result.get("device") == "cpu" else None
+        found = recommend(points, watched, step, cores, handoff_cap(mine), cpu_threads)
         loader, pick = self.store.loaders[label], picked(found)
         return found | {
             "site": f"{loader.get('path')}:{loader.get('line')}",
             "change": change_line(loader, int(watched["num_workers"]), pick and pick.workers),
+            "threads_line": threads_line(cpu_threads, cores, pick and pick.workers),
         }

@@ -111,9 +111,41 @@ def curve(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return ws, rate, low, high
 
 
-def recommend(points: list[dict], watched: dict, step: dict, cores: float, handoff: tuple = (math.inf, None)) -> dict:
+def step_threads(threads: Optional[int], cores: float, workers: int) -> Optional[int]:
+    """The intra-op threads a CPU step is predicted with beside ``workers``: its own, or the cores the workers
+    leave (``max(1, cores - workers)``) where it has more, as pipeprof's own sweep gives its CPU step
+    (``confounders.step_threads``): threads that find their core taken spin. None: not a CPU step, or not known.
+    A held-out script at 2 workers on 2 cores ran 433-441 samples/s with its 2 threads and 524-537 with 1, the
+    model's 565 assuming one (docs/measured.md)."""
+    if not threads:
+        return None
+    return min(int(threads), max(1, math.floor(cores) - int(workers)))
+
+
+def threads_line(threads: Optional[int], cores: float, pick: Optional[int]) -> Optional[str]:
+    """The line to add where the prediction at ``pick`` gives the CPU step fewer threads than it has."""
+    if pick is None or not threads or step_threads(threads, cores, pick) >= threads:
+        return None
+    k = step_threads(threads, cores, pick)
+    return (
+        f"and in the training process: torch.set_num_threads({k})  # its {threads} intra-op threads share the "
+        f"{math.floor(cores)} cores with {pick} busy workers and spin (the prediction gives the step {k})"
+    )
+
+
+def recommend(
+    points: list[dict],
+    watched: dict,
+    step: dict,
+    cores: float,
+    handoff: tuple = (math.inf, None),
+    cpu_threads: Optional[int] = None,
+) -> dict:
     """num_workers for the watched loop from the pause's curve and the watched step (see the docstring);
-    ``handoff``: the upper and lower end of the hand-off limit the pause measured (:func:`handoff_cap`)."""
+    ``handoff``: the upper and lower end of the hand-off limit the pause measured (:func:`handoff_cap`);
+    ``cpu_threads``: a CPU step's intra-op threads (None on a GPU), each count predicted with
+    :func:`step_threads` of them and the step's rate scaled from the cores the loop's training process kept
+    busy to those (linear: a lower estimate)."""
     ws, rate, low, high = curve(points)
     if not len(ws):
         return {"recommended_workers": None, "why": "no worker count of the pause gave a rate"}
@@ -125,33 +157,17 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
         }
     )
     by_workers = {int(p["num_workers"]): p for p in points if p.get("samples_per_s")}
-    predicted = []
-    for i, w in enumerate(ws):
-        at, passes = [], by_workers[int(w)]
-        for s, rates in (
-            (step["samples_per_s"], rate),
-            (step.get("samples_per_s_ci95_low") or step["samples_per_s"], low),
-            (step.get("samples_per_s_ci95_high") or step["samples_per_s"], high),
-        ):
-            s = receive_bound(s, passes.get("receive_us_per_sample"))
-            row = base.copy()
-            row["num_workers"], row["cpu_bound_samples_per_s"], row["step_bound_samples_per_s"] = w, rates[i], s
-            at.append(in_passes(predict(row, ws, rates, cores)[0], s, passes))
-        predicted.append(
-            {
-                "num_workers": int(w),
-                "samples_per_s": at[0],
-                "samples_per_s_ci95_low": at[1],
-                "samples_per_s_ci95_high": at[2],
-                "loader_alone_samples_per_s": float(rate[i]),
-                "pass_start_s": passes.get("pass_start_s"),
-                "samples_per_pass": passes.get("samples_per_pass"),
-                "receive_us_per_sample": passes.get("receive_us_per_sample"),
-            }
-        )
+    curves = (ws, rate, low, high)
+
+    def at(i: int, threads: Optional[int]) -> dict:
+        return _predicted(by_workers[int(ws[i])], i, base, step, curves, cores, threads, cpu_threads)
+
+    predicted = [at(i, step_threads(cpu_threads, cores, int(w))) for i, w in enumerate(ws)]
     table = pd.DataFrame(predicted)
     pick = recommend_workers(table)
-    check = own_count_check(predicted, watched)
+    # the model against the loop as it ran: its own count with the threads it had
+    own = [i for i, w in enumerate(ws) if int(w) == int(watched.get("num_workers") or 0)]
+    check = own_count_check([at(own[0], cpu_threads)] if own else [], watched)
     main_s = (watched.get("main_cpu_pct_mean") or 0.0) / 100 / watched["samples_per_s"]
     need = cores_needed(step["samples_per_s"], ws, rate, main_s, cores, handoff[0], handoff[1])
     return pick | {
@@ -163,7 +179,42 @@ def recommend(points: list[dict], watched: dict, step: dict, cores: float, hando
         "model": "analysis.predict (min of the step, the loader alone at the workers the training "
         "process leaves cores for, and the cores' budget), the step's time with the batch's receiving on the loop's "
         "thread added (tune.receive_bound), each pass's start added where the pause saw passes end "
-        "(tune.in_passes), analysis.recommend_workers",
+        "(tune.in_passes), a CPU step given the threads the workers leave it (tune.step_threads), "
+        "analysis.recommend_workers",
+    }
+
+
+def _predicted(passes: dict, i: int, base: pd.Series, step: dict, curves: tuple, cores: float, threads, cpu_threads):
+    """The prediction at the curve's ``i``-th count (``passes``: its point), its interval from the step's and the
+    loader's ends, the CPU step given ``threads`` of its ``cpu_threads`` (its rate scaled to them)."""
+    ws, rate, low, high = curves
+    w, at = ws[i], []
+    for s, rates in (
+        (step["samples_per_s"], rate),
+        (step.get("samples_per_s_ci95_low") or step["samples_per_s"], low),
+        (step.get("samples_per_s_ci95_high") or step["samples_per_s"], high),
+    ):
+        receive = passes.get("receive_us_per_sample")
+        row = base.copy()
+        row["num_workers"], row["cpu_bound_samples_per_s"] = w, rates[i]
+        if threads:  # the step's rate and the cores it holds scaled from those it kept busy in the loop to its
+            # threads here (a step that sleeps or waits loses nothing); its CPU a sample unchanged
+            held = base.get("main_cpu_pct_mean")
+            held = held / 100 if held is not None and math.isfinite(held) else cpu_threads
+            scale = threads / max(threads, min(cpu_threads, held))
+            s, row["main_cores_step"] = s * scale, base["main_cores_step"] * scale
+        row["step_bound_samples_per_s"] = s = receive_bound(s, receive)
+        at.append(in_passes(predict(row, ws, rates, cores)[0], s, passes))
+    return {
+        "num_workers": int(w),
+        "samples_per_s": at[0],
+        "samples_per_s_ci95_low": at[1],
+        "samples_per_s_ci95_high": at[2],
+        "loader_alone_samples_per_s": float(rate[i]),
+        "pass_start_s": passes.get("pass_start_s"),
+        "samples_per_pass": passes.get("samples_per_pass"),
+        "receive_us_per_sample": passes.get("receive_us_per_sample"),
+        "step_threads": threads,
     }
 
 
