@@ -463,3 +463,5 @@ def test_the_summary_says_a_figure_it_has_not_as_a_dash_without_a_unit():
     for cpu, words in ((float("nan"), "workers' CPU –"), (52.9, "workers' CPU 53%"), (5.02, "workers' CPU 5%")):
         head = _row_lines(pd.Series(row | {"workers_cpu_pct_mean": cpu}), {})[0]
         assert head.endswith(words) and "GPU –," in head
+    # a loop without workers has no workers' CPU to show (the monitor's sum over none reads 0)
+    assert _row_lines(pd.Series(row | {"num_workers": 0, "workers_cpu_pct_mean": 0.0}), {})[0].endswith("CPU –")

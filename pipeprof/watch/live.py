@@ -85,6 +85,7 @@ def _row_lines(r: pd.Series, v: dict) -> list[str]:
     low, high = r.get("samples_per_s_ci95_low"), r.get("samples_per_s_ci95_high")
     ci = f" ({_rate(low)}–{_rate(high)})" if low is not None and low == low else ""
     gpu, cpu = r.get("gpu_util_pct_mean"), r.get("workers_cpu_pct_mean")
+    cpu = None if not r["num_workers"] else cpu  # no workers: the loop loads in its own process
     return [
         f"{head}: {_rate(r['samples_per_s'])}{ci} samples/s, data wait {_pct(r['data_wait_frac'])}, "
         f"GPU {'–' if gpu is None or gpu != gpu else f'{gpu:.0f}%'}, workers' CPU "
