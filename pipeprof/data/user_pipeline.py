@@ -198,7 +198,8 @@ def _vision_dataset() -> tuple:
 def transform_attr(dataset) -> tuple[Optional[str], Optional[str]]:
     """(the attribute that holds the dataset's transform, None) or (None, why not): ``transform`` as torchvision's
     datasets name it, else the one attribute that holds a torchvision or albumentations transform (a user's
-    ``self.tf`` or ``self.augment``). Two such attributes (``train_tf`` and ``val_tf``) are not told apart."""
+    ``self.tf`` or ``self.augment``). Two such attributes (``train_tf`` and ``val_tf``) are not told apart. A class
+    of the user's that only hands the image on (:func:`forwarded`) is read through: 'transform.transforms'."""
     if getattr(dataset, "transform", None) is not None:
         inner = forwarded(dataset.transform)
         return ("transform" if inner is None else f"transform.{inner}"), None

@@ -129,7 +129,7 @@ def threads_line(threads: Optional[int], cores: float, pick: Optional[int]) -> O
     k = step_threads(threads, cores, pick)
     return (
         f"and in the training process: torch.set_num_threads({k})  # its {threads} intra-op threads share the "
-        f"{math.floor(cores)} cores with {pick} busy workers and spin (the prediction gives the step {k})"
+        f"{math.floor(cores)} cores with {pick} busy workers and spin (the prediction assumes {k})"
     )
 
 
