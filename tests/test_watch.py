@@ -452,6 +452,20 @@ def test_the_live_line_counts_the_loaders_own_workers_not_every_pid_seen():
     assert text.endswith("(2 workers)") and "160 samples/s" in text  # 2 ranks x 10 batches of 8 in 1 s
 
 
+def test_the_pauses_own_workers_curve_and_action_sides_alike_are_the_jobs_processes():
+    """Workers the pause starts for its curve and for an action's side belong to the training process that runs
+    the pause (the monitor counts them as the job's, not as other processes); a loader's own are kept apart."""
+    from pipeprof.watch.records import Store
+
+    store = Store()
+    store.add(1, {"k": "hello", "rank": 0, "pid": 100})
+    store.add(1, {"k": "tune_workers", "workers": 2, "pids": [201, 202]})
+    store.add(1, {"k": "tune_side_workers", "action": "uint8", "pids": [301, 302]})
+    assert store.pids() == {100, 201, 202, 301, 302}
+    assert store.parents() == dict.fromkeys([201, 202, 301, 302], 100)
+    assert not store.workers  # no loader of the user's named them
+
+
 def test_the_summary_says_a_figure_it_has_not_as_a_dash_without_a_unit():
     """A loader whose workers lived only inside each pass (a validation loader) has no workers' CPU: '–', not '–%'."""
     import pandas as pd

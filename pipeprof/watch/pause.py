@@ -253,8 +253,12 @@ def _side(loader, client, cmd: dict, count) -> None:
     with the training process's work on each batch (``pause_actions.side_stats``)."""
     from .pause_actions import side_stats
 
+    def on_workers(pids):  # the job's processes too, for the monitor (not the curve's points)
+        client.send({"k": "tune_side_workers", "action": cmd.get("action"), "pids": pids})
+        client.flush()
+
     try:
-        stats = side_stats(loader, cmd, count, measure)
+        stats = side_stats(loader, cmd, count, measure, on_workers)
         client.send({"k": "tune_side", "action": cmd.get("action"), "t": time.perf_counter(), "stats": stats})
     except Exception as exc:  # noqa: BLE001 - a variant that cannot run is a row with its error
         client.send({"k": "tune_side", "action": cmd.get("action"), "error": f"{type(exc).__name__}: {exc}"})

@@ -80,9 +80,9 @@ def changes_for(loader, action: Optional[str], params: dict) -> tuple[dict, Opti
     ), variant.on_device
 
 
-def side_stats(loader, cmd: dict, count: Callable, measure: Callable) -> dict:
+def side_stats(loader, cmd: dict, count: Callable, measure: Callable, on_workers: Callable = lambda pids: None) -> dict:
     """One side (``cmd["action"]``, None: the baseline) at ``cmd["workers"]``: ``measure``'s stats with the
-    side's work on each batch and its device time per sample."""
+    side's work on each batch and its device time per sample; ``on_workers(pids)`` as each pass starts them."""
     device = cmd.get("device") or "cpu"
     changes, on_device = changes_for(loader, cmd.get("action"), cmd.get("params") or {})
     built = cmd.get("action") in BUILDERS
@@ -101,7 +101,7 @@ def side_stats(loader, cmd: dict, count: Callable, measure: Callable) -> dict:
 
     work.on_phase = lambda p: phase.update(now=p)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else None
-    stats = measure(loader, int(cmd["workers"]), cmd["policy"], lambda pids: None, count, changes, work, sync)
+    stats = measure(loader, int(cmd["workers"]), cmd["policy"], on_workers, count, changes, work, sync)
     # the work timed alone, on batches the windows took, once the side's workers have stopped. In the windows the
     # workers run flat out beside it, more than in the loop whose step it is added to, and on a CPU its wall clock
     # read their load, not the work (docs/watch.md, "--tune")

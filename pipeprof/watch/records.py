@@ -37,6 +37,9 @@ WATCH_REGION = (
     "samples over their time pooled, its interval the ratio estimator's"
 )
 
+# the pause's messages that name worker processes it started: the curve's (per count) and the actions' sides'
+WORKER_KINDS = ("tune_workers", "tune_side_workers")
+
 
 class Batch(NamedTuple):
     pass_no: int
@@ -127,7 +130,7 @@ class Store:
             self.closed.add(cid)
         elif kind and kind.startswith("tune"):
             self.tune.append(msg | {"cid": cid})
-            if kind == "tune_workers":  # the pause's own workers are the job's too, not other processes
+            if kind in WORKER_KINDS:  # the pause's own workers are the job's too, not other processes
                 self.tune_pids.update(msg["pids"])
 
     def rank(self, cid: int) -> int:
@@ -145,7 +148,7 @@ class Store:
         for (cid, _), pids in self.workers.items():
             out |= dict.fromkeys(pids, self.procs.get(cid, {}).get("pid"))
         for m in self.tune:
-            if m.get("k") == "tune_workers":
+            if m.get("k") in WORKER_KINDS:
                 out |= dict.fromkeys(m["pids"], self.procs.get(m["cid"], {}).get("pid"))
         return {w: p for w, p in out.items() if p is not None}
 
