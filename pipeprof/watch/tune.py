@@ -114,9 +114,8 @@ def curve(points: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 def step_threads(threads: Optional[int], cores: float, workers: int) -> Optional[int]:
     """The intra-op threads a CPU step is predicted with beside ``workers``: its own, or the cores the workers
     leave (``max(1, cores - workers)``) where it has more, as pipeprof's own sweep gives its CPU step
-    (``confounders.step_threads``): threads that find their core taken spin. None: not a CPU step, or not known.
-    A held-out script at 2 workers on 2 cores ran 433-441 samples/s with its 2 threads and 524-537 with 1, the
-    model's 565 assuming one (docs/measured.md)."""
+    (``confounders.step_threads``): threads that find their core taken spin (a held-out script's loop, at 2
+    workers on 2 cores: docs/measured.md, "three held-out scripts"). None: not a CPU step, or not known."""
     if not threads:
         return None
     return min(int(threads), max(1, math.floor(cores) - int(workers)))
@@ -129,7 +128,8 @@ def threads_line(threads: Optional[int], cores: float, pick: Optional[int]) -> O
     k = step_threads(threads, cores, pick)
     return (
         f"and in the training process: torch.set_num_threads({k})  # its {threads} intra-op threads share the "
-        f"{math.floor(cores)} cores with {pick} busy workers and spin (the prediction assumes {k})"
+        f"{math.floor(cores)} cores with {pick} busy worker{'' if pick == 1 else 's'} and spin (the prediction "
+        f"assumes {k})"
     )
 
 
