@@ -93,6 +93,19 @@ def build_loader(
     )
 
 
+def collect_before_fork() -> None:
+    """A full garbage collection, run before a loader's workers are forked (outside any timed region).
+
+    Each worker inherits this process's garbage collector's counts. What was made here since the last full
+    collection (modules imported to read a dataset, a variant's objects) leaves one due, which an idle parent
+    never runs: every child ran it instead, over the whole inherited heap, each page it touched copied, and a
+    loader without persistent workers forks a child each pass (docs/measured.md, "three held-out scripts").
+    Collected first, the children start as a training loop's do."""
+    import gc
+
+    gc.collect()
+
+
 def prefetch_depth(num_workers: int, prefetch_factor: int) -> int:
     """Batches the workers can have ready before the first ``next()``: excluded as warm-up."""
     return num_workers * prefetch_factor

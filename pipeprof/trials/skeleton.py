@@ -3,7 +3,6 @@ monitor told of each phase, and the page-cache state set before and checked afte
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from typing import Any, Optional
@@ -20,6 +19,7 @@ from pipeprof.measure.loader import (
     EndlessIter,
     access_order,
     build_loader,
+    collect_before_fork,
     prefetch_depth,
     shutdown,
     user_batch,
@@ -102,9 +102,7 @@ def open_loader(ctx: TrialContext, spec: TrialSpec, dataset, collate, knobs: dic
             shard=ctx.ddp,
             **(knobs or {}),
         )
-        # the workers fork from a collected process, not one whose imports left a full collection due that
-        # each worker would run over the inherited heap (watch.pause.measure says what that cost)
-        gc.collect()
+        collect_before_fork()
         it = EndlessIter(loader, on_pass=track) if isinstance(dataset, IterableDataset) else iter(loader)
     track(it)
     return it

@@ -25,7 +25,6 @@ generators) are put back as they were, so the user's data order does not change.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import random
 import statistics
@@ -36,7 +35,7 @@ from types import SimpleNamespace
 import torch
 from torch.utils.data import DataLoader
 
-from pipeprof.measure.loader import Pause
+from pipeprof.measure.loader import Pause, collect_before_fork
 from pipeprof.measure.windows import steady_state
 
 WAIT_S = 600.0  # the parent answers within the pause; past this the loop resumes on its own
@@ -87,12 +86,7 @@ def measure(loader, workers: int, policy: dict, on_workers, count, changes=None,
     the training process's own work on each batch before its step (``pause_actions``), inside the windows,
     which ``sync`` closes (the device's queue drained)."""
     clone = rebuild(loader, workers, **(changes or {}))
-    # Each worker is forked from this process and inherits its garbage collector's counts. What the pause itself
-    # made (the modules it imported to read the dataset, a variant's objects) leaves a full collection due, which
-    # the parent, idle in the pause, never runs: every child ran it instead, over the whole inherited heap, each
-    # page it touched copied, and a loader without persistent workers forks a child each pass (docs/measured.md,
-    # "three held-out scripts"). Collected here, outside the windows, the children start as the loop's do.
-    gc.collect()
+    collect_before_fork()  # the pause's own imports leave a full collection due that each child would run
     state = SimpleNamespace(it=iter(clone), restarts=0, starts=[], passes=[], in_pass=0, receive_cpu_s=0.0, received=0)
     on_workers([w.pid for w in getattr(state.it, "_workers", [])])
 

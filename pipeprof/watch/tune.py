@@ -27,6 +27,7 @@ import pandas as pd
 from pipeprof.analysis import cores_needed, predict, recommend_workers
 from pipeprof.answer import Recommendation
 from pipeprof.config import MeasureConfig
+from pipeprof.measure.confounders import step_threads as sweep_step_threads
 from pipeprof.measure.windows import summarize_rates
 from pipeprof.orchestrate.search import Point, next_workers
 from pipeprof.stats import ratio_ci95
@@ -118,7 +119,7 @@ def step_threads(threads: Optional[int], cores: float, workers: int) -> Optional
     workers on 2 cores: docs/measured.md, "three held-out scripts"). None: not a CPU step, or not known."""
     if not threads:
         return None
-    return min(int(threads), max(1, math.floor(cores) - int(workers)))
+    return min(int(threads), sweep_step_threads("end_to_end", "cpu", math.floor(cores), int(workers)))
 
 
 def threads_line(threads: Optional[int], cores: float, pick: Optional[int]) -> Optional[str]:
