@@ -78,10 +78,12 @@ def test_v2_and_albumentations_tails_are_read_with_their_scale(folder):
 
 def _uint8_form_is_the_users_batch(ds) -> None:
     """The uint8 variant's sample, normalised on the device, is the user's own sample (the same random draws)."""
+    import random
+
     variant = up.uint8(ds)
-    torch.manual_seed(4)
+    torch.manual_seed(4), random.seed(4)  # timm's crop draws from Python's random
     want = ds[1][0]
-    torch.manual_seed(4)
+    torch.manual_seed(4), random.seed(4)
     got = variant.dataset[1][0]
     assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got[None], "cpu")[0], want, atol=1e-5)
 
@@ -620,3 +622,30 @@ def test_a_class_that_only_hands_its_image_to_a_compose_is_read_through(folder):
     assert [t["__class_fullname__"] for t in stored] == ["RandomResizedCrop", "HorizontalFlip", "Normalize"], words
     why = up.inspect(datasets.ImageFolder(folder, Converting(48)), cuda=True)["uint8"]["why_not"]
     assert why == "the dataset's transform is not a torchvision or albumentations Compose"
+
+
+def test_timms_training_transform_gets_uint8_and_the_gpu_path_and_a_scalar_mean_is_read(folder):
+    """timm's ``create_transform``: its crop (RandomResizedCropAndInterpolation) maps to the GPU's, its ToTensor
+    (MaybeToTensor) converts, and its Normalize holds tensors (a snippet once failed on ``round`` of one)."""
+    from timm.data import create_transform
+
+    ds = datasets.ImageFolder(folder, create_transform(48, is_training=True, color_jitter=0.4))
+    found = up.inspect(ds, cuda=True)
+    assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
+    assert "mean = torch.tensor([0.485, 0.456, 0.406], device=device)" in found["uint8"]["snippet"]
+    _uint8_form_is_the_users_batch(ds)
+    stored, words = up.gpu_transforms(ds.transform)
+    names = [t["__class_fullname__"] for t in stored]
+    assert names == ["RandomResizedCrop", "HorizontalFlip", "ColorJitter", "Normalize"], words
+    assert stored[0]["scale"] == [0.08, 1.0] and stored[3]["mean"] == pytest.approx(MEAN)
+    encoded, _ = up.collate_bytes([up.gpu_pipeline(ds).dataset[i] for i in range(3)])
+    assert up.gpu_pipeline(ds).on_device(encoded, "cpu").shape == (3, 3, 48, 48)
+    drawn = datasets.ImageFolder(folder, create_transform(48, is_training=True, interpolation="random"))
+    assert "interpolation drawn at random per image" in up.inspect(drawn, cuda=True)["gpu_pipeline"]["why_not"]
+    import albumentations as A
+
+    scalar = A.Compose([A.HorizontalFlip(), A.Normalize(mean=0.5, std=0.25), A.ToTensorV2()])
+    assert up.tail(scalar)[0].mean == [0.5] and up.tail(scalar)[0].std == [0.25]
+    img = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    on_device = up.normaliser(up.tail(scalar)[0])(img, "cpu")
+    assert torch.allclose(on_device, (img / 255.0 - 0.5) / 0.25, atol=1e-6)

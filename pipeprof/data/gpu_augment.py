@@ -572,6 +572,12 @@ def gauss_noise(p: dict) -> Op:
     return Op("GaussNoise", batch=batch)
 
 
+def channels(values) -> list[float]:
+    """A Normalize's mean or std as plain floats, one a channel or one for all: albumentations keeps a scalar as
+    given, torchvision keeps what it was given (timm's ``create_transform`` gives tensors)."""
+    return torch.as_tensor(values, dtype=torch.float64).reshape(-1).tolist()
+
+
 def normalize(p: dict) -> Op:
     if p.get("normalization", "standard") != "standard":
         raise NoCounterpart(
@@ -579,7 +585,7 @@ def normalize(p: dict) -> Op:
             "counterpart here (only 'standard': (x / max_pixel_value - mean) / std)"
         )
     scale = float(p.get("max_pixel_value", 255.0))
-    mean, std = (torch.tensor(list(p[k]), dtype=torch.float32).view(1, -1, 1, 1) for k in ("mean", "std"))
+    mean, std = (torch.tensor(channels(p[k]), dtype=torch.float32).view(1, -1, 1, 1) for k in ("mean", "std"))
 
     # v2's normalize, with its mean and std sent without a blocking copy (which would wait for the queue); in place
     # on the one float copy (the same operations in the same order: the same bits, one allocation)

@@ -35,6 +35,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from pipeprof.actions import DECODER_NAMES
+from pipeprof.data.gpu_augment import channels
 from pipeprof.measure.confounders import cap_cv2_threads
 
 JPEG = (".jpg", ".jpeg", ".JPG", ".JPEG")
@@ -102,7 +103,9 @@ def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
         norm = steps[-2]
         if getattr(norm, "normalization", "standard") != "standard":
             return None, f"its Normalize uses normalization={norm.normalization!r}: only 'standard' moves as is"
-        return Tail(steps[:-2] + [steps[-1]], list(norm.mean), list(norm.std), float(norm.max_pixel_value)), None
+        return Tail(
+            steps[:-2] + [steps[-1]], channels(norm.mean), channels(norm.std), float(norm.max_pixel_value)
+        ), None
     if names[-1:] != ["Normalize"] or len(steps) < 2:
         return None, f"its transform ends with {names[-1] if names else 'nothing'}, not Normalize"
     norm, conv = steps[-1], steps[-2]
@@ -112,7 +115,7 @@ def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
     scales = names[-2] == "ToDtype" and getattr(conv, "scale", False)
     if not (names[-2] == "ToTensor" or scales):
         return None, f"its Normalize follows {names[-2]}, not ToTensor (or a scaling ToDtype)"
-    return Tail(steps[:-2], list(norm.mean), list(norm.std), conversion_scale(conv, 1.0)), None
+    return Tail(steps[:-2], channels(norm.mean), channels(norm.std), conversion_scale(conv, 1.0)), None
 
 
 def tensors_in(transform) -> bool:
@@ -328,6 +331,13 @@ def _bounds(v, centre: float = 1.0) -> list[float]:
 
 
 def _rrc(t) -> dict:
+    """torchvision's RandomResizedCrop, or timm's RandomResizedCropAndInterpolation (the same crop drawn the same
+    way, its interpolation one mode or, with ``interpolation='random'``, one of several drawn per image)."""
+    if isinstance(t.interpolation, (list, tuple)):
+        raise LookupError(
+            "an interpolation drawn at random per image has no GPU counterpart (one mode maps: interpolation="
+            "'bilinear' or 'bicubic')"
+        )
     return {
         "__class_fullname__": "RandomResizedCrop",
         "size": _size(t.size),
@@ -379,6 +389,7 @@ def _jitter(t) -> dict:
 #: conversions (ToTensor, ToImage, ToDtype, PILToTensor) and Normalize are read by :func:`gpu_transforms`
 TO_TABLE: dict[str, Callable[[Any], dict]] = {
     "RandomResizedCrop": _rrc,
+    "RandomResizedCropAndInterpolation": _rrc,  # timm's (``timm.data.create_transform``'s training crop)
     "RandomHorizontalFlip": lambda t: {"__class_fullname__": "HorizontalFlip", "p": float(t.p)},
     "RandomVerticalFlip": lambda t: {"__class_fullname__": "VerticalFlip", "p": float(t.p)},
     "CenterCrop": _center,
@@ -423,7 +434,12 @@ def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
             words.append(f"{name} -> " + ("(decoded as uint8 CHW)" if scale == before else "(its scale in Normalize)"))
         elif name == "Normalize":
             out.append(
-                {"__class_fullname__": "Normalize", "mean": list(t.mean), "std": list(t.std), "max_pixel_value": scale}
+                {
+                    "__class_fullname__": "Normalize",
+                    "mean": channels(t.mean),
+                    "std": channels(t.std),
+                    "max_pixel_value": scale,
+                }
             )
             words.append("Normalize -> Normalize")
             scale = None  # normalised: nothing left to scale
