@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
 from pipeprof.schema import DEFAULT_GPU_DECODER
+from pipeprof.stats import mean_ci95, simultaneous
 
 # what an action needs of the pipeline: pipeprof's own pipeline (PIPELINE), pipeprof's own storage (STORAGE),
 # only a DataLoader (KNOB: the user's own too), nothing pipeprof can make (ADVICE: a prediction only)
@@ -362,14 +363,19 @@ def why_not(a: Action, answer, row, facts: Facts) -> Optional[str]:
 # ---- measured beside predicted --------------------------------------------------------------
 
 
-def measured(row: dict) -> dict:
-    """An action trial row's figures for the report: rates, gain with its 95% interval, verified (the whole
-    interval above zero), and the trial's status and error when it failed."""
+def measured(row: dict, comparisons: int = 1) -> dict:
+    """An action trial row's figures for the report: rates, gain with its interval, verified (the whole interval
+    above zero), and the trial's status and error when it failed. ``comparisons``: the action trials of its group,
+    whose best is named: each interval is at the level that holds for all of them together
+    (:func:`pipeprof.stats.simultaneous`), re-drawn from the trial's pairs of windows."""
     if row.get("status") != "ok":
         return {"measured": False, "status": row.get("status"), "error": row.get("error")}
     if row.get("action_gain_frac") is None:  # ok, but no whole pair of windows fitted its time
         return {"measured": False, "status": "no pair", "error": row.get("unstable_reason")}
     lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
+    level, mine, theirs = simultaneous(comparisons), row.get("window_rates"), row.get("baseline_window_rates")
+    if level != 0.95 and mine is not None and theirs is not None and len(mine) == len(theirs) >= 2:
+        lo, hi = mean_ci95([a / b - 1 for a, b in zip(mine, theirs)], level)  # the trial's pairs, as it read them
     known = lo is not None and hi is not None and lo == lo and hi == hi
     return {
         "measured": True,
@@ -379,6 +385,7 @@ def measured(row: dict) -> dict:
         "measured_gain_ci95_low": lo if known else None,
         "measured_gain_ci95_high": hi if known else None,
         "verified": bool(known and lo > 0),
+        "ci_level": level,
         "pairs": row.get("pairs"),
         "action_trial_id": row.get("trial_id"),
         "worker_us_per_sample": row.get("worker_us_per_sample"),
@@ -394,14 +401,15 @@ def combine(predicted: list[dict], planned: list[Planned], rows: dict) -> list[d
     predicted gain inside the measured interval), each other one labelled a prediction with why it was not
     tried. The predictions keep the analysis' rank (what was measured is named by :func:`best_measured`);
     the actions with no prediction follow, those tried first."""
-    by_id = {p.id: p for p in planned}
-    out = [_entry(a, by_id.get(a.get("id")), rows.get(a.get("id"))) for a in predicted]
+    by_id, k = {p.id: p for p in planned}, sum(r.get("status") == "ok" for r in rows.values())
+    out = [_entry(a, by_id.get(a.get("id")), rows.get(a.get("id")), k) for a in predicted]
     have = {a.get("id") for a in predicted}
     extra = [
         _entry(
             {"id": p.id, "action": p.action, "predicted_samples_per_s": None, "gain_frac": None, "basis": ""},
             p,
             rows.get(p.id),
+            k,
         )
         for p in planned
         if p.id not in have
@@ -409,9 +417,9 @@ def combine(predicted: list[dict], planned: list[Planned], rows: dict) -> list[d
     return out + sorted(extra, key=lambda a: not a.get("tried"))
 
 
-def _entry(a: dict, p: Optional[Planned], row: Optional[dict]) -> dict:
+def _entry(a: dict, p: Optional[Planned], row: Optional[dict], comparisons: int = 1) -> dict:
     if row is not None:
-        m = measured(row)
+        m = measured(row, comparisons)
         gain, lo, hi = at_trial_baseline(a, m), m.get("measured_gain_ci95_low"), m.get("measured_gain_ci95_high")
         agrees = None if gain is None or lo is None else bool(lo <= gain <= hi)
         return (

@@ -256,7 +256,7 @@ def _measured_line(head: str, a: dict) -> str:
     """'→ measured R vs B samples/s (+g, 95% interval, verified or not); predicted +p' for a tried action."""
     if not a.get("measured"):
         return f"{head}: {a['action']}: its action trial ended {a.get('status')}: {str(a.get('error'))[:160]}"
-    ci = gain_interval(a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high"))
+    ci = gain_interval(a.get("measured_gain_ci95_low"), a.get("measured_gain_ci95_high"), a.get("ci_level") or 0.95)
     ci = f", {ci}" if ci else ", one pair: no interval"
     verdict = ("verified" if a.get("verified") else "not shown to help") + (
         f"; unstable: {a['unstable_reason']}" if a.get("unstable") else ""

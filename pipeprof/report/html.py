@@ -144,7 +144,8 @@ def _action_row(a) -> list:
     )
     if a.measured:
         measured = f"{rate(a.measured_samples_per_s)} ({rate(a.baseline_samples_per_s)})"
-        gain = f"{a.measured_gain_frac:+.0%} ({gain_interval(*a.measured_gain_ci95) or 'one pair: no interval'})"
+        ci = gain_interval(*a.measured_gain_ci95, a.ci_level) or "one pair: no interval"
+        gain = f"{a.measured_gain_frac:+.0%} ({ci})"
         verified = ("yes" if a.verified else "no") + (" (unstable)" if a.unstable else "")
         note = "; ".join(x for x in (a.basis, f"unstable: {a.unstable}" if a.unstable else "") if x)
     elif a.tried:
@@ -165,7 +166,8 @@ def _actions(run) -> str:
         + '<p class="small">Predicted gain: the change over the measured rate with the same model as the verdicts '
         '("within noise": not larger than the trial\'s own 95% interval). Measured: an action trial, the change '
         "and its baseline in alternating windows on one step at the recommended worker count; verified: the whole "
-        "95% interval of the gain lies above zero. A row not tried stays a prediction and says why.</p>"
+        "interval of the gain lies above zero (95%, or for k trials of a group each at 1 - 5%/k, so that all hold "
+        "together and the best of them is not named on chance). A row not tried stays a prediction and says why.</p>"
     )
 
 

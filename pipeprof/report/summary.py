@@ -255,6 +255,7 @@ class Action(NamedTuple):
     error: Optional[str] = None
     unstable: Optional[str] = None  # why the measured gain's interval is wider than the target, else None
     gain_at_trial: Optional[float] = None  # the predicted gain read at the action trial's own baseline
+    ci_level: float = 0.95  # the interval's level: all the group's trials' together (``stats.simultaneous``)
 
 
 def at_trial_words(gain: Optional[float], at: Optional[float]) -> str:
@@ -285,15 +286,17 @@ def actions(run) -> list[Action]:
             a.get("error") and f"{a.get('status')}: {a.get('error')}",
             a.get("unstable_reason") if a.get("unstable") else None,
             a.get("predicted_gain_at_trial_frac"),
+            a.get("ci_level") or 0.95,
         )
         for g in group_answers(run)
         for a in g.actions
     ]
 
 
-def gain_interval(low: Optional[float], high: Optional[float]) -> str:
-    """'95% interval +3% to +9%', or '' when it was not measured (one pair of windows)."""
-    return "" if low is None or high is None else f"95% interval {low:+.0%} to {high:+.0%}"
+def gain_interval(low: Optional[float], high: Optional[float], level: float = 0.95) -> str:
+    """'95% interval +3% to +9%' ('98.3% interval' where it holds for three trials together), or '' when it was
+    not measured (one pair of windows)."""
+    return "" if low is None or high is None else f"{100 * level:.3g}% interval {low:+.0%} to {high:+.0%}"
 
 
 def best_action_line(a: Answer) -> str:
@@ -302,7 +305,9 @@ def best_action_line(a: Answer) -> str:
     best = a.best_measured_action
     if not best:
         return ""
-    ci = gain_interval(best.get("measured_gain_ci95_low"), best.get("measured_gain_ci95_high"))
+    ci = gain_interval(
+        best.get("measured_gain_ci95_low"), best.get("measured_gain_ci95_high"), best.get("ci_level") or 0.95
+    )
     figures = (
         f"{best['measured_gain_frac']:+.0%}{f' ({ci})' if ci else ''}: {rate(best['measured_samples_per_s'])}"
         f" against {rate(best['baseline_samples_per_s'])} samples/s, alternating windows at "

@@ -162,9 +162,16 @@ def action_lines(tune: dict) -> list[str]:
     listed = tune.get("actions") or []
     if not listed:
         return []
+    read = [a for a in listed if a.get("measured") and a.get("ci_level")]
+    together = (
+        f"; intervals at {100 * read[0]['ci_level']:.3g}%, holding for the {len(read)} together"
+        if len(read) > 1
+        else ""
+    )
     out = [
         f"  actions at num_workers={tune.get('actions_at_workers')} (each alone, your loader measured before and "
-        "after them; end to end: the step with each change's device time added, its host time not modelled):"
+        f"after them; end to end: the step with each change's device time added, its host time not modelled"
+        f"{together}):"
     ]
     for a in listed:
         if a.get("measured") and a.get("action_gain_ci95_low") is not None:

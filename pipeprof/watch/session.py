@@ -532,7 +532,7 @@ class Session:
         ends = self._step_stats((cid, label))  # the watched step's interval, the same for every action
         for p, side in read:
             entry = tuning.with_step(
-                tuning.bracketed(before, side, after),
+                tuning.bracketed(before, side, after, len(read)),
                 step,
                 (ends["samples_per_s_ci95_low"], ends["samples_per_s_ci95_high"]),
             )

@@ -30,7 +30,7 @@ from pipeprof.config import MeasureConfig
 from pipeprof.measure.confounders import step_threads as sweep_step_threads
 from pipeprof.measure.windows import summarize_rates
 from pipeprof.orchestrate.search import Point, next_workers
-from pipeprof.stats import ratio_ci95
+from pipeprof.stats import ratio_ci95, simultaneous
 
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
 ACTION_REGION = (
@@ -359,17 +359,20 @@ def _mean(values: list) -> Optional[float]:
     return statistics.fmean(known) if known else None
 
 
-def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
+def bracketed(before: dict, side: dict, after: Optional[dict], comparisons: int = 1) -> dict:
     """A variant's reading against the baseline read before and after it: the baseline's windows of both
     readings pooled (the machine's drift between them widens its spread), the gain the ratio of the means with
-    its interval (:func:`ratio_ci95`); an action is verified where that interval is above zero."""
+    its interval (:func:`ratio_ci95`); an action is verified where that interval is above zero. ``comparisons``:
+    the variants read in the pause, whose best is named: the interval is at the level that holds for all of them
+    together (:func:`simultaneous`)."""
     bases = [b for b in (before, after) if b and len(b.get("window_rates") or []) >= 2]
     mine = side.get("window_rates") or []
     if not bases or len(mine) < 2:
         return {"error": side.get("error") or "fewer than 2 windows on a side: no interval"}
     pooled = [r for b in bases for r in b["window_rates"]]
     base = summarize_rates(pooled)
-    gain, lo, hi = ratio_ci95(mine, pooled)
+    level = simultaneous(comparisons)
+    gain, lo, hi = ratio_ci95(mine, pooled, level=level)
     base_us = [b.get("device_us_per_sample") for b in bases if b.get("device_us_per_sample") is not None]
     drift = bases[-1]["samples_per_s"] / bases[0]["samples_per_s"] - 1 if len(bases) > 1 else None
     return {
@@ -383,6 +386,7 @@ def bracketed(before: dict, side: dict, after: Optional[dict]) -> dict:
         "action_gain_frac": gain,
         "action_gain_ci95_low": lo,
         "action_gain_ci95_high": hi,
+        "ci_level": level,
         "device_us_per_sample": side.get("device_us_per_sample"),
         "baseline_device_us_per_sample": _mean(base_us),
         "pass_start_s": side.get("pass_start_s"),
