@@ -374,3 +374,37 @@ def test_a_cpu_step_is_predicted_with_the_threads_the_workers_leave_it_and_the_l
     gpu = tune.recommend(points, watched, step, 4.0)
     assert all(p["step_threads"] is None for p in gpu["predicted"])
     assert gpu["predicted"][2]["samples_per_s"] == pytest.approx(900.0) and gpu["recommended_workers"] == 3
+
+
+def test_the_step_measured_at_fewer_threads_replaces_the_scaled_one_at_that_count():
+    """The same loop, its step also measured at 1 thread after the pause: 700 samples/s, where scaling its 4
+    threads' 1,200 read 300. At 3 workers (1 thread left) the prediction is the loader's 900 against that step:
+    700; the counts given other threads keep the scaled step. 3 workers is now the pick."""
+    points = [_pt(300.0 * w) | {"num_workers": w} for w in (1, 2, 3)]
+    watched = _pt(280.0) | {"num_workers": 1, "main_cpu_pct_mean": 400.0}
+    step = _pt(1200.0) | {"main_cpu_pct_mean": 100.0}
+    at = _pt(700.0) | {"threads": 1, "steps": 40}
+    found = tune.recommend(points, watched, step, 4.0, cpu_threads=4, step_at=at)
+    scaled = tune.recommend(points, watched, step, 4.0, cpu_threads=4)
+    assert found["predicted"][2]["samples_per_s"] == pytest.approx(700.0)
+    assert [p["samples_per_s"] for p in found["predicted"][:2]] == [p["samples_per_s"] for p in scaled["predicted"][:2]]
+    assert found["recommended_workers"] == 3 and scaled["recommended_workers"] == 2
+
+
+def test_the_steps_after_the_pause_run_at_the_threads_asked_and_the_users_count_comes_back():
+    """The hook's ThreadsTrial on real torch: the loop's steps after it run at the threads asked, the first three
+    (the new pool's start) left out, and the user's count is set back after the steps asked for."""
+    import torch
+
+    from pipeprof.watch.hook import ThreadsTrial
+
+    before = torch.get_num_threads()
+    trial = ThreadsTrial(torch, "train.py:9", 1, 5)
+    seen = []
+    for i in range(8):
+        seen.append(torch.get_num_threads())
+        done = trial.step(0.01 * (i + 1), 16)
+    assert seen == [1] * 8 and done and torch.get_num_threads() == before
+    msg = trial.message()
+    assert msg["step_s"] == pytest.approx([0.04, 0.05, 0.06, 0.07, 0.08]) and msg["samples"] == [16] * 5
+    assert msg["threads"] == 1 and msg["label"] == "train.py:9"

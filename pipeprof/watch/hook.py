@@ -91,6 +91,44 @@ class LoaderInfo:
         self.workers: set[int] = set()
 
 
+class ThreadsTrial:
+    """The loop's next steps at ``threads`` intra-op threads, asked at the pause's end for a CPU step that the
+    recommended count leaves fewer cores (``watch.tune.step_threads``): each step's time (return to the next
+    call, as the watch reads steps) and samples, the first ``WARM`` left out (the new thread pool's start); the
+    user's count is set back after ``steps``."""
+
+    WARM = 3
+
+    def __init__(self, torch, label: str, threads: int, steps: int):
+        self.torch, self.label, self.steps = torch, label, steps
+        self.restore, self.threads = torch.get_num_threads(), threads
+        self.times: list[float] = []
+        self.samples: list[int] = []
+        self.seen = 0
+        torch.set_num_threads(threads)
+
+    def step(self, seconds: float, samples: int) -> bool:
+        """One step's time and samples; True when the trial is over (the user's threads set back)."""
+        self.seen += 1
+        if self.seen > self.WARM:
+            self.times.append(seconds)
+            self.samples.append(samples)
+        if self.seen < self.WARM + self.steps:
+            return False
+        self.torch.set_num_threads(self.restore)
+        return True
+
+    def message(self) -> dict:
+        return {
+            "k": "tune_step_threads",
+            "label": self.label,
+            "threads": self.threads,
+            "step_s": self.times,
+            "samples": self.samples,
+            "t": clock(),
+        }
+
+
 def _qualname(obj) -> str | None:
     if obj is None:
         return None
@@ -150,6 +188,7 @@ class Watch:
         self.sites: dict[str, int] = {}
         self.infos: dict[str, LoaderInfo] = {}
         self.latest: dict[str, weakref.ref] = {}  # label -> the last loader built there (for the pause)
+        self.threads_trial: ThreadsTrial | None = None  # the steps after a pause at other intra-op threads
         self.rows: deque = deque()  # [label, pass, t_call, t_ret, samples, grad enabled, CUDA step s]
         self.pending: deque = deque()  # (record, event at its return, event at the next call)
         self.pool: list = []
@@ -244,6 +283,10 @@ class Watch:
                 self.client.send({"k": "workers", "label": info.label, "pids": workers})
         elif info.prev is not None:
             rec, ev_ret = info.prev
+            if self.threads_trial is not None and self.threads_trial.label == info.label:
+                if self.threads_trial.step(t - rec[3], rec[4]):
+                    self.client.send(self.threads_trial.message())
+                    self.threads_trial = None
             info.prev = None
             if ev_ret is not None:
                 ev_call = self._event()
@@ -325,7 +368,9 @@ class Watch:
             if root and root not in sys.path:
                 sys.path.append(root)  # last: an installed pipeprof wins; the pause needs its package
             # the pause counts samples by this module's rule, handed over: it never imports the hook
-            importlib.import_module("pipeprof.watch.pause").serve(loader, self.client, cmd, count)
+            resume = importlib.import_module("pipeprof.watch.pause").serve(loader, self.client, cmd, count)
+            if resume.get("step_threads"):
+                self.threads_trial = ThreadsTrial(self.torch, cmd["loader"], resume["step_threads"], resume["steps"])
         except Exception as exc:  # the user's job must go on whatever the pause met
             self.client.send({"k": "tune_error", "error": f"{type(exc).__name__}: {exc}", "t": clock()})
             self.client.flush()

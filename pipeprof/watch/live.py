@@ -105,9 +105,20 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
     points = ", ".join(
         f"{p['num_workers']} w {_rate(p['loader_alone_samples_per_s'])}/s" for p in tune.get("predicted", [])
     )
+    at = tune.get("step_at_threads") or {}
+    at = (
+        f", at {at['threads']} intra-op thread{'' if at['threads'] == 1 else 's'} "
+        + (
+            f"{_rate(at['samples_per_s'])} (the loop's {at['steps']} steps after the pause)"
+            if at.get("steps")
+            else at.get("error", "")
+        )
+        if at
+        else ""
+    )
     out = [
         f"  tune ({tune['loader']}, paused {tune['paused_s']:.1f} s): the loader alone at {points}; the step "
-        f"alone {_rate(tune.get('step_samples_per_s'))} samples/s"
+        f"alone {_rate(tune.get('step_samples_per_s'))} samples/s{at}"
     ]
     pick = picked(tune)
     if pick is not None:

@@ -153,8 +153,9 @@ def pass_columns(starts: list[float], passes: list[int]) -> dict:
     }
 
 
-def serve(loader, client, first: dict, count) -> None:
-    """The pause: answer ``measure`` commands until ``resume`` (or silence for WAIT_S); ``count(batch)``: the
+def serve(loader, client, first: dict, count) -> dict:
+    """The pause: answer ``measure`` commands until ``resume`` (or silence for WAIT_S), which it returns (it may
+    ask the loop's next steps at other intra-op threads: the hook's ``ThreadsTrial``); ``count(batch)``: the
     samples in a batch, by the hook's rule."""
     from .pause_actions import user_workers
 
@@ -178,10 +179,12 @@ def serve(loader, client, first: dict, count) -> None:
         }
     )
     client.flush()
+    resume: dict = {}
     try:
         while True:
             cmds = client.commands(wait_s=WAIT_S)
-            if not cmds or any(c.get("cmd") == "resume" for c in cmds):
+            resume = next((c for c in cmds if c.get("cmd") == "resume"), {})
+            if not cmds or resume:
                 break
             for cmd in cmds:
                 if cmd.get("cmd") in COMMANDS:
@@ -191,6 +194,7 @@ def serve(loader, client, first: dict, count) -> None:
         states.restore()
         client.send({"k": "tune_resumed", "t": time.perf_counter(), "paused_s": time.perf_counter() - t0})
         client.flush()
+    return resume
 
 
 def window_batches(per_pass, workers: int) -> int:

@@ -434,14 +434,53 @@ class Session:
             "threads_now": paused.get("threads"),
             "device": paused.get("device"),
         }
+        resume: dict = {"cmd": "resume"}
         try:
             self._tune_actions(cid, label, step, cores, paused.get("user") or {}, t0)
+            resume |= self._threads_ask(label, step, cores)
         finally:
-            self.server.send(cid, {"cmd": "resume"})
+            self.server.send(cid, resume)
             resumed = self._await(cid, {"tune_resumed"}, 30.0)
             paused_s = resumed["paused_s"] if resumed else clock() - t0
             self.o.log(f"pipeprof watch: resumed {label} after a pause of {paused_s:.1f} s")
             self.tune_result["paused_s"] = paused_s
+        if resume.get("step_threads"):
+            self._threads_read(cid, resume["step_threads"])
+
+    def _threads_ask(self, label: str, step: float, cores: float) -> dict:
+        """A CPU step that the recommended count leaves fewer cores than its intra-op threads: the loop's next steps
+        at that many threads (the hook's ``ThreadsTrial``, about 2 s of steps), read as the step at that count
+        (``tune.recommend``); a count's prediction otherwise scales the step's rate to the threads, which read a
+        segmentation script's 1-thread step 25% under or 13% over its loop (docs/measured.md). {} where none."""
+        from .folder import build_rows
+
+        threads = self.tune_result.get("threads_now") if self.tune_result.get("device") == "cpu" else None
+        pick = self._recommend(build_rows(self), cores).get("recommended_workers") if threads else None
+        k = tuning_module().step_threads(threads, cores, pick) if pick is not None else None
+        if not k or k >= threads:
+            return {}
+        batch = self.store.loaders[label].get("settings", {}).get("batch_size") or 1
+        return {"step_threads": int(k), "steps": int(min(200, max(20, 2.0 * step / batch)))}
+
+    def _threads_read(self, cid: int, threads: int) -> None:
+        got = self._await(cid, {"tune_step_threads"}, 60.0)
+        times, samples = (got or {}).get("step_s") or [], (got or {}).get("samples") or []
+        if len(times) < 10:
+            self.tune_result["step_at_threads"] = {"threads": threads, "error": "the loop ran too few steps after"}
+            return
+        chunk = max(2, len(times) // 8)  # per-chunk rates: a step's time alone is too short for a rate
+        rates = [
+            sum(samples[i : i + chunk]) / sum(times[i : i + chunk])
+            for i in range(0, len(times) - chunk + 1, chunk)
+            if sum(times[i : i + chunk]) > 0
+        ]
+        stats = summarize_rates(rates)
+        self.tune_result["step_at_threads"] = {"threads": threads, "steps": len(times)} | stats
+        self.o.log(
+            f"pipeprof watch:   the step at {threads} intra-op thread{'' if threads == 1 else 's'}: "
+            f"{stats['samples_per_s']:,.1f} samples/s ({stats['samples_per_s_ci95_low']:,.1f}-"
+            f"{stats['samples_per_s_ci95_high']:,.1f}), the loop's next {len(times)} steps"
+        )
 
     def _tune_actions(self, cid: int, label: str, step: float, cores: float, user: dict, t0: float) -> None:
         """After the curve: the hand-off at the recommended count, then the actions that apply there, each read
@@ -622,7 +661,9 @@ class Session:
         if not (watched and step and points):
             return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
         cpu_threads = self.tune_result.get("threads_now") if self.tune_result.get("device") == "cpu" else None
-        found = recommend(points, watched, step, cores, handoff_cap(mine), cpu_threads)
+        at = self.tune_result.get("step_at_threads")
+        at = at if at and at.get("samples_per_s") else None
+        found = recommend(points, watched, step, cores, handoff_cap(mine), cpu_threads, at)
         loader, pick = self.store.loaders[label], picked(found)
         return found | {
             "site": f"{loader.get('path')}:{loader.get('line')}",

@@ -141,12 +141,14 @@ def recommend(
     cores: float,
     handoff: tuple = (math.inf, None),
     cpu_threads: Optional[int] = None,
+    step_at: Optional[dict] = None,
 ) -> dict:
     """num_workers for the watched loop from the pause's curve and the watched step (see the docstring);
     ``handoff``: the upper and lower end of the hand-off limit the pause measured (:func:`handoff_cap`);
     ``cpu_threads``: a CPU step's intra-op threads (None on a GPU), each count predicted with
     :func:`step_threads` of them and the step's rate scaled from the cores the loop's training process kept
-    busy to those (linear: a lower estimate)."""
+    busy to those (linear), or, at the threads ``step_at`` measured (the loop's steps after the pause at
+    ``step_at["threads"]``: its rate and interval), that measurement."""
     ws, rate, low, high = curve(points)
     if not len(ws):
         return {"recommended_workers": None, "why": "no worker count of the pause gave a rate"}
@@ -161,7 +163,8 @@ def recommend(
     curves = (ws, rate, low, high)
 
     def at(i: int, threads: Optional[int]) -> dict:
-        return _predicted(by_workers[int(ws[i])], i, base, step, curves, cores, threads, cpu_threads)
+        measured = step_at if step_at and threads == step_at.get("threads") else None
+        return _predicted(by_workers[int(ws[i])], i, base, measured or step, curves, cores, threads, cpu_threads)
 
     predicted = [at(i, step_threads(cpu_threads, cores, int(w))) for i, w in enumerate(ws)]
     table = pd.DataFrame(predicted)
@@ -187,7 +190,8 @@ def recommend(
 
 def _predicted(passes: dict, i: int, base: pd.Series, step: dict, curves: tuple, cores: float, threads, cpu_threads):
     """The prediction at the curve's ``i``-th count (``passes``: its point), its interval from the step's and the
-    loader's ends, the CPU step given ``threads`` of its ``cpu_threads`` (its rate scaled to them)."""
+    loader's ends, the CPU step given ``threads`` of its ``cpu_threads`` (its rate scaled to them, unless ``step``
+    is the step measured at those threads: a ``threads`` key)."""
     ws, rate, low, high = curves
     w, at = ws[i], []
     for s, rates in (
@@ -198,7 +202,9 @@ def _predicted(passes: dict, i: int, base: pd.Series, step: dict, curves: tuple,
         receive = passes.get("receive_us_per_sample")
         row = base.copy()
         row["num_workers"], row["cpu_bound_samples_per_s"] = w, rates[i]
-        if threads:  # the step's rate and the cores it holds scaled from those it kept busy in the loop to its
+        if threads and step.get("threads") == threads:  # measured at these threads: the cores it holds are them
+            row["main_cores_step"] = float(threads)
+        elif threads:  # the step's rate and the cores it holds scaled from those it kept busy in the loop to its
             # threads here (a step that sleeps or waits loses nothing); its CPU a sample unchanged
             held = base.get("main_cpu_pct_mean")
             held = held / 100 if held is not None and math.isfinite(held) else cpu_threads
