@@ -451,7 +451,8 @@ class Session:
         """A CPU step that the recommended count leaves fewer cores than its intra-op threads: the loop's next steps
         at that many threads (the hook's ``ThreadsTrial``, about 2 s of steps), read as the step at that count
         (``tune.recommend``); a count's prediction otherwise scales the step's rate to the threads, which read a
-        segmentation script's 1-thread step 25% under or 13% over its loop (docs/measured.md). {} where none."""
+        segmentation script's 1-thread step at 795 samples/s where it ran about 450-495 (docs/measured.md). {}
+        where none."""
         from .folder import build_rows
 
         threads = self.tune_result.get("threads_now") if self.tune_result.get("device") == "cpu" else None
