@@ -26,8 +26,8 @@ def test_t_quantile_is_students_t_at_any_level():
 
 
 def _side(rng: random.Random, mean: float, windows: int = 4, spread: float = 0.03, offset: float = 0.02) -> dict:
-    """One reading of a loader: a level of its own (each side is a new loader, new workers: two baseline readings
-    of the same pause stood 1-3% apart on the 2-core machine) and windows spread about it."""
+    """One reading of a loader: a level of its own (each side is a new loader, new workers; docs/measured.md has
+    how far two baseline readings of one pause stood apart) and windows spread about it."""
     level = mean * (1 + rng.gauss(0, offset))
     rates = [level * (1 + rng.gauss(0, spread)) for _ in range(windows)]
     return {"window_rates": rates, "samples_per_s": sum(rates) / len(rates)}

@@ -175,7 +175,6 @@ def serve(loader, client, first: dict, count) -> dict:
             "batches_per_pass": _passes(loader),
             # a CPU step's intra-op threads share the cores with the workers (watch.tune.step_threads)
             "threads": torch.get_num_threads(),
-            "device": "cuda" if torch.cuda.is_initialized() else "cpu",
         }
     )
     client.flush()

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from pipeprof.stats import pooled_rate_ci95
+
 from . import channel, live
 from .procs import ProcTable
 from .records import Store, step_rates, summarize_rates, warmup_batches, windows
@@ -432,7 +434,7 @@ class Session:
             "local_ranks": ranks,
             "cores_per_rank": cores,
             "threads_now": paused.get("threads"),
-            "device": paused.get("device"),
+            "device": self.device(),
         }
         resume: dict = {"cmd": "resume"}
         try:
@@ -450,12 +452,11 @@ class Session:
     def _threads_ask(self, label: str, step: float, cores: float) -> dict:
         """A CPU step that the recommended count leaves fewer cores than its intra-op threads: the loop's next steps
         at that many threads (the hook's ``ThreadsTrial``, about 2 s of steps), read as the step at that count
-        (``tune.recommend``); a count's prediction otherwise scales the step's rate to the threads, which read a
-        segmentation script's 1-thread step at 795 samples/s where it ran about 450-495 (docs/measured.md). {}
-        where none."""
+        (``tune.recommend``), where a count's prediction would otherwise scale the step's rate to the threads, which
+        missed both ways on held-out scripts (docs/measured.md, "a segmentation script"). {} where none."""
         from .folder import build_rows
 
-        threads = self.tune_result.get("threads_now") if self.tune_result.get("device") == "cpu" else None
+        threads = self._cpu_threads()
         pick = self._recommend(build_rows(self), cores).get("recommended_workers") if threads else None
         k = tuning_module().step_threads(threads, cores, pick) if pick is not None else None
         if not k or k >= threads:
@@ -463,19 +464,20 @@ class Session:
         batch = self.store.loaders[label].get("settings", {}).get("batch_size") or 1
         return {"step_threads": int(k), "steps": int(min(200, max(20, 2.0 * step / batch)))}
 
+    def _cpu_threads(self) -> Optional[int]:
+        """The tuned process's intra-op threads (read in the pause) where its step runs on the CPU, else None."""
+        return self.tune_result.get("threads_now") if self.device() == "cpu" else None
+
     def _threads_read(self, cid: int, threads: int) -> None:
+        """The steps the hook's ``ThreadsTrial`` timed, read as the watch reads its steps: their samples over their
+        time pooled, the ratio estimator's interval (``stats.pooled_rate_ci95``)."""
         got = self._await(cid, {"tune_step_threads"}, 60.0)
         times, samples = (got or {}).get("step_s") or [], (got or {}).get("samples") or []
         if len(times) < 10:
             self.tune_result["step_at_threads"] = {"threads": threads, "error": "the loop ran too few steps after"}
             return
-        chunk = max(2, len(times) // 8)  # per-chunk rates: a step's time alone is too short for a rate
-        rates = [
-            sum(samples[i : i + chunk]) / sum(times[i : i + chunk])
-            for i in range(0, len(times) - chunk + 1, chunk)
-            if sum(times[i : i + chunk]) > 0
-        ]
-        stats = summarize_rates(rates)
+        rate, low, high = pooled_rate_ci95(samples, times)
+        stats = {"samples_per_s": rate, "samples_per_s_ci95_low": low, "samples_per_s_ci95_high": high}
         self.tune_result["step_at_threads"] = {"threads": threads, "steps": len(times)} | stats
         self.o.log(
             f"pipeprof watch:   the step at {threads} intra-op thread{'' if threads == 1 else 's'}: "
@@ -661,7 +663,7 @@ class Session:
         points = [r for r in mine if r["kind"] == "cpu_pipeline"]
         if not (watched and step and points):
             return {"error": "the pause measured no worker count, or the window no step: no recommendation"}
-        cpu_threads = self.tune_result.get("threads_now") if self.tune_result.get("device") == "cpu" else None
+        cpu_threads = self._cpu_threads()
         at = self.tune_result.get("step_at_threads")
         at = at if at and at.get("samples_per_s") else None
         found = recommend(points, watched, step, cores, handoff_cap(mine), cpu_threads, at)

@@ -124,9 +124,9 @@ def step_threads(threads: Optional[int], cores: float, workers: int) -> Optional
 
 def threads_line(threads: Optional[int], cores: float, pick: Optional[int]) -> Optional[str]:
     """The line to add where the prediction at ``pick`` gives the CPU step fewer threads than it has."""
-    if pick is None or not threads or step_threads(threads, cores, pick) >= threads:
+    k = step_threads(threads, cores, pick) if pick is not None else None
+    if not k or k >= threads:
         return None
-    k = step_threads(threads, cores, pick)
     return (
         f"and in the training process: torch.set_num_threads({k})  # its {threads} intra-op threads share the "
         f"{math.floor(cores)} cores with {pick} busy worker{'' if pick == 1 else 's'} and spin (the prediction "
