@@ -569,6 +569,12 @@ def _validate_sizing(args, console) -> int:
     worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
     after = s["max_error_after_move_frac"]
     after = "" if after is None else f" ({after:.1%} after each mask's bracket move: what the model owns)"
+    parts = sizing.split_summary(size)
+    if parts:
+        after += (
+            f"; of the size table's errors, the model's cores at worst {parts['cores_error_frac']:+.1%}, each "
+            f"sample's CPU moved up to {parts['cost_move_frac']:+.1%}"
+        )
     console.print(
         f"largest |predicted − measured| {worst}{after} (target ≤ "
         f"{sizing.TARGET_RATE_ERR:.0%}); cores per GPU spread across runs {spread} (target ≤ "
@@ -645,6 +651,8 @@ def _print_size_check(console, rows) -> None:
         "moved",
         "err after",
         "core",
+        "worker cores",
+        "CPU ms/sample",
     )
     for h in heads:
         t.add_column(h, justify="left" if h in ("workload", "binding") else "right")
@@ -662,15 +670,25 @@ def _print_size_check(console, rows) -> None:
             _move(r.get("move_frac")),
             _move(r.get("error_after_move_frac"), 1),
             _move(r.get("core_speed_move_frac")),
+            _pair(r.get("worker_cores_model"), r.get("worker_cores_got"), 2),
+            _pair(r.get("cpu_ms_model"), r.get("cpu_ms_got"), 2),
         )
     console.print(t)
     console.print(
         "moved: the same workload on all cores, at the all-cores run's worker count nearest the mask, in the "
         "bracket run right before the mask, against the all-cores run (the machine's move since); err after: the "
         "prediction's error with that move put in, what the model owns · core: one core's speed at the masked "
-        "run's start against the all-cores run's (their CPU references)",
+        "run's start against the all-cores run's (their CPU references) · worker cores, CPU ms/sample: the "
+        "model's → the masked run's; their two ratios multiply to the error (checks.sizing.split): the first is "
+        "the model's accounting of cores, the second each sample's CPU moving",
         highlight=False,
     )
+
+
+def _pair(model, got, digits: int) -> str:
+    if model is None or got is None or model != model or got != got:
+        return "–"
+    return f"{model:.{digits}f} → {got:.{digits}f}"
 
 
 def _move(frac, digits: int = 0) -> str:

@@ -1,8 +1,10 @@
 """The sizing check: masks of whole physical cores, and a real re-run inside a 1-core mask."""
 
 import json
+import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -104,6 +106,11 @@ def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path)
     assert row["cores"] == 1 and row["measured_samples_per_s"] == one["measured_samples_per_s"]
     assert row["predicted_samples_per_s"] == pytest.approx(100, rel=0.2)
     assert row["move_frac"] == pytest.approx(one["move_frac"])  # one workload: the same bracket read
+    # its error's two factors, read off the masked run: workers inside one CPU got at most that CPU, and the model
+    # gave them what the 5 ms step's training process leaves of it
+    assert 0.5 <= row["worker_cores_got"] <= 1.05 and 0.5 <= row["worker_cores_model"] <= 1.0
+    assert (1 + row["cores_error_frac"]) * (1 + row["cost_move_frac"]) == pytest.approx(1 + row["error_frac"])
+    assert sizing.split_summary(size) == {k: pytest.approx(row[k]) for k in ("cores_error_frac", "cost_move_frac")}
 
 
 def test_the_machines_move_between_the_runs_is_read_from_their_cpu_references():
@@ -136,3 +143,22 @@ def test_the_bracket_reads_the_same_workload_at_the_full_runs_nearest_count():
     # predicted 1,000 on a machine that then ran the workload 10% faster, measured 1,100: the model owns none of it
     assert sizing._after_move(1000.0, 0.1, 1100.0) == pytest.approx(0.0)
     assert sizing._after_move(1000.0, None, 1100.0) != sizing._after_move(1000.0, None, 1100.0)  # NaN: no bracket
+
+
+def test_a_size_rows_error_splits_into_the_models_cores_and_each_samples_cpu():
+    """Predicted 1,000/s on 4 cores with 0.5 ms of the training process a sample: the model gave the workers
+    4 - 0.5 = 3.5 cores at 3.5 ms a sample. A mask whose workers got 3.6 cores and ran 800/s: 4.5 ms a sample.
+    1,000 / 800 = (3.5 / 3.6) x (4.5 / 3.5): the model's cores -2.8%, each sample's CPU +28.6%."""
+    got = pd.Series({"samples_per_s": 800.0, "workers_cpu_pct_mean": 360.0})
+    row = sizing.split({"samples_per_s": 1000.0, "cores": 4, "binding": "cpu"}, 0.5e-3, got)
+    assert row["worker_cores_model"] == pytest.approx(3.5) and row["worker_cores_got"] == pytest.approx(3.6)
+    assert row["cpu_ms_model"] == pytest.approx(3.5) and row["cpu_ms_got"] == pytest.approx(4.5)
+    assert row["cores_error_frac"] == pytest.approx(3.5 / 3.6 - 1)
+    assert row["cost_move_frac"] == pytest.approx(4.5 / 3.5 - 1)
+    assert (1 + row["cores_error_frac"]) * (1 + row["cost_move_frac"]) == pytest.approx(1000 / 800)
+    # a row the GPU binds, or a mask whose workers' CPU was not read: no split
+    assert math.isnan(sizing.split({"samples_per_s": 1000.0, "cores": 4, "binding": "gpu"}, 0.5e-3, got)["cpu_ms_got"])
+    blind = sizing.split(
+        {"samples_per_s": 1000.0, "cores": 4, "binding": "cpu"}, 0.5e-3, got.drop("workers_cpu_pct_mean")
+    )
+    assert math.isnan(blind["cores_error_frac"])

@@ -92,6 +92,21 @@ def test_the_training_process_work_adds_to_the_step_end_to_end():
     assert tune.best_action([bound]) is None
 
 
+def test_a_variant_bound_by_the_step_carries_the_loader_bound_baselines_spread():
+    # the baseline's loader reads 900-1,100/s (a noisy machine), the variant's loader 8,000/s behind a 2,000/s step:
+    # the loop's gain is step / baseline, known only as well as the baseline is
+    before, after = _side([900.0, 1000.0, 1100.0]), _side([950.0, 1000.0, 1050.0])
+    row = tune.with_step(tune.bracketed(before, _side([7900.0, 8000.0, 8100.0]), after), 2000.0)
+    assert row["predicted_e2e_gain_frac"] == pytest.approx(1.0)
+    assert row["predicted_e2e_gain_ci95_low"] == pytest.approx(2000 / row["baseline_ci95_high"] - 1)
+    assert row["predicted_e2e_gain_ci95_high"] == pytest.approx(2000 / row["baseline_ci95_low"] - 1)
+    assert row["predicted_e2e_gain_ci95_low"] < 0.95 and row["predicted_e2e_gain_ci95_high"] > 1.05
+    # both sides on the loader: the paired gain's interval whatever the baseline's spread
+    paired = tune.with_step(tune.bracketed(before, _side([1400.0, 1500.0, 1600.0]), after), 1e6)
+    assert paired["predicted_e2e_gain_ci95_low"] == pytest.approx(paired["action_gain_ci95_low"])
+    assert paired["predicted_e2e_gain_ci95_high"] == pytest.approx(paired["action_gain_ci95_high"])
+
+
 def test_a_window_holds_whole_passes_where_a_pass_is_short():
     from pipeprof.watch.pause import window_batches
 

@@ -308,9 +308,50 @@ def size_check(full: Run, masked: dict, moved: Optional[dict] = None) -> pd.Data
                     "core_speed_move_frac": move,
                     "move_frac": mv,
                     "error_after_move_frac": _after_move(p["samples_per_s"], mv, got),
+                    **split(p, w.main_s, m),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def split(predicted: dict, main_s: float, got: Optional[pd.Series]) -> dict:
+    """A CPU-bound prediction's error in its two factors. The model gives the workers the cores the training
+    process leaves (``cores - main_s x P``) and reads the rate off the curve, i.e. at the curve's CPU per sample
+    there; the masked run measured the cores its workers got (their CPU) and its rate. So predicted / measured =
+    (cores the model gave / cores the workers got) x (CPU per sample in the mask / the model's): the first is the
+    model's own accounting of cores, the second each sample costing more or less CPU than the curve said (a
+    machine that moved, or work that costs more on fewer cores). On shared cores the second moved 20-35% in a
+    minute (docs/measured.md, the sizing check on the 1×H100 box): it says which factor an error comes from, and
+    corrects nothing. NaN where the prediction binds on the GPU or hand-off, or the mask's CPU was not read."""
+    nan = float("nan")
+    out = {k: nan for k in ("worker_cores_model", "worker_cores_got", "cpu_ms_model", "cpu_ms_got")}
+    rate = predicted["samples_per_s"]
+    cpu = None if got is None else got.get("workers_cpu_pct_mean")
+    if predicted["binding"] != "cpu" or not rate or cpu is None or cpu != cpu or not got["samples_per_s"] > 0:
+        return out | {"cores_error_frac": nan, "cost_move_frac": nan}
+    model = predicted["cores"] - main_s * rate
+    mine = float(cpu) / 100
+    out |= {
+        "worker_cores_model": model,
+        "worker_cores_got": mine,
+        "cpu_ms_model": 1e3 * model / rate,
+        "cpu_ms_got": 1e3 * mine / float(got["samples_per_s"]),
+    }
+    return out | {
+        "cores_error_frac": model / mine - 1,
+        "cost_move_frac": out["cpu_ms_got"] / out["cpu_ms_model"] - 1,
+    }
+
+
+def split_summary(size: pd.DataFrame) -> Optional[dict]:
+    """The size check's largest factors (:func:`split`) over its CPU-bound rows: the model's cores accounting and
+    each sample's CPU move, signed at their largest magnitude; None where no row was split."""
+    if size.empty or "cores_error_frac" not in size:
+        return None
+    rows = size.dropna(subset=["cores_error_frac", "cost_move_frac"])
+    if rows.empty:
+        return None
+    return {k: float(rows[k].loc[rows[k].abs().idxmax()]) for k in ("cores_error_frac", "cost_move_frac")}
 
 
 def _best_per_workload(run: Run) -> dict:

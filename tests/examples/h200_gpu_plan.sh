@@ -7,10 +7,11 @@
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
 #   sizing        #39: the 16-core run of both presets (standard, heavy; 4, 8 and 16 workers) that the size table
 #                 reads; no masked run (the three masks with their end-to-end trials take a call of their own)
-#   sizing-masks [CORES]  the same table against runs inside CPU masks (default 4,8; then a call with 12):
-#                 end-to-end only, at all cores and all but one (about 160 s a mask), each after an unmasked
-#                 bracket run of the same workloads (about 80 s) that reads how far the machine moved since the
-#                 16-core run; reusing the first part's 16-core run: copy its folder from that call's
+#   sizing-masks [CORES]  the same table against runs inside CPU masks, one mask a call (default 4; then 8, then
+#                 12): end-to-end only, at all cores and all but one, after an unmasked bracket run of the same
+#                 workloads that reads how far the machine moved since the 16-core run; a bracket and its mask took
+#                 about 6 minutes on the 1xH100 box (2026-12-05: 4 and 8 in one call ran past 545 s), so two no
+#                 longer fit a call; reusing the first part's 16-core run: copy its folder from that call's
 #                 OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and carry .plan
 # Run from the repository root after the device README's install line; each part writes a log and its run
 # folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
@@ -47,7 +48,7 @@ case "$part" in
     else
       full=$(ls -d .plan/sizing-all-* 2>/dev/null | head -1)
       [ -n "$full" ] || { echo "no .plan/sizing-all-* folder: run part sizing first and carry its run" >&2; exit 2; }
-      timeout -k 10 545 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores "${3:-4,8}" \
+      timeout -k 10 545 $py -m pipeprof validate --sizing --config configs/h200-sizing.yaml --cores "${3:-4}" \
         --end-to-end-only --full-run "$full" "${presets[@]}" --out-dir "$runs" > "$out/sizing.log" 2>&1
       echo "validate rc=$?"; tail -60 "$out/sizing.log"
     fi
