@@ -320,9 +320,9 @@ def split(predicted: dict, main_s: float, got: Optional[pd.Series]) -> dict:
     there; the masked run measured the cores its workers got (their CPU) and its rate. So predicted / measured =
     (cores the model gave / cores the workers got) x (CPU per sample in the mask / the model's): the first is the
     model's own accounting of cores, the second each sample costing more or less CPU than the curve said (a
-    machine that moved, or work that costs more on fewer cores). On shared cores the second moved 20-35% in a
-    minute (docs/measured.md, the sizing check on the 1×H100 box): it says which factor an error comes from, and
-    corrects nothing. NaN where the prediction binds on the GPU or hand-off, or the mask's CPU was not read."""
+    machine that moved, or work that costs more on fewer cores; on shared cores it moves more than the target
+    within minutes: docs/measured.md, the 1×H100 box): it says which factor an error comes from, and corrects
+    nothing. NaN where the prediction binds on the GPU or hand-off, or the mask's CPU was not read."""
     nan = float("nan")
     out = {k: nan for k in ("worker_cores_model", "worker_cores_got", "cpu_ms_model", "cpu_ms_got")}
     rate = predicted["samples_per_s"]

@@ -444,8 +444,8 @@ def with_step(row: dict, step_rate: float, step_ends: tuple = (None, None)) -> d
     steps = [step_rate] + [s for s in step_ends if s]
     # the baseline's own interval: where both sides bind on the loader the ratio is the paired gain whatever the
     # baseline, but where the variant binds on the step and the baseline on the loader the ratio is step over
-    # baseline, whose spread the paired windows no longer cancel (a GPU pipeline read +62.0% (+61.9 … +62.1) with
-    # the baseline's spread left out; by hand it ran +72%)
+    # baseline, whose spread the paired windows no longer cancel (docs/watch.md: an interval without it missed
+    # what the script then ran)
     bases = [base] + [b for b in (row.get("baseline_ci95_low"), row.get("baseline_ci95_high")) if b]
     corners = [(s, b) for s in steps for b in bases]
 
