@@ -534,6 +534,8 @@ def _validate_sizing(args, console) -> int:
 
     from .checks import sizing
     from .env import usable_cores
+    from .report.workstation import render_pairs
+    from .results import load_run
 
     raw: dict = dict(sizing.KNOWN)
     if args.config:
@@ -564,6 +566,9 @@ def _validate_sizing(args, console) -> int:
     )
     _print_sizing(console, df)
     _print_size_check(console, size)
+    pairs = render_pairs(sizing.pairs(load_run(df.iloc[0]["run"])))
+    if pairs:
+        console.print(pairs, markup=False, highlight=False)
     s = sizing.summary(df)
     spread = "not measured" if s["cores_per_gpu_spread_frac"] is None else f"{s['cores_per_gpu_spread_frac']:.0%}"
     worst = "–" if s["max_rate_error_frac"] is None else f"{s['max_rate_error_frac']:.1%}"
@@ -911,7 +916,8 @@ def cmd_size(args) -> int:
     import yaml
 
     from pipeprof.analysis import workstation as ws
-    from pipeprof.report.workstation import render_size
+    from pipeprof.checks import sizing
+    from pipeprof.report.workstation import render_pairs, render_size
 
     from .results import load_run
 
@@ -934,6 +940,9 @@ def cmd_size(args) -> int:
         raise ValueError(f"no workload to size in {', '.join(args.run_dirs)}: {why}")
     rows = ws.table(workloads, candidates)
     print(render_size(rows, ws.cheapest(rows, target), target), end="")
+    for r in runs:  # where a run measured masked pairs (trials: cores_pair), the model against them
+        pairs = render_pairs(sizing.pairs(r))
+        print(f"\n{r.path.name}: {pairs}" if pairs else "", end="")
     return 0
 
 

@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from .actions import TRIED
-from .schema import DEFAULT_GPU_DECODER, GPU_DECODERS, TRIAL_KINDS
+from .schema import DEFAULT_GPU_DECODER, DEFAULT_TRIALS, GPU_DECODERS, TRIAL_KINDS
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 TrialKindName = Literal[TRIAL_KINDS]  # the values of schema.TrialKind
@@ -480,7 +480,7 @@ class RunConfig(_Strict):
     name: str = "run"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     out_dir: str = "out"
-    trials: list[TrialKindName] = list(TRIAL_KINDS)
+    trials: list[TrialKindName] = list(DEFAULT_TRIALS)
     monitor_hz: float = Field(10.0, gt=0, le=100)
     stage_timing: bool = True  # per-transform timing inside workers
     # also measure pipeprof's own cost: the monitor's sampling and the stage clocks, each by
@@ -498,6 +498,16 @@ class RunConfig(_Strict):
     model: ModelConfig = ModelConfig()
     distributed: DistributedConfig = DistributedConfig()
     measure: MeasureConfig = MeasureConfig()
+
+    @model_validator(mode="after")
+    def _pairs_at_named_counts(self):
+        # the adaptive search plans the kinds it searches with; the masked pairs are made at named counts
+        if "cores_pair" in self.trials and self.loader.num_workers is None:
+            raise ValueError(
+                "trials: cores_pair masks the job to as many CPUs as workers at each count loader.num_workers "
+                "names: give that list (e.g. [4, 8, 12, 16])"
+            )
+        return self
 
 
 def _format_errors(exc: ValidationError, origin: str) -> str:

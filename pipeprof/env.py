@@ -201,6 +201,33 @@ def cpu_groups() -> list[list[int]]:
     return groups
 
 
+def mask_for(cores: int, groups: list[list[int]]) -> list[int]:
+    """``cores`` CPUs, one per physical core first and SMT siblings only past the physical count.
+
+    The scheduler of an unmasked job also gives w workers w separate physical cores while w is at most the
+    physical count, so a job masked to w CPUs matches the curve's point at its worker count, and siblings enter
+    both the same way.
+    """
+    order = [g[k] for k in range(max(map(len, groups), default=0)) for g in groups if k < len(g)]
+    return order[:cores]
+
+
+def confine(pids: list[int], cpus) -> None:
+    """Every thread of each process in ``pids`` onto ``cpus``. ``sched_setaffinity`` sets one thread's mask
+    (a thread made before the call keeps its own), so each process's threads are set one by one from /proc;
+    threads made later inherit their creator's. A process or thread that ended meanwhile is passed over."""
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+
+
 def cpu_model() -> str | None:
     for line in (_read_text("/proc/cpuinfo") or "").splitlines():
         if line.lower().startswith("model name"):

@@ -80,6 +80,7 @@ class TrialKind(str, Enum):
     MONITOR_OVERHEAD = "monitor_overhead"
     HANDOFF = "handoff"
     GPU_SHARED = "gpu_shared"
+    CORES_PAIR = "cores_pair"
 
     def __str__(self) -> str:
         return self.value
@@ -89,6 +90,9 @@ class TrialKind(str, Enum):
 
 
 TRIAL_KINDS: tuple[str, ...] = tuple(k.value for k in TrialKind)
+#: the kinds a run plans where its config names no ``trials``: all but the sizing check's masked pairs, which take
+#: the machine's CPUs from the job in turns (``trials.kinds.cores_pair``) and answer only the sizing question
+DEFAULT_TRIALS: tuple[str, ...] = tuple(k for k in TRIAL_KINDS if k != TrialKind.CORES_PAIR.value)
 
 #: What each figure's clock saw, written into run.json (the kinds' own entries come from the registry).
 TIMED_REGIONS = {

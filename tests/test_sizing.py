@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ import yaml
 import pipeprof
 from conftest import measured_once
 from pipeprof.checks import sizing
-from pipeprof.env import cpu_groups, parse_cpu_list
+from pipeprof.env import confine, cpu_groups, parse_cpu_list
 from pipeprof.results import load_run
 
 
@@ -162,3 +163,85 @@ def test_a_size_rows_error_splits_into_the_models_cores_and_each_samples_cpu():
         {"samples_per_s": 1000.0, "cores": 4, "binding": "cpu"}, 0.5e-3, got.drop("workers_cpu_pct_mean")
     )
     assert math.isnan(blind["cores_error_frac"])
+
+
+# the masked pair's workload: one 10 ms worker and a 40 ms CPU step at batch 8
+PAIR = sizing.KNOWN | {
+    "trials": ["gpu_ceiling", "cpu_pipeline", "end_to_end", "cores_pair"],
+    "model": {"name": ["pipeprof.checks.calibrate:burn_step_model_40ms"], "threads": 1},
+    "loader": {"batch_size": [8], "num_workers": [0, 1, 2]},
+    "actions": "predict",
+}
+
+
+@pytest.mark.alone  # the pair takes the machine's CPUs from the job in turns: every CPU is what it measures
+@pytest.mark.slow
+@pytest.mark.skipif(len(cpu_groups()) < 2, reason="a mask of fewer CPUs than the job's needs two")
+def test_a_masked_pair_measures_the_models_ratio_in_the_same_minutes(tmp_path):
+    """On two CPUs the worker and the step each have one (100 samples/s, the worker binds); masked to one they
+    share it: 8 / (80 + 40 ms) = 66.7/s, a ratio of 2/3. The model gives it from the training process's
+    measured CPU a sample (r = 100 x (1 - 0.005 r)), without the masked windows."""
+    from pipeprof.analysis import ok
+    from pipeprof.report.workstation import render_pairs
+
+    config = tmp_path / "pair.yaml"
+    config.write_text(yaml.safe_dump(PAIR))
+    quick = [*QUICK, "measure.windows=6", "measure.max_windows=8"]  # 3-4 pairs: an interval to read
+    run = pipeprof.run(config, [f"out_dir={tmp_path}", "name=pair", *quick], log=lambda *a: None)
+    pair = ok(run.trials, "cores_pair")
+    assert list(pair["num_workers"]) == [1]  # none at 0 workers, nor at the job's every CPU (2 of 2)
+    row = pair.iloc[0]
+    assert row["mask_cpus"] == str(sizing.mask_for(1, cpu_groups())[0]) == row["mask_cpus_seen"]
+    assert row["samples_per_s"] == pytest.approx(100, rel=0.2)
+    assert row["masked_samples_per_s"] == pytest.approx(200 / 3, rel=0.2)
+    (check,) = sizing.pairs(load_run(run.path)).to_dict("records")
+    assert check["model_ratio"] == pytest.approx(2 / 3, rel=0.1)
+    assert check["measured_ratio"] == pytest.approx(2 / 3, rel=0.15)
+    assert abs(check["error_frac"]) <= 0.15 and check["error_low"] <= check["error_frac"] <= check["error_high"]
+    assert f"| 1 | {row['mask_cpus']} |" in render_pairs(sizing.pairs(load_run(run.path)))
+    assert sorted(os.sched_getaffinity(0)) == sorted(c for g in cpu_groups() for c in g)  # the job given back
+
+
+def test_confine_sets_every_thread_of_a_process(tmp_path):
+    """A child with a second thread made before the call: both threads move to the mask (sched_setaffinity on
+    the process's id alone would move its main thread only), and back."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); "
+            "print('ready', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        tids = os.listdir(f"/proc/{child.pid}/task")
+        assert len(tids) == 2
+        allowed = sorted(os.sched_getaffinity(0))
+        confine([child.pid], allowed[:1])
+        assert {tuple(sorted(os.sched_getaffinity(int(t)))) for t in tids} == {tuple(allowed[:1])}
+        confine([child.pid, 10**7], allowed)  # a process that is gone is passed over
+        assert {tuple(sorted(os.sched_getaffinity(int(t)))) for t in tids} == {tuple(allowed)}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_masked_pairs_are_planned_only_where_named_and_below_the_jobs_cpus():
+    from pipeprof import config as C
+    from pipeprof.env import usable_cores
+    from pipeprof.orchestrate.sweep import expand
+
+    raw = {"trials": ["end_to_end", "cores_pair"], "loader": {"num_workers": [0, 1, 2, 3]}}
+    specs = expand(C.resolve(C.build(raw), cuda=False, bf16_ok=False, usable_cores=4))
+    usable = int(usable_cores()["usable"])  # the planner reads the CPUs this process may use
+    assert sorted(s.num_workers for s in specs if s.kind == "cores_pair") == [w for w in (1, 2, 3) if w < usable]
+    assert sorted(s.num_workers for s in specs if s.kind == "end_to_end") == [0, 1, 2, 3]
+    assert "cores_pair" not in C.build({}).trials  # a default run plans none
+    with pytest.raises(C.ConfigError, match="cores_pair .* loader.num_workers"):
+        C.build({"trials": ["cores_pair"]})  # the adaptive search plans no counts of its own to pair

@@ -115,6 +115,13 @@ def fixed_step_model_5ms() -> FixedStepModel:
     return FixedStepModel(0.005)
 
 
+def burn_step_model_40ms() -> BurnStepModel:
+    """A 40 ms CPU step for configs: the training process's own core, whose share of a masked machine the
+    sizing model charges (``trials.kinds.cores_pair``: at batch 8 and one 10 ms worker, 100 samples/s on two
+    CPUs, 8 / (80 + 40 ms) = 66.7 on one)."""
+    return BurnStepModel(0.040)
+
+
 def burn_dataset_10ms() -> BurnDataset:
     """2,048 samples of 10 ms CPU each, for configs (``data: {kind: factory, factory:
     "pipeprof.checks.calibrate:burn_dataset_10ms"}``): a pipeline whose CPU curve is known, 100 samples/s

@@ -73,13 +73,17 @@ def step_threads(
     Threads that find their core taken spin and wait for each other: a step with more threads
     than free cores can run many times slower than with one (docs/measured.md, "The step"). So
     an end-to-end trial gives the step the cores the workers leave, ``max(1, usable - workers)``,
-    and the step ceiling, which runs alone, all of them. On a GPU the host threads only launch
-    kernels: torch's default stays.
+    and the step ceiling, which runs alone, all of them. A masked pair (``cores_pair``) runs both its sides at
+    the count its mask leaves, one (as many CPUs as workers): with torch's default, two threads on one masked
+    CPU spun against its worker and the masked side read well under a run inside the same mask. On a GPU the
+    host threads only launch kernels: torch's default stays.
     """
-    if device_type != "cpu" or kind not in ("end_to_end", "gpu_ceiling"):
+    if device_type != "cpu" or kind not in ("end_to_end", "gpu_ceiling", "cores_pair"):
         return None
     if override is not None:
         return override
+    if kind == "cores_pair":
+        return 1
     return usable_cores if kind == "gpu_ceiling" else max(1, usable_cores - (workers or 0))
 
 

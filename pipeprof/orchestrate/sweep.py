@@ -128,6 +128,7 @@ def expand(
     presets = [None] if user_dataset else cfg.augment.preset
     storage = [(None, None)] if user_dataset else storage_points(cfg)
     devices = augment_devices(cfg, user_dataset)
+    usable = usable_cores()["usable"]  # a masked pair at w workers needs fewer than all of the job's CPUs
     for model, precision, mode, preset, bs in product(
         cfg.model.name, cfg.model.precision, cfg.model.mode, presets, cfg.loader.batch_size
     ):
@@ -163,7 +164,7 @@ def expand(
                     **(step if kind.step else {}),
                 )
                 for k, kind in kinds.items()
-                if kind.loader and not kind.once
+                if kind.loader and not kind.once and (not kind.masked or 1 <= w < usable)
             ]
         specs += _once_per_pipeline(cfg, kinds, devices, lambda dev: pipe_at(*storage[0], dev), step, dtype)
         if TrialKind.CPU_PIPELINE in kinds and cfg.stage_timing and cfg.overhead_checks and not user_dataset:

@@ -56,3 +56,30 @@ def render_size(rows: pd.DataFrame, best: dict, target: float) -> str:
     out += [""] + sentence(rows, best, target)
     out.append(f"cheapest reaching {target:.0%} of the ceiling for all workloads: {best['all workloads'] or 'none'}")
     return "\n".join(out) + "\n"
+
+
+def render_pairs(rows: pd.DataFrame) -> str:
+    """The size table's model against a run's own masked pairs (``checks.sizing.pairs``), a row each; empty
+    where the run measured none."""
+    if rows.empty:
+        return ""
+    out = [
+        "the model against the run's masked pairs (windows alternated between all CPUs and the mask):",
+        "",
+        "| workload | cores | CPUs | all CPUs/s | masked/s | predicted/s | ratio: model / measured | error |",
+        "|" + "---|" * 8,
+    ]
+    for _, r in rows.iterrows():
+        span = "" if r["error_low"] != r["error_low"] else f" ({r['error_low']:+.1%} … {r['error_high']:+.1%})"
+        out.append(
+            f"| {r['workload']} | {r['cores']} | {r['cpus']} | {r['all_cpus_samples_per_s']:,.1f} | "
+            f"{r['masked_samples_per_s']:,.1f} | {r['predicted_samples_per_s']:,.1f} | {r['model_ratio']:.3f} / "
+            f"{r['measured_ratio']:.3f} | {r['error_frac']:+.1%}{span} |"
+        )
+    out += [
+        "",
+        "predicted: the all-CPU windows' rate times the model's ratio of that many cores to that many workers on "
+        "all of them, the masked rate the model gives for the same minutes; error: against the masked windows' "
+        "rate, the machine's moves between runs paired out",
+    ]
+    return "\n".join(out) + "\n"

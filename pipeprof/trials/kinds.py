@@ -16,6 +16,7 @@ plans it from the entry and run.json's ``timed_regions`` lists it.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -34,8 +35,9 @@ from pipeprof.data.dataset import (
     collate_pipeline,
 )
 from pipeprof.data.encoded import EncodedDataset, collate_encoded
+from pipeprof.env import confine, cpu_groups, mask_for
 from pipeprof.measure.confounders import step_threads, torch_threads
-from pipeprof.measure.loader import prefetch_depth
+from pipeprof.measure.loader import prefetch_depth, worker_pids
 from pipeprof.measure.windows import alternating, rotating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
 
@@ -245,6 +247,60 @@ def handoff(ctx: TrialContext, spec: TrialSpec) -> dict:
     )
 
 
+def cores_pair(ctx: TrialContext, spec: TrialSpec) -> dict:
+    """The end-to-end loop at ``spec``'s workers, its windows alternating between all of the job's CPUs and a
+    mask of as many CPUs as workers (``env.mask_for``: one a physical core first). At each switch the training
+    process (every thread) and its workers are confined together (``env.confine``), so the masked side is the
+    job on a machine of that many cores, measured in the same minutes as the unmasked side: the sizing check
+    reads its prediction for that many cores against their paired ratio, which the machine's moves between
+    separate runs do not enter (``checks.sizing.pairs``)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    w = spec.num_workers or 0
+    if not 1 <= w < len(allowed):
+        raise ValueError(f"cores_pair at {w} workers: a mask of {w} CPUs must be fewer than this job's {len(allowed)}")
+    mask = mask_for(w, cpu_groups())
+    dataset = pipeline_dataset(ctx, spec)
+    step = make_step(ctx, spec)
+    fed = feed(ctx, spec)
+    it = open_loader(ctx, spec, dataset, collate_for(dataset))
+    pids = [os.getpid(), *worker_pids(it)]
+    seen: list = []
+
+    def set_mode(masked: bool) -> None:
+        confine(pids, mask if masked else allowed)
+        if masked and not seen:  # read back once from the last worker: the mask the windows ran under
+            seen.extend(sorted(os.sched_getaffinity(pids[-1])))
+
+    def one() -> int:
+        batch, _ = fed.take(it, True)
+        step.run(batch["image"], batch["label"])
+        return len(batch["label"])
+
+    def on_phase(p: str) -> None:
+        ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
+
+    try:
+        paired = alternating(
+            one,
+            set_mode,
+            ctx.measure,
+            on_phase=on_phase,
+            drain_batches=prefetch_depth(w, ctx.prefetch_factor) + w,
+            batch_multiple=w,
+            sync=step.clock.sync,
+        )
+        how = loader_columns(ctx, it)
+    finally:
+        confine(pids, allowed)
+        fed.close()
+        close_loader(ctx, it)
+    return (
+        _paired_columns(paired, ctx.measure.max_trial_s, ("masked", "mask_cost", "masked/all-CPU"))
+        | how
+        | {"mask_cpus": ",".join(map(str, mask)), "mask_cpus_seen": ",".join(map(str, seen)), "pairs": len(paired.a)}
+    )
+
+
 def clock_overhead(ctx: TrialContext, spec: TrialSpec) -> dict:
     """What the stage clocks cost: one loader, clocks switched on and off between windows."""
     switch = TimingSwitch(True)
@@ -448,6 +504,7 @@ class Kind:
     check: bool = False  # an overhead check: planned only with ``overhead_checks``
     own_samples: bool = False  # needs the samples of a Dataset (not a user's own DataLoader)
     gpu_pipeline: bool = False  # planned once per GPU-pipeline setting (augment.device cuda), with the step
+    masked: bool = False  # masks the job to as many CPUs as workers: planned only at counts below the usable CPUs
 
 
 KINDS: dict[TrialKind, Kind] = {
@@ -517,6 +574,20 @@ KINDS: dict[TrialKind, Kind] = {
         pipeline=True,
         once=True,
         own_samples=True,
+    ),
+    TrialKind.CORES_PAIR: Kind(
+        cores_pair,
+        "end_to_end at the trial's workers (next(loader) + copy + step; windows closed by device sync), its "
+        "windows alternating (ABBA) between all of the job's CPUs (B) and a mask of as many CPUs as workers "
+        "(A: mask_cpus, one a physical core first), the training process's threads and its workers confined "
+        "together at each switch (sched_setaffinity), the batches in flight after a switch run untimed; "
+        "samples_per_s is the all-CPU windows' median, masked_samples_per_s the masked ones'; mask_cost = "
+        "1 - masked / all-CPU rate per pair, mean and 95% CI; planned only where trials names it, at counts "
+        "below the job's CPUs",
+        step=True,
+        loader=True,
+        pipeline=True,
+        masked=True,
     ),
     TrialKind.END_TO_END: Kind(
         end_to_end,

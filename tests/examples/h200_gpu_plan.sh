@@ -13,6 +13,10 @@
 #                 about 6 minutes on the 1xH100 box (2026-12-05: 4 and 8 in one call ran past 545 s), so two no
 #                 longer fit a call; reusing the first part's 16-core run: copy its folder from that call's
 #                 OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and carry .plan
+#   sizing-pairs [PRESET]  the 16-core run of one preset (default standard) at 4, 8, 12 and 16 workers with masked
+#                 pairs at 4, 8 and 12 (trials cores_pair: each end to end, its windows alternated between all 16
+#                 CPUs and a mask of as many CPUs as workers), then `size` on it: the model against the pairs, the
+#                 machine's moves between runs paired out; no action trials (about 5-6 minutes)
 # Run from the repository root after the device README's install line; each part writes a log and its run
 # folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
 set -uo pipefail
@@ -53,8 +57,15 @@ case "$part" in
       echo "validate rc=$?"; tail -60 "$out/sizing.log"
     fi
     ;;
+  sizing-pairs)
+    timeout -k 10 540 $py -m pipeprof run configs/h200-sizing.yaml --set "augment.preset=[${3:-standard}]" \
+      --set "loader.num_workers=[4,8,12,16]" --set "trials=[gpu_ceiling,cpu_pipeline,end_to_end,handoff,cores_pair]" \
+      --set actions=predict --set name=sizing-pairs --set "out_dir=$runs" > "$out/sizing.log" 2>&1
+    echo "run rc=$?"; tail -30 "$out/sizing.log"
+    $py -m pipeprof size "$runs"/sizing-pairs-* --cores 4,8,12,16 >> "$out/sizing.log" 2>&1; tail -24 "$out/sizing.log"
+    ;;
   *)
-    echo "unknown part $part: gpu-pipeline, watch-tune, sizing, sizing-masks" >&2; exit 2
+    echo "unknown part $part: gpu-pipeline, watch-tune, sizing, sizing-masks, sizing-pairs" >&2; exit 2
     ;;
 esac
 find "$runs" -name run.json | while read -r f; do  # each run folder's record, wherever the command nested it
