@@ -347,13 +347,13 @@ def pairs(run: Run) -> pd.DataFrame:
     rows = []
     for _, r in t.iterrows():
         w, n = loads.get(ws.label(r)), int(r["num_workers"])
-        if w is None or r.get("mask_cost_frac") is None:
+        if w is None or not pd.notna(r.get("mask_cost_frac")):
             continue
         model = ws.predict(w, ws.Candidate(f"{n} cores", n))["samples_per_s"] / min(
             w.step[0], rate_at_workers(n, w.ws, w.rates, w.cores, w.cap).value
         )
         ratio = 1 - float(r["mask_cost_frac"])
-        ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if r.get(k) == r.get(k)]
+        ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if pd.notna(r.get(k))]
         rows.append(
             {
                 "workload": w.label,
