@@ -532,6 +532,7 @@ def cmd_validate(args) -> int:
 def _validate_sizing(args, console) -> int:
     from pipeprof import config as cfgmod
 
+    from .analysis import workstation as ws
     from .checks import sizing
     from .env import usable_cores
     from .report.workstation import render_pairs
@@ -566,7 +567,7 @@ def _validate_sizing(args, console) -> int:
     )
     _print_sizing(console, df)
     _print_size_check(console, size)
-    pairs = render_pairs(sizing.pairs(load_run(df.iloc[0]["run"])))
+    pairs = render_pairs(ws.masked_pairs(load_run(df.iloc[0]["run"])))
     if pairs:
         console.print(pairs, markup=False, highlight=False)
     s = sizing.summary(df)
@@ -916,7 +917,6 @@ def cmd_size(args) -> int:
     import yaml
 
     from pipeprof.analysis import workstation as ws
-    from pipeprof.checks import sizing
     from pipeprof.report.workstation import render_pairs, render_size
 
     from .results import load_run
@@ -941,7 +941,7 @@ def cmd_size(args) -> int:
     rows = ws.table(workloads, candidates)
     print(render_size(rows, ws.cheapest(rows, target), target), end="")
     for r in runs:  # where a run measured masked pairs (trials: cores_pair), the model against them
-        pairs = render_pairs(sizing.pairs(r))
+        pairs = render_pairs(ws.masked_pairs(r))
         print(f"\n{r.path.name}: {pairs}" if pairs else "", end="")
     return 0
 

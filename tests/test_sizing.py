@@ -182,6 +182,7 @@ def test_a_masked_pair_measures_the_models_ratio_in_the_same_minutes(tmp_path):
     share it: 8 / (80 + 40 ms) = 66.7/s, a ratio of 2/3. The model gives it from the training process's
     measured CPU a sample (r = 100 x (1 - 0.005 r)), without the masked windows."""
     from pipeprof.analysis import ok
+    from pipeprof.analysis.workstation import masked_pairs
     from pipeprof.report.workstation import render_pairs
 
     config = tmp_path / "pair.yaml"
@@ -194,11 +195,11 @@ def test_a_masked_pair_measures_the_models_ratio_in_the_same_minutes(tmp_path):
     assert row["mask_cpus"] == str(sizing.mask_for(1, cpu_groups())[0]) == row["mask_cpus_seen"]
     assert row["samples_per_s"] == pytest.approx(100, rel=0.2)
     assert row["masked_samples_per_s"] == pytest.approx(200 / 3, rel=0.2)
-    (check,) = sizing.pairs(load_run(run.path)).to_dict("records")
+    (check,) = masked_pairs(load_run(run.path)).to_dict("records")
     assert check["model_ratio"] == pytest.approx(2 / 3, rel=0.1)
     assert check["measured_ratio"] == pytest.approx(2 / 3, rel=0.15)
     assert abs(check["error_frac"]) <= 0.15 and check["error_low"] <= check["error_frac"] <= check["error_high"]
-    assert f"| 1 | {row['mask_cpus']} |" in render_pairs(sizing.pairs(load_run(run.path)))
+    assert f"| 1 | {row['mask_cpus']} |" in render_pairs(masked_pairs(load_run(run.path)))
     assert sorted(os.sched_getaffinity(0)) == sorted(c for g in cpu_groups() for c in g)  # the job given back
 
 
@@ -245,3 +246,27 @@ def test_masked_pairs_are_planned_only_where_named_and_below_the_jobs_cpus():
     assert "cores_pair" not in C.build({}).trials  # a default run plans none
     with pytest.raises(C.ConfigError, match="cores_pair .* loader.num_workers"):
         C.build({"trials": ["cores_pair"]})  # the adaptive search plans no counts of its own to pair
+
+
+def test_the_pairs_table_reads_each_pairs_figures():
+    from pipeprof.report.html import _pairs
+    from pipeprof.report.workstation import render_pairs
+
+    row = {
+        "workload": "resnet50 bf16 standard bs256",
+        "cores": 4,
+        "cpus": "0,1,2,3",
+        "all_cpus_samples_per_s": 1200.0,
+        "masked_samples_per_s": 1000.0,
+        "measured_ratio": 1000 / 1200,
+        "model_ratio": 0.85,
+        "predicted_samples_per_s": 1020.0,
+        "error_frac": 0.02,
+        "error_low": -0.01,
+        "error_high": 0.05,
+        "pairs": 3,
+    }
+    html, text = _pairs(pd.DataFrame([row])), render_pairs(pd.DataFrame([row]))
+    assert "table-pairs" in html and "+2.0% (-1.0% … +5.0%)" in html and ">1,020<" in html
+    assert "| resnet50 bf16 standard bs256 | 4 | 0,1,2,3 | 1,200.0 | 1,000.0 | 1,020.0 | 0.850 / 0.833 |" in text
+    assert _pairs(pd.DataFrame()) == "" and render_pairs(pd.DataFrame()) == ""

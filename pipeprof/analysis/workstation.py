@@ -25,7 +25,7 @@ import pandas as pd
 
 from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, OVERLAP_TAGS, overlap_mode
 
-from .advice import rate_for_cores
+from .advice import rate_at_workers, rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok, worker_cores
 from .scaling import job_rates
 
@@ -261,3 +261,43 @@ def cheapest(rows: pd.DataFrame, target: float) -> dict:
     fits = rows.drop_duplicates("machine").set_index("machine").loc[every[every >= target].index]
     out["all workloads"] = fits.sort_values(key).index[0] if len(fits) else None
     return out
+
+
+def masked_pairs(run) -> pd.DataFrame:
+    """The run's own masked pairs (``trials.kinds.cores_pair``) against the size table's model, one row per pair.
+    The model's rate on w cores (:func:`predict`, one GPU) over its rate at w workers on all the
+    run's cores (the curve at w, under the step and the hand-off) is the ratio it predicts; the pair measured
+    that ratio in alternating windows (1 - mask_cost, with its 95% interval). ``predicted_samples_per_s``, the
+    all-CPU windows' rate times the model's ratio, is the masked rate the model gives for those very minutes, so
+    ``error_frac`` against the masked windows' rate is the model's own: the machine's moves between separate
+    runs, which the masked runs' errors carry, are paired out."""
+    t = ok(run.trials, "cores_pair")
+    loads = {w.label: w for w in workloads(run, skipped=True)} if len(t) else {}
+    rows = []
+    for _, r in t.iterrows():
+        w, n = loads.get(label(r)), int(r["num_workers"])
+        if w is None or not pd.notna(r.get("mask_cost_frac")):
+            continue
+        model = predict(w, Candidate(f"{n} cores", n))["samples_per_s"] / min(
+            w.step[0], rate_at_workers(n, w.ws, w.rates, w.cores, w.cap).value
+        )
+        ratio = 1 - float(r["mask_cost_frac"])
+        ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if pd.notna(r.get(k))]
+        rows.append(
+            {
+                "workload": w.label,
+                "cores": n,
+                "cpus": r.get("mask_cpus"),
+                "all_cpus_samples_per_s": float(r["samples_per_s"]),
+                "masked_samples_per_s": float(r["masked_samples_per_s"]),
+                "measured_ratio": ratio,
+                "model_ratio": model,
+                "predicted_samples_per_s": float(r["samples_per_s"]) * model,
+                "error_frac": model / ratio - 1,
+                # the error's interval from the pairs' (the ratio's low end gives the error's high end)
+                "error_low": model / max(ends) - 1 if len(ends) == 2 else float("nan"),
+                "error_high": model / min(ends) - 1 if len(ends) == 2 and min(ends) > 0 else float("nan"),
+                "pairs": r.get("pairs"),
+            }
+        )
+    return pd.DataFrame(rows)

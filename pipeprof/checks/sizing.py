@@ -34,7 +34,6 @@ import yaml
 
 from pipeprof.analysis import cores_needed, curves, handoff_limit, main_cpu_s_per_sample, ok, what_if
 from pipeprof.analysis import workstation as ws
-from pipeprof.analysis.advice import rate_at_workers
 from pipeprof.analysis.bounds import cores_curve
 from pipeprof.answer import CoresNeeded
 from pipeprof.env import mask_for
@@ -332,46 +331,6 @@ def split(predicted: dict, main_s: float, got: Optional[pd.Series]) -> dict:
         "cores_error_frac": model / mine - 1,
         "cost_move_frac": out["cpu_ms_got"] / out["cpu_ms_model"] - 1,
     }
-
-
-def pairs(run: Run) -> pd.DataFrame:
-    """The run's own masked pairs (``trials.kinds.cores_pair``) against the size table's model, one row per pair.
-    The model's rate on w cores (``analysis.workstation.predict``, one GPU) over its rate at w workers on all the
-    run's cores (the curve at w, under the step and the hand-off) is the ratio it predicts; the pair measured
-    that ratio in alternating windows (1 - mask_cost, with its 95% interval). ``predicted_samples_per_s``, the
-    all-CPU windows' rate times the model's ratio, is the masked rate the model gives for those very minutes, so
-    ``error_frac`` against the masked windows' rate is the model's own: the machine's moves between separate
-    runs, which the masked runs' errors carry, are paired out."""
-    t = ok(run.trials, "cores_pair")
-    loads = {w.label: w for w in ws.workloads(run, skipped=True)} if len(t) else {}
-    rows = []
-    for _, r in t.iterrows():
-        w, n = loads.get(ws.label(r)), int(r["num_workers"])
-        if w is None or not pd.notna(r.get("mask_cost_frac")):
-            continue
-        model = ws.predict(w, ws.Candidate(f"{n} cores", n))["samples_per_s"] / min(
-            w.step[0], rate_at_workers(n, w.ws, w.rates, w.cores, w.cap).value
-        )
-        ratio = 1 - float(r["mask_cost_frac"])
-        ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if pd.notna(r.get(k))]
-        rows.append(
-            {
-                "workload": w.label,
-                "cores": n,
-                "cpus": r.get("mask_cpus"),
-                "all_cpus_samples_per_s": float(r["samples_per_s"]),
-                "masked_samples_per_s": float(r["masked_samples_per_s"]),
-                "measured_ratio": ratio,
-                "model_ratio": model,
-                "predicted_samples_per_s": float(r["samples_per_s"]) * model,
-                "error_frac": model / ratio - 1,
-                # the error's interval from the pairs' (the ratio's low end gives the error's high end)
-                "error_low": model / max(ends) - 1 if len(ends) == 2 else float("nan"),
-                "error_high": model / min(ends) - 1 if len(ends) == 2 and min(ends) > 0 else float("nan"),
-                "pairs": r.get("pairs"),
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def split_summary(size: pd.DataFrame) -> Optional[dict]:

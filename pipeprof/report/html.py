@@ -230,10 +230,12 @@ def _figures(run, loads: list) -> str:
     )
 
 
-def _sizing(loads: list) -> str:
+def _sizing(loads: list, pairs) -> str:
     """``pipeprof size`` for this run alone (its ``analysis.workstation.workloads``: none where the analysis
     skipped the cores figures, a CPU step, the GPU pipeline): the candidate table at 1 GPU and the cores of
-    :data:`analysis.workstation.DEFAULT_CORES`, and the buyer's lines (nothing where it has no workload)."""
+    :data:`analysis.workstation.DEFAULT_CORES`, the buyer's lines, and the model against the run's own masked
+    pairs where it measured some (``pairs``: ``analysis.workstation.masked_pairs``); nothing where it has no
+    workload."""
     from pipeprof.analysis import workstation as ws
 
     from .workstation import at_least, sentence
@@ -265,7 +267,36 @@ def _sizing(loads: list) -> str:
         )
         + '<p class="small">From this run alone (<code>pipeprof size RUN_DIR... --machines FILE</code> reads several '
         f"runs and priced machines): the target is {target:.0%} of the step's ceiling; a figure past the cores "
-        "this run measured is extrapolated.</p>"
+        "this run measured is extrapolated.</p>" + _pairs(pairs)
+    )
+
+
+def _pairs(pairs) -> str:
+    if pairs.empty:
+        return ""
+    body = [
+        [
+            r["workload"],
+            str(r["cores"]),
+            f"{r['all_cpus_samples_per_s']:,.0f}",
+            f"{r['masked_samples_per_s']:,.0f}",
+            f"{r['predicted_samples_per_s']:,.0f}",
+            f"{r['error_frac']:+.1%}"
+            + ("" if r["error_low"] != r["error_low"] else f" ({r['error_low']:+.1%} … {r['error_high']:+.1%})"),
+        ]
+        for _, r in pairs.iterrows()
+    ]
+    return (
+        "<h3>The model against masked pairs in this run</h3>"
+        + table_html(
+            ["workload", "cores", "all CPUs/s", "masked/s", "predicted/s", "error (interval)"],
+            rows=body,
+            table_id="table-pairs",
+            text_cols=frozenset({"workload"}),
+        )
+        + '<p class="small">Each pair (<code>trials: cores_pair</code>) alternated its windows between all CPUs and a '
+        "mask of as many CPUs as workers; predicted: the all-CPU windows' rate times the model's ratio of those "
+        "cores to those workers on all CPUs, for the same minutes.</p>"
     )
 
 
@@ -310,7 +341,7 @@ def _details(run) -> str:
 
 def render_html(run) -> str:
     """The whole report of a stored run as one HTML page."""
-    from pipeprof.analysis.workstation import workloads
+    from pipeprof.analysis.workstation import masked_pairs, workloads
 
     notes = "".join(f"<li>{esc(line)}</li>" for line in recommendation_lines(run))
     loads = workloads(run)  # read once, for the sizing figure and its table
@@ -321,7 +352,7 @@ def render_html(run) -> str:
         _review(run),
         "<h2>Figures</h2>",
         _figures(run, loads),
-        _sizing(loads),
+        _sizing(loads, masked_pairs(run) if loads else None),
         _trial_tables(run),
         f'<h2>Notes</h2><ul class="notes">{notes}</ul>' if notes else "",
         _details(run),

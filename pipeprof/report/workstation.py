@@ -59,8 +59,8 @@ def render_size(rows: pd.DataFrame, best: dict, target: float) -> str:
 
 
 def render_pairs(rows: pd.DataFrame) -> str:
-    """The size table's model against a run's own masked pairs (``checks.sizing.pairs``), a row each; empty
-    where the run measured none."""
+    """The size table's model against a run's own masked pairs (``analysis.workstation.masked_pairs``), a row
+    each; empty where the run measured none."""
     if rows.empty:
         return ""
     out = [

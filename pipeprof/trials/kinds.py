@@ -253,7 +253,7 @@ def cores_pair(ctx: TrialContext, spec: TrialSpec) -> dict:
     process (every thread) and its workers are confined together (``env.confine``), so the masked side is the
     job on a machine of that many cores, measured in the same minutes as the unmasked side: the sizing check
     reads its prediction for that many cores against their paired ratio, which the machine's moves between
-    separate runs do not enter (``checks.sizing.pairs``)."""
+    separate runs do not enter (``analysis.workstation.masked_pairs``)."""
     allowed = sorted(os.sched_getaffinity(0))
     w = spec.num_workers or 0
     if not 1 <= w < len(allowed):
