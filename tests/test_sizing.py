@@ -108,10 +108,10 @@ def test_a_one_core_mask_measures_what_the_full_run_predicts(full_run, tmp_path)
     assert row["predicted_samples_per_s"] == pytest.approx(100, rel=0.2)
     assert row["move_frac"] == pytest.approx(one["move_frac"])  # one workload: the same bracket read
     # its error's two factors, read off the masked run: workers inside one CPU got at most that CPU, and the model
-    # gave them what the 5 ms step's training process leaves of it
+    # gave them what the 5 ms step's training process leaves of it; each sample cost its known 10 ms of CPU on
+    # both sides (the workers' measured CPU over the rate in the mask, the curve's in the model)
     assert 0.5 <= row["worker_cores_got"] <= 1.05 and 0.5 <= row["worker_cores_model"] <= 1.0
-    assert (1 + row["cores_error_frac"]) * (1 + row["cost_move_frac"]) == pytest.approx(1 + row["error_frac"])
-    assert sizing.split_summary(size) == {k: pytest.approx(row[k]) for k in ("cores_error_frac", "cost_move_frac")}
+    assert row["cpu_ms_got"] == pytest.approx(10, rel=0.2) and row["cpu_ms_model"] == pytest.approx(10, rel=0.2)
 
 
 def test_the_machines_move_between_the_runs_is_read_from_their_cpu_references():
@@ -156,7 +156,13 @@ def test_a_size_rows_error_splits_into_the_models_cores_and_each_samples_cpu():
     assert row["cpu_ms_model"] == pytest.approx(3.5) and row["cpu_ms_got"] == pytest.approx(4.5)
     assert row["cores_error_frac"] == pytest.approx(3.5 / 3.6 - 1)
     assert row["cost_move_frac"] == pytest.approx(4.5 / 3.5 - 1)
-    assert (1 + row["cores_error_frac"]) * (1 + row["cost_move_frac"]) == pytest.approx(1000 / 800)
+    # the summary names each factor at its largest magnitude over the rows, with its sign
+    other = {"cores_error_frac": 0.05, "cost_move_frac": -0.1}
+    assert sizing.split_summary(pd.DataFrame([row, other])) == {
+        "cores_error_frac": pytest.approx(0.05),
+        "cost_move_frac": pytest.approx(4.5 / 3.5 - 1),
+    }
+    assert sizing.split_summary(pd.DataFrame([{"cores_error_frac": float("nan"), "cost_move_frac": 0.1}])) is None
     # a row the GPU binds, or a mask whose workers' CPU was not read: no split
     assert math.isnan(sizing.split({"samples_per_s": 1000.0, "cores": 4, "binding": "gpu"}, 0.5e-3, got)["cpu_ms_got"])
     blind = sizing.split(
@@ -224,6 +230,8 @@ def test_confine_sets_every_thread_of_a_process(tmp_path):
         tids = os.listdir(f"/proc/{child.pid}/task")
         assert len(tids) == 2
         allowed = sorted(os.sched_getaffinity(0))
+        if len(allowed) < 2:
+            pytest.skip("one CPU allowed: a mask of one would change nothing")
         confine([child.pid], allowed[:1])
         assert {tuple(sorted(os.sched_getaffinity(int(t)))) for t in tids} == {tuple(allowed[:1])}
         confine([child.pid, 10**7], allowed)  # a process that is gone is passed over

@@ -98,8 +98,13 @@ def test_a_variant_bound_by_the_step_carries_the_loader_bound_baselines_spread()
     before, after = _side([900.0, 1000.0, 1100.0]), _side([950.0, 1000.0, 1050.0])
     row = tune.with_step(tune.bracketed(before, _side([7900.0, 8000.0, 8100.0]), after), 2000.0)
     assert row["predicted_e2e_gain_frac"] == pytest.approx(1.0)
-    assert row["predicted_e2e_gain_ci95_low"] == pytest.approx(2000 / row["baseline_ci95_high"] - 1)
-    assert row["predicted_e2e_gain_ci95_high"] == pytest.approx(2000 / row["baseline_ci95_low"] - 1)
+    pooled = [900.0, 1000.0, 1100.0, 950.0, 1000.0, 1050.0]  # the baseline's mean's interval, at 95% (one action)
+    half = 2.571 * statistics.stdev(pooled) / math.sqrt(6)
+    assert row["predicted_e2e_gain_ci95_low"] == pytest.approx(2000 / (1000 + half) - 1, rel=1e-3)
+    assert row["predicted_e2e_gain_ci95_high"] == pytest.approx(2000 / (1000 - half) - 1, rel=1e-3)
+    # three actions read in the pause: the baseline's interval at their simultaneous level is wider
+    three = tune.with_step(tune.bracketed(before, _side([7900.0, 8000.0, 8100.0]), after, comparisons=3), 2000.0)
+    assert three["predicted_e2e_gain_ci95_low"] < row["predicted_e2e_gain_ci95_low"]
     assert row["predicted_e2e_gain_ci95_low"] < 0.95 and row["predicted_e2e_gain_ci95_high"] > 1.05
     # both sides on the loader: the paired gain's interval whatever the baseline's spread
     paired = tune.with_step(tune.bracketed(before, _side([1400.0, 1500.0, 1600.0]), after), 1e6)

@@ -30,7 +30,7 @@ from pipeprof.config import MeasureConfig
 from pipeprof.measure.confounders import step_threads as sweep_step_threads
 from pipeprof.measure.windows import summarize_rates
 from pipeprof.orchestrate.search import Point, next_workers
-from pipeprof.stats import ratio_ci95, simultaneous
+from pipeprof.stats import mean_ci95, ratio_ci95, simultaneous
 
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
 ACTION_REGION = (
@@ -379,6 +379,7 @@ def bracketed(before: dict, side: dict, after: Optional[dict], comparisons: int 
     base = summarize_rates(pooled)
     level = simultaneous(comparisons)
     gain, lo, hi = ratio_ci95(mine, pooled, level=level)
+    base_lo, base_hi = mean_ci95(pooled, level)  # at the gains' level: an end-to-end interval reads both
     base_us = [b.get("device_us_per_sample") for b in bases if b.get("device_us_per_sample") is not None]
     drift = bases[-1]["samples_per_s"] / bases[0]["samples_per_s"] - 1 if len(bases) > 1 else None
     return {
@@ -388,6 +389,8 @@ def bracketed(before: dict, side: dict, after: Optional[dict], comparisons: int 
         "baseline_samples_per_s": base["samples_per_s"],
         "baseline_ci95_low": base["samples_per_s_ci95_low"],
         "baseline_ci95_high": base["samples_per_s_ci95_high"],
+        "baseline_ci_low": base_lo,
+        "baseline_ci_high": base_hi,
         "baseline_drift_frac": drift,
         "action_gain_frac": gain,
         "action_gain_ci95_low": lo,
@@ -442,11 +445,11 @@ def with_step(row: dict, step_rate: float, step_ends: tuple = (None, None)) -> d
         return in_passes(min(b * (1 + g), fed(step)), fed(step), mine) / was - 1
 
     steps = [step_rate] + [s for s in step_ends if s]
-    # the baseline's own interval: where both sides bind on the loader the ratio is the paired gain whatever the
+    # the baseline's own interval (at the gains' level): where both sides bind on the loader the ratio is the paired gain whatever the
     # baseline, but where the variant binds on the step and the baseline on the loader the ratio is step over
     # baseline, whose spread the paired windows no longer cancel (docs/watch.md: an interval without it missed
     # what the script then ran)
-    bases = [base] + [b for b in (row.get("baseline_ci95_low"), row.get("baseline_ci95_high")) if b]
+    bases = [base] + [b for b in (row.get("baseline_ci_low"), row.get("baseline_ci_high")) if b]
     corners = [(s, b) for s in steps for b in bases]
 
     return row | {

@@ -9,14 +9,15 @@
 #                 reads; no masked run (the three masks with their end-to-end trials take a call of their own)
 #   sizing-masks [CORES]  the same table against runs inside CPU masks, one mask a call (default 4; then 8, then
 #                 12): end-to-end only, at all cores and all but one, after an unmasked bracket run of the same
-#                 workloads that reads how far the machine moved since the 16-core run; a bracket and its mask took
-#                 about 6 minutes on the 1xH100 box (2026-12-05: 4 and 8 in one call ran past 545 s), so two no
-#                 longer fit a call; reusing the first part's 16-core run: copy its folder from that call's
+#                 workloads that reads how far the machine moved since the 16-core run; two masks with their
+#                 brackets ran past the call's limit (docs/measured.md, the 1xH100 box); reusing the first
+#                 part's 16-core run: copy its folder from that call's
 #                 OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and carry .plan
 #   sizing-pairs [PRESET]  the 16-core run of one preset (default standard) at 4, 8, 12 and 16 workers with masked
 #                 pairs at 4, 8 and 12 (trials cores_pair: each end to end, its windows alternated between all 16
 #                 CPUs and a mask of as many CPUs as workers), then `size` on it: the model against the pairs, the
-#                 machine's moves between runs paired out; no action trials (about 5-6 minutes)
+#                 machine's moves between runs paired out; no action trials. Not yet timed on a box: each pair
+#                 trial stops at measure.max_trial_s, and the timeout below bounds the whole
 # Run from the repository root after the device README's install line; each part writes a log and its run
 # folders' run.json / trials.parquet under OUT_DIR, and tars them into OUT_DIR/res.tgz.
 set -uo pipefail
