@@ -445,10 +445,10 @@ def with_step(row: dict, step_rate: float, step_ends: tuple = (None, None)) -> d
         return in_passes(min(b * (1 + g), fed(step)), fed(step), mine) / was - 1
 
     steps = [step_rate] + [s for s in step_ends if s]
-    # the baseline's own interval (at the gains' level): where both sides bind on the loader the ratio is the paired gain whatever the
-    # baseline, but where the variant binds on the step and the baseline on the loader the ratio is step over
-    # baseline, whose spread the paired windows no longer cancel (docs/watch.md: an interval without it missed
-    # what the script then ran)
+    # the baseline's own interval, at the gains' level: where both sides bind on the loader the ratio is the paired
+    # gain whatever the baseline, but where the variant binds on the step and the baseline on the loader the ratio
+    # is step over baseline, whose spread the paired windows no longer cancel (docs/watch.md: an interval without
+    # it missed what the script then ran)
     bases = [base] + [b for b in (row.get("baseline_ci_low"), row.get("baseline_ci_high")) if b]
     corners = [(s, b) for s in steps for b in bases]
 
