@@ -735,9 +735,10 @@ def _regress(args) -> int:
 
 
 def _bench_gpu_augment(args) -> int:
-    """Four tables: the pipeline's per-sample against its batched forms; each step of the batched pipeline alone
-    (decode, each op); each decoder alone against the anchor; each decoder beside the step, serial and overlapped
-    (the ``gpu_shared`` trial); the rows as CSV in --out-dir."""
+    """Five tables: the pipeline's per-sample against its batched forms; each step of the batched pipeline alone
+    (decode, each op); RandomResizedCrop's resize as a kernel and as roi_align; each decoder alone against the
+    anchor; each decoder beside the step, serial and overlapped (the ``gpu_shared`` trial); the rows as CSV in
+    --out-dir."""
     from pathlib import Path
 
     import torch
@@ -752,6 +753,8 @@ def _bench_gpu_augment(args) -> int:
         render_decoders,
         render_gpu_augment,
         render_ops,
+        render_resize,
+        resize_forms,
     )
 
     def log(text: str) -> None:
@@ -762,15 +765,17 @@ def _bench_gpu_augment(args) -> int:
     encoded = _jpegs(args.batch)  # one batch of JPEGs for every table
     forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log, encoded=encoded)
     ops = ops_alone(args.preset, encoded, dev, repeats)
+    resize = resize_forms(encoded, dev, repeats)
     alone = decoders_alone(encoded, dev, repeats, log=log)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
-    print(render_gpu_augment(forms) + "\n" + render_ops(ops) + "\n" + render_decoders(alone, name), end="")
+    print(render_gpu_augment(forms) + "\n" + render_ops(ops) + "\n" + render_resize(resize), end="")
+    print("\n" + render_decoders(alone, name), end="")
     beside = beside_the_step(encoded, dev, args.preset, args.model, args.precision, log=log) if args.model else None
     if beside is not None:
         print("\n" + render_beside(beside), end="")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name, df in (("forms", forms), ("ops", ops), ("decoders", alone), ("beside", beside)):
+    for name, df in (("forms", forms), ("ops", ops), ("resize", resize), ("decoders", alone), ("beside", beside)):
         if df is not None:
             df.drop(columns=[c for c in df if df[c].map(type).eq(list).any()]).to_csv(
                 out / f"gpu_augment_{name}.csv", index=False

@@ -78,3 +78,25 @@ def test_each_step_of_the_pipeline_is_timed_on_its_own_in_the_presets_order(tiny
     assert (flip["device_ms"] >= 30).all() and (flip["host_ms"] >= 30).all()
     assert (df["device_ms"] >= 0).all()
     assert render_ops(df).splitlines()[2].startswith("| decode |")
+
+
+def test_the_resize_forms_alternate_and_their_table_reads_the_ratio_and_the_gap(tiny_dataset):
+    """On a CPU without Triton's interpreter only roi_align runs (one row a timed call); the table of two forms of
+    known cost reads each form's median and range, the kernel's share of roi_align's time and the outputs' gap."""
+    import torch
+
+    from pipeprof.checks.bench import render_resize, resize_forms
+    from pipeprof.data.sources import source_class
+
+    src = source_class("files")(tiny_dataset)
+    encoded = [torch.frombuffer(bytearray(src.read(i)), dtype=torch.uint8) for i in range(3)]
+    df = resize_forms(encoded, torch.device("cpu"), repeats=3, warmup=1, size=32)
+    assert list(df["form"]) == ["roi_align"] * 3 and list(df["repeat"]) == [1, 2, 3] and (df["device_ms"] > 0).all()
+    rows = [
+        {"form": f, "repeat": i, "device_ms": ms * i, "host_ms": 0.5, "gap": 1}
+        for i in (1, 2, 3)
+        for f, ms in (("roi_align", 6.0), ("kernel", 0.5))
+    ]
+    text = render_resize(pd.DataFrame(rows))
+    assert "| roi_align | 12.00 (6.00–18.00) | 0.50 |" in text and "| kernel | 1.00 (0.50–1.50) | 0.50 |" in text
+    assert "the kernel takes 0.08x roi_align's device time" in text and "outputs: 1 grey level(s)" in text

@@ -1,6 +1,10 @@
 """The GPU pipeline (augment.device: cuda): the albumentations -> torchvision table, its errors, and the v2
 pipeline's output, run on CPU tensors (the device is a parameter). True CUDA runs are marked ``gpu``."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -270,6 +274,96 @@ def test_resized_crops_in_one_roi_align_match_torchvision_per_sample_on_mixed_si
         alone = torch.cat([resized_crops([img], b.view(1, 4), size) for img, b in zip(images, boxes)])
         assert torch.equal(got, alone)
         assert torch.equal(resized_crops(images, boxes, size, budget=3 * 130 * 130), got)  # several padded groups
+
+
+def _interpreted(tmp_path, kernel: str, compute: str, data: dict) -> list:
+    """``compute`` (an expression over ``d``, the saved ``data``) in a process of its own under Triton's interpreter,
+    which runs pipeprof's Triton kernels on CPU tensors (the interpreter is chosen as Triton loads): its result, after
+    checking that ``kernel`` launched there (not the torch form it falls back to)."""
+    torch.save(data, tmp_path / "in.pt")
+    script = (
+        "import sys, torch\n"
+        "from pipeprof.data import gpu_kernels\n"
+        "from pipeprof.data.gpu_augment import TORCHVISION, resized_crops\n"
+        "d = torch.load(sys.argv[1])\n"
+        f"out = {compute}\n"
+        f"assert {kernel!r} in gpu_kernels._LAUNCHED, gpu_kernels.BROKEN\n"
+        "torch.save(out, sys.argv[2])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return torch.load(tmp_path / "out.pt")
+
+
+def test_the_resize_kernel_computes_what_roi_align_does_over_the_padded_batch(tmp_path):
+    """The Triton kernel, run by Triton's interpreter on CPU tensors, against roi_align over the padded batch here:
+    images of mixed sizes, one in HWC memory (the CPU decoder's), one of random pixels, one of a single pixel; uint8
+    to float rounding (at most one level, on a few pixels at a tie), float to 1e-4; downscale and upscale. Here,
+    without the interpreter, a CPU tensor takes the roi_align form."""
+    pytest.importorskip("triton")
+    from pipeprof.data import gpu_kernels
+    from pipeprof.data.gpu_augment import _uniforms, resized_crops, rrc_boxes
+
+    images = [smooth(h, w, i) for i, (h, w) in enumerate(MIXED)]
+    images += [torch.randint(0, 256, (3, 1, 1), dtype=torch.uint8)]
+    images[1] = images[1].permute(1, 2, 0).contiguous().permute(2, 0, 1)  # HWC memory, a CHW view
+    images[2] = torch.randint(0, 256, (3, 100, 100), dtype=torch.uint8)  # steep: every tap counts
+    sizes = torch.tensor([list(img.shape[-2:]) for img in images])
+    boxes = rrc_boxes(sizes, (0.08, 1.0), (3 / 4, 4 / 3), _uniforms(torch.Generator().manual_seed(2), len(images), 22))
+    boxes[0] = torch.tensor([30, 20, 90, 70])  # ends at the bottom-right edge
+    cases = [(dt, size) for dt in (torch.uint8, torch.float32) for size in ([24, 20], [40, 36])]
+    assert not gpu_kernels.usable(torch.device("cpu"))
+    want = [resized_crops([i.to(dt) for i in images], boxes, size) for dt, size in cases]
+    got = _interpreted(
+        tmp_path,
+        "resize",
+        "[resized_crops([i.to(dt) for i in d['images']], d['boxes'], size) for dt, size in d['cases']]",
+        {"images": images, "boxes": boxes, "cases": cases},
+    )
+    for (dt, size), ref, out in zip(cases, want, got):
+        assert out.shape == ref.shape == (len(images), 3, *size) and out.dtype == ref.dtype == dt
+        gap = (out.double() - ref.double()).abs()
+        if dt == torch.uint8:
+            assert float(gap.max()) <= 1 and int((gap > 0).sum()) <= gap.numel() // 200
+        else:
+            assert float(gap.max()) < 1e-4
+        assert float((ref.double() - ref.double().flip(0)).abs().max()) > 10  # the images differ: gaps would show
+
+
+def test_the_colour_kernel_computes_what_the_torch_form_does(tmp_path):
+    """ColorJitter's kernels (contrast's per-image sums, then one pass), run by Triton's interpreter, against the torch
+    form here on the same draws: all four factors with a coin that leaves some samples as they were, contrast alone,
+    and brightness, saturation and hue without contrast; a grey image (no hue) among random ones; uint8 to the level
+    on all but a tie's pixel, float to 1e-5."""
+    pytest.importorskip("triton")
+    x = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x[2] = 128
+    chains = [
+        {"brightness": (0.6, 1.4), "contrast": (0.6, 1.4), "saturation": (0.6, 1.4), "hue": (-0.1, 0.1), "p": 0.5},
+        {"brightness": (1, 1), "contrast": (0.5, 1.5), "saturation": (1, 1), "hue": (0, 0), "p": 1.0},
+        {"brightness": (0.2, 1.8), "contrast": (1, 1), "saturation": (0, 2), "hue": (-0.5, 0.5), "p": 1.0},
+    ]
+    cases = [(c, dt) for c in chains for dt in (torch.uint8, torch.float32)]
+    compute = (
+        "[TORCHVISION['ColorJitter'](c).batch(d['x'] if dt == torch.uint8 else d['x'] / 255, "
+        "torch.Generator().manual_seed(3)) for c, dt in d['cases']]"
+    )
+    want = [
+        TORCHVISION["ColorJitter"](c).batch(x if dt == torch.uint8 else x / 255, torch.Generator().manual_seed(3))
+        for c, dt in cases
+    ]
+    got = _interpreted(tmp_path, "jitter", compute, {"x": x, "cases": cases})
+    for (_, dt), ref, out in zip(cases, want, got):
+        assert out.shape == ref.shape == x.shape and out.dtype == ref.dtype == dt
+        gap = (out.double() - ref.double()).abs()
+        assert float(gap.max()) <= (1 if dt == torch.uint8 else 1e-5) and int((gap > 1e-5).sum()) <= 2
+        assert float((ref.double() - (x if dt == torch.uint8 else x / 255).double()).abs().max()) > 0.05  # it jittered
+    kept = [i for i in range(6) if torch.equal(want[0][i], x[i])]  # the first chain's coin left these as they were
+    assert 0 < len(kept) < 6 and all(torch.equal(got[0][i], x[i]) for i in kept)
 
 
 def test_crops_and_resize_in_one_call_equal_the_per_sample_forms(encoded):

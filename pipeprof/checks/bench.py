@@ -481,6 +481,55 @@ def render_ops(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def resize_forms(encoded: list, device, repeats: int = 10, warmup: int = 2, size: int = 224) -> pd.DataFrame:
+    """One row per timed call of RandomResizedCrop's resize on one decoded batch, its boxes drawn once: the Triton
+    kernel (``data.gpu_kernels``, where it runs) and roi_align over the padded batch, alternating, each between
+    marks on the stream (CUDA events read after a sync) with the host ms in its call; ``gap``: the largest
+    difference between the two outputs in grey levels (float rounding: at most 1)."""
+    import torch
+
+    from pipeprof.data import gpu_kernels
+    from pipeprof.data.gpu_augment import GpuPipeline, _sizes, _uniforms, resized_crops, rrc_boxes
+    from pipeprof.measure.step import DeviceClock
+
+    images = GpuPipeline([], device).decode(encoded)
+    boxes = rrc_boxes(
+        _sizes(images), (0.08, 1.0), (3 / 4, 4 / 3), _uniforms(torch.Generator().manual_seed(0), len(images), 22)
+    )
+    forms = {"roi_align": False} | ({"kernel": True} if gpu_kernels.usable(device) else {})
+    clock, rows, outs = DeviceClock(device), [], {}
+    for i in range(warmup + repeats):
+        for form in forms if i % 2 == 0 else list(forms)[::-1]:
+            clock.sync()
+            m0, h0 = clock.mark(), time.perf_counter()
+            outs[form] = resized_crops(images, boxes, [size, size], kernel=forms[form])
+            m1, h1 = clock.mark(), time.perf_counter()
+            clock.sync()
+            if i >= warmup:
+                rows.append({"form": form, "repeat": i - warmup + 1, "device_ms": clock.elapsed_ms(m0, m1)})
+                rows[-1]["host_ms"] = (h1 - h0) * 1e3
+    df = pd.DataFrame(rows)
+    if len(outs) == 2:
+        df["gap"] = int((outs["kernel"].int() - outs["roi_align"].int()).abs().max())
+    return df
+
+
+def render_resize(df: pd.DataFrame) -> str:
+    """Markdown: per form of the resize the median (range) device ms and the median host ms, then their ratio."""
+    lines = ["| RandomResizedCrop's resize | device ms | host ms in the call |", "|---|---|---|"]
+    for form, g in df.groupby("form", sort=False):
+        d = g["device_ms"]
+        lines.append(f"| {form} | {d.median():,.2f} ({d.min():,.2f}–{d.max():,.2f}) | {g['host_ms'].median():,.2f} |")
+    med = df.groupby("form")["device_ms"].median()
+    if {"kernel", "roi_align"} <= set(med.index):
+        lines += [
+            "",
+            f"the kernel takes {med['kernel'] / med['roi_align']:.2f}x roi_align's device time (medians); the largest "
+            f"difference between their outputs: {int(df['gap'].iloc[0])} grey level(s)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 # the reference figure (docs/measured.md, "The GPU pipeline"): nvJPEG's batched decode of these JPEGs on one H200
 NVJPEG_ANCHOR_IMAGES_S = 16_022
 

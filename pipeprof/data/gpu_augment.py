@@ -6,7 +6,8 @@ on the step's device, every transform on the whole batch in a few kernel launche
 drawn per sample on the host. Flips, colour, noise and normalisation run on the stacked batch. The
 geometric ones draw a region, matrix or kernel per image and apply them all at once: RandomResizedCrop
 (and Resize of images of several sizes) as one ``roi_align`` over the batch padded to its largest image
-(an antialiased bilinear resize of each box), RandomCrop and CenterCrop as one gather, Affine as one
+(an antialiased bilinear resize of each box; on CUDA the same arithmetic as one Triton kernel that reads the
+images where they lie, ``gpu_kernels``), RandomCrop and CenterCrop as one gather, Affine as one
 ``affine_grid`` + ``grid_sample``, GaussianBlur as one grouped convolution per direction. Each also keeps
 its per-sample form (``Op.one``, torchvision's own functional call), the reference the CPU tests compare
 the batch forms against and what runs where a batch form cannot: Affine and GaussianBlur on images of
@@ -202,17 +203,27 @@ def _padded(images, idx: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     return _take(_flat(picked), sizes[idx], rows, cols, picked[0].shape[-3])
 
 
-def resized_crops(images, boxes: torch.Tensor, size, budget: int = PAD_BUDGET) -> torch.Tensor:
+def resized_crops(
+    images, boxes: torch.Tensor, size, budget: int = PAD_BUDGET, kernel: Optional[bool] = None
+) -> torch.Tensor:
     """Each image's box (top, left, height, width; host int64) resized to ``size``, bilinear, by
     ``torchvision.ops.roi_align`` over a padded batch (one call per :func:`_groups` group). Its adaptive sampling
     (``sampling_ratio=-1``) averages ceil(box / out) bilinear samples per output pixel along each axis: an
     antialiased (box-filtered) downscale, where torchvision's resize uses a triangle filter; upscaling is plain
     bilinear with half-pixel centres in both. The outer row and column differ a little more: roi_align reads the
     image half a pixel past a box inside it, where the per-sample form crops first and stops at the box's edge.
-    uint8 in, uint8 out (rounded), as the per-sample resized_crop."""
+    uint8 in, uint8 out (rounded), as the per-sample resized_crop. On CUDA with Triton the same arithmetic runs as one
+    kernel reading the images where they lie (``gpu_kernels``), without the padded copy; ``kernel`` False keeps
+    roi_align there (the benchmark's comparison), None takes the kernel where it runs."""
     from torchvision.ops import roi_align
 
+    from . import gpu_kernels  # imports Triton: only where a batch is resized
+
     sizes, first = _sizes(images), images[0]
+    if kernel is not False and gpu_kernels.usable(first.device):  # the same arithmetic in one kernel, no padded copy
+        out = gpu_kernels.resized_crops(_flat(images), sizes, boxes, size, first.shape[-3])
+        if out is not None:
+            return out
     out = torch.empty((len(sizes), first.shape[-3], *size), dtype=first.dtype, device=first.device)
     for group in _groups(sizes, first.shape[-3], budget):
         x = _padded(images, group, sizes).float()
@@ -503,7 +514,8 @@ def color_jitter(p: dict) -> Op:
     Each pass over a batch is a kernel over every pixel, and beside the step each waits for SMs (docs/measured.md):
     so only the chosen samples are converted (:func:`_some`), the blends run in place (brightness is a product:
     ``ratio * y + (1 - ratio) * 0`` is ``ratio * y``, bit for bit; the others are torchvision's blend, in its
-    order), and the hue turns on RGB directly (:func:`_shift_hue`)."""
+    order), and the hue turns on RGB directly (:func:`_shift_hue`). On CUDA with Triton the same steps run as one
+    pass over the batch (two with contrast, whose mean comes first: ``gpu_kernels.color_jitter``)."""
     keys = ("brightness", "contrast", "saturation", "hue")
 
     def jitter(x, drawn: dict):
@@ -530,6 +542,12 @@ def color_jitter(p: dict) -> Op:
         def chosen(imgs, rows):
             return jitter(imgs, {k: rows[:, 1 + present.index(k)].contiguous() if k in present else None for k in keys})
 
+        from . import gpu_kernels  # imports Triton: only where a batch is jittered
+
+        if x.shape[-3] == 3 and gpu_kernels.usable(x.device, "jitter"):  # the same steps in one or two launches
+            out = gpu_kernels.color_jitter(x, [drawn[k] for k in keys], u[:, 0] < p["p"])
+            if out is not None:
+                return out
         return _some(x, u, p["p"], chosen)
 
     return Op("ColorJitter", batch=batch)

@@ -129,20 +129,29 @@ class DeviceSide:
     def columns(self, measured_s: float) -> dict:
         """Per batch: device ms in decode and in augment, host ms in the call; the device's share of the
         measured time (``device_pipeline_frac``). Read after the last window's sync."""
+        from pipeprof.data import gpu_kernels
+
+        named = {
+            "gpu_decoder": self.decoder,
+            "gpu_resize": "kernel" if gpu_kernels.usable(self.pipe.device) else "roi_align",
+        }
         if not self.marks:
-            return {"gpu_decoder": self.decoder}
+            return named
         spans = [stages(m) for m in self.marks]
         decode = np.array([self.clock.elapsed_ms(a, b) for (a, b), _ in spans])
         augment = np.array([self.clock.elapsed_ms(c, d) for _, (c, d) in spans])
-        return {
-            "gpu_decoder": self.decoder,
-            "device_decode_ms_mean": float(decode.mean()),
-            "device_augment_ms_mean": float(augment.mean()),
-            "device_pipeline_host_ms_mean": float(np.mean(self.host_s) * 1e3),
-            "device_pipeline_frac": float((decode.sum() + augment.sum()) / 1e3 / measured_s)
-            if measured_s > 0
-            else None,
-        } | (self.stand_in.columns() if self.stand_in is not None else {})
+        return (
+            named
+            | {
+                "device_decode_ms_mean": float(decode.mean()),
+                "device_augment_ms_mean": float(augment.mean()),
+                "device_pipeline_host_ms_mean": float(np.mean(self.host_s) * 1e3),
+                "device_pipeline_frac": float((decode.sum() + augment.sum()) / 1e3 / measured_s)
+                if measured_s > 0
+                else None,
+            }
+            | (self.stand_in.columns() if self.stand_in is not None else {})
+        )
 
 
 def stages(marks: tuple) -> tuple:
