@@ -470,8 +470,8 @@ def test_presets_batched_and_per_sample_agree_on_decoded_images_of_mixed_sizes(n
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_batch_forms_on_cuda_match_the_same_forms_on_cpu(encoded):
-    """The same decoded images (decoded on the CPU) and seed: CUDA's roi_align, gather, grid_sample and grouped
-    convolution give what the CPU's do, to rounding."""
+    """The same decoded images (decoded on the CPU) and seed: CUDA's resize and colour kernels (Triton's, where it
+    runs), gather, grid_sample and grouped convolution give what the CPU's torch forms do, to rounding."""
     images = GpuPipeline([], "cpu").decode(encoded)
     for chain in (
         [A.RandomResizedCrop((224, 224))],
@@ -482,6 +482,7 @@ def test_batch_forms_on_cuda_match_the_same_forms_on_cpu(encoded):
             A.GaussianBlur(blur_limit=(3, 7), p=0.5),
         ],
         [A.Resize(200, 180)],
+        [A.CenterCrop(256, 256), A.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8)],  # CUDA: the colour kernel
     ):
         cpu = GpuPipeline(spec(*chain), "cpu", seed=6).augment(images)
         gpu = GpuPipeline(spec(*chain), "cuda", seed=6).augment([img.cuda() for img in images])

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU figures the open issues still owe, one part per device call (each fits the 10-minute limit with room):
 #   bash tests/examples/h200_gpu_plan.sh PART OUT_DIR
-#   gpu-pipeline  #41: the CPU pipeline against the GPU's serial, overlapped and step-first (configs/
-#                 h200-gpu-pipeline.yaml, standard and heavy, nvJPEG), then `bench gpu-augment` (each decoder alone
-#                 and beside the step in the three modes); nvimgcodec where its wheel was carried
+#   gpu-pipeline  #41: the GPU tests, `bench gpu-augment` of both presets without a step (each op alone, the resize
+#                 as Triton kernel and as roi_align, each decoder alone; nvimgcodec where its wheel was carried), then
+#                 the CPU pipeline against the GPU's serial, overlapped and staged (configs/h200-gpu-pipeline.yaml,
+#                 standard and heavy, nvJPEG). The bench beside the step (each decoder in the three modes) is
+#                 `bench gpu-augment --preset standard` alone: it takes more than two minutes
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
 #   sizing        #39: the 16-core run of both presets (standard, heavy; 4, 8 and 16 workers) that the size table
 #                 reads; no masked run (the three masks with their end-to-end trials take a call of their own)
@@ -27,18 +29,22 @@ py=python3
 runs=/tmp/pipeprof-plan/$part  # this part's runs only (a warm machine keeps an earlier part's)
 rm -rf "$runs"; mkdir -p "$runs"
 case "$part" in
-  gpu-pipeline)  # the limits leave about 60 s of the call's 600 for start-up and the copies
+  gpu-pipeline)  # the limits leave about 40 s of the call's 600 for start-up and the copies
     t0=$SECONDS
-    timeout -k 10 390 $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
+    $py -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+    # the GPU tests first (the Triton kernels against the CPU's torch forms; overlapped batches byte-identical)
+    timeout -k 5 70 $py -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_augment.py tests/test_gpu_overlap.py \
+      > "$out/gpu-tests.log" 2>&1
+    echo "gpu tests rc=$?"; tail -4 "$out/gpu-tests.log"
+    # each preset's ops alone (decode, each op; the resize as kernel and as roi_align), no step beside them: ~30 s each
+    for preset in standard heavy; do
+      timeout -k 5 45 $py -m pipeprof bench gpu-augment --preset $preset --model '' --out-dir "$runs/$preset" \
+        > "$out/bench-$preset.log" 2>&1
+      echo "bench $preset rc=$?"; grep -A14 '^| step' "$out/bench-$preset.log"; grep -A5 "^| RandomResizedCrop's" "$out/bench-$preset.log"
+    done
+    left=$((555 - (SECONDS - t0))); [ "$left" -ge 300 ] || left=300
+    timeout -k 10 "$left" $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
     echo "run rc=$? in $((SECONDS - t0)) s"; tail -60 "$out/run.log"
-    # the heavy preset's steps one by one (its colour and noise ops), no step beside them: about 30 s
-    timeout -k 5 60 $py -m pipeprof bench gpu-augment --preset heavy --model '' --out-dir "$runs/heavy" \
-      > "$out/bench-heavy.log" 2>&1
-    echo "bench heavy rc=$?"; grep -A12 '^| step' "$out/bench-heavy.log"
-    # the bench gets what the rest left of 520 s, at least 130 (its six beside-the-step rows took more than 130 once)
-    left=$((520 - (SECONDS - t0))); [ "$left" -ge 130 ] || left=130
-    timeout -k 10 "$left" $py -m pipeprof bench gpu-augment --preset standard --out-dir "$runs" > "$out/bench.log" 2>&1
-    echo "bench rc=$?"; tail -40 "$out/bench.log"
     ;;
   watch-tune)
     bash tests/examples/watch_tune_gpu.sh "$out" 4096
