@@ -49,6 +49,7 @@ LAYERS = {
         "data.check",
         "data.user_samples",
         "data.gpu_decode",
+        "data.gpu_kernels",
     ],
     3: ["data.augment", "data.gpu_augment"],
     4: ["data.dataset", "data.prepare", "data.encoded", "data.user_pipeline"],

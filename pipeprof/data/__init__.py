@@ -8,6 +8,8 @@
   the device is a parameter (CPU in tests)
 - ``gpu_decode``: the GPU pipeline's JPEG decoders (``augment.gpu_decoder``: torchvision's nvJPEG,
   TorchCodec, nvImageCodec's hardware engines), each refused with its reason where it cannot run
+- ``gpu_kernels``: the GPU pipeline's own Triton kernels (RandomResizedCrop's resize, ColorJitter), each
+  one or two launches a batch, the torch forms kept where they cannot run
 - ``dataset``:   the map-style Dataset running read → decode → augment with per-stage timing
 - ``encoded``:   the Dataset whose workers only read bytes, for the GPU pipeline
 - ``synthetic``: the cached ImageNet-like JPEG dataset the default run makes

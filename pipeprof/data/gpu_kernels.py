@@ -83,6 +83,25 @@ if triton is not None:
         return tl.minimum(tl.maximum(r, 0.0), 255.0)
 
     @triton.jit
+    def _bilinear(at, s_row, s_col, y, x, h, w, live):
+        """roi_align's bilinear sample of one channel (``at``: its first pixel) at (y, x), the position clamped to
+        the image (its last row and column repeat past the edge)."""
+        y = tl.minimum(tl.maximum(y, 0.0), (h - 1).to(tl.float32))
+        x = tl.minimum(tl.maximum(x, 0.0), (w - 1).to(tl.float32))
+        y0 = y.to(tl.int64)  # y >= 0: truncation is the floor
+        x0 = x.to(tl.int64)
+        ly = y - y0.to(tl.float32)
+        lx = x - x0.to(tl.float32)
+        r0 = at + y0 * s_row
+        r1 = at + tl.minimum(y0 + 1, h - 1) * s_row
+        x1 = tl.minimum(x0 + 1, w - 1)
+        v00 = tl.load(r0 + x0 * s_col, mask=live, other=0).to(tl.float32)
+        v01 = tl.load(r0 + x1 * s_col, mask=live, other=0).to(tl.float32)
+        v10 = tl.load(r1 + x0 * s_col, mask=live, other=0).to(tl.float32)
+        v11 = tl.load(r1 + x1 * s_col, mask=live, other=0).to(tl.float32)
+        return (1.0 - ly) * (1.0 - lx) * v00 + (1.0 - ly) * lx * v01 + ly * (1.0 - lx) * v10 + ly * lx * v11
+
+    @triton.jit
     def boxes_resized(
         src,  # the batch's pixels, one flat tensor (uint8 or float)
         base,  # (n,) int64: where image i starts in src
@@ -114,28 +133,12 @@ if triton is not None:
         bin_w = tl.load(box + 4 * i + 3) / OW
         grid_h = tl.maximum(tl.ceil(bin_h), 1.0).to(tl.int32)  # ceil(box / out) samples per axis
         grid_w = tl.maximum(tl.ceil(bin_w), 1.0).to(tl.int32)
-        last_y = (h - 1).to(tl.float32)
-        last_x = (w - 1).to(tl.float32)
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for iy in range(0, grid_h):
             y = top + oy * bin_h + (iy + 0.5) * bin_h / grid_h.to(tl.float32)
-            y = tl.minimum(tl.maximum(y, 0.0), last_y)
-            y0 = y.to(tl.int64)  # y >= 0: truncation is the floor
-            y1 = tl.minimum(y0 + 1, h - 1)
-            ly = y - y0.to(tl.float32)
             for ix in range(0, grid_w):
                 x = left + ox * bin_w + (ix + 0.5) * bin_w / grid_w.to(tl.float32)
-                x = tl.minimum(tl.maximum(x, 0.0), last_x)
-                x0 = x.to(tl.int64)
-                x1 = tl.minimum(x0 + 1, w - 1)
-                lx = x - x0.to(tl.float32)
-                r0 = src + start + y0 * s_row
-                r1 = src + start + y1 * s_row
-                v00 = tl.load(r0 + x0 * s_col, mask=live, other=0).to(tl.float32)
-                v01 = tl.load(r0 + x1 * s_col, mask=live, other=0).to(tl.float32)
-                v10 = tl.load(r1 + x0 * s_col, mask=live, other=0).to(tl.float32)
-                v11 = tl.load(r1 + x1 * s_col, mask=live, other=0).to(tl.float32)
-                acc += (1.0 - ly) * (1.0 - lx) * v00 + (1.0 - ly) * lx * v01 + ly * (1.0 - lx) * v10 + ly * lx * v11
+                acc += _bilinear(src + start, s_row, s_col, y, x, h, w, live)
         v = acc / (grid_h * grid_w).to(tl.float32)
         if ROUND:
             v = _round(v)
