@@ -142,7 +142,7 @@ if triton is not None:
         v = acc / (grid_h * grid_w).to(tl.float32)
         if ROUND:
             v = _round(v)
-        tl.store(out + ic * (OH * OW) + o, v, mask=live)
+        tl.store(out + ic.to(tl.int64) * (OH * OW) + o, v, mask=live)
 
     @triton.jit
     def _brightened(r, g, b, f):
