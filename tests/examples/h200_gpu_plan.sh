@@ -42,8 +42,11 @@ case "$part" in
         > "$out/bench-$preset.log" 2>&1
       echo "bench $preset rc=$?"; grep -A14 '^| step' "$out/bench-$preset.log"; grep -A5 "^| RandomResizedCrop's" "$out/bench-$preset.log"
     done
-    left=$((555 - (SECONDS - t0))); [ "$left" -ge 300 ] || left=300
-    timeout -k 10 "$left" $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" > "$out/run.log" 2>&1
+    # PLAN_S: the part's whole budget in seconds (less where the session has less device time left); ACTIONS=predict
+    # leaves the GPU pipeline's action trial out (about a minute a preset)
+    left=$((${PLAN_S:-555} - (SECONDS - t0))); [ "$left" -ge 240 ] || left=240
+    timeout -k 10 "$left" $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" \
+      ${ACTIONS:+--set "actions=$ACTIONS"} > "$out/run.log" 2>&1
     echo "run rc=$? in $((SECONDS - t0)) s"; tail -60 "$out/run.log"
     ;;
   watch-tune)
