@@ -287,7 +287,7 @@ def _interpreted(tmp_path, kernel: str, compute: str, data: dict) -> list:
         "from pipeprof.data.gpu_augment import TORCHVISION, resized_crops\n"
         "d = torch.load(sys.argv[1])\n"
         f"out = {compute}\n"
-        f"assert {kernel!r} in gpu_kernels._LAUNCHED, gpu_kernels.BROKEN\n"
+        f"assert {kernel!r} in gpu_kernels.launched().split(','), gpu_kernels.BROKEN\n"
         "torch.save(out, sys.argv[2])\n"
     )
     done = subprocess.run(

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pipeprof import config as C
-from pipeprof.data import gpu_decode
+from pipeprof.data import gpu_decode, gpu_kernels
 from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.data.sources import source_class
 from pipeprof.trials.device_side import DeviceSide, Overlapped, Serial, overlap_columns, overlap_ms
@@ -39,6 +39,9 @@ def _overlapped_equals_serial(batches, device, step_first=False, staged=False):
     overlapped = _through(Overlapped(side, device, step_first=step_first, staged=staged), batches)
     assert len(side.marks) == len(batches)  # every batch taken while measuring kept its marks
     assert {len(m) for m in side.marks} == {4 if staged else 3}  # staged: each stage's own start and end
+    # the row names the Triton kernels that launched in the process: the resize on CUDA with Triton, none on the CPU
+    ran = side.columns(1.0)["gpu_kernels"]
+    assert "resize" in ran.split(",") if gpu_kernels.usable(torch.device(device)) else ran == ""
     for a, b in zip(serial, overlapped):
         assert a.device.type == torch.device(device).type
         assert torch.equal(a.cpu(), b.cpu())  # the same draws, in the same order: byte-identical batches

@@ -4,11 +4,10 @@ batch where the torch forms in ``gpu_augment`` make many passes over it.
 Why kernels of their own: beside the step, every pass the GPU pipeline makes over a batch takes SM time from the
 step, and the end-to-end rate is about the step plus that time (docs/measured.md, "The GPU pipeline"). The
 roi_align form of the resize first copies every image into a batch padded to the largest one, through an int64
-index of the padded size, and converts that copy to float: about 2 GB of memory traffic a batch of 256 photos of
-~500x375 by the tensors' sizes, the largest share of the standard preset's device time (5-7 ms of its ~8).
-ColorJitter's torch form makes a pass over the float batch per step of each of its four factors (3-5 ms of the
-heavy preset's). The kernels read only what they use, from uint8, and write each output pixel once: on the 1xH100
-box the resize took 0.32x roi_align's time and ColorJitter 0.08 ms (docs/measured.md, 2026-12-06).
+index of the padded size, and converts that copy to float: the largest share of the standard preset's device
+time. ColorJitter's torch form makes a pass over the float batch per step of each of its four factors. The kernels
+read only what they use, from uint8, and write each output pixel once (their times against the torch forms:
+docs/measured.md, "The GPU pipeline's resize and colour jitter as Triton kernels").
 
 * :func:`resized_crops`: roi_align's arithmetic (``aligned=True``, ``sampling_ratio=-1``; torchvision's CUDA
   source): per output pixel, ceil(box / out) bilinear samples along each axis at the centres of equal sub-bins,
@@ -23,7 +22,7 @@ rounding (the tests compare them, in Triton's interpreter on the CPU and on CUDA
 
 Triton comes with PyTorch's CUDA wheels. Where a kernel cannot run (a CPU tensor, no Triton, or a first launch
 that failed: an older Triton that cannot compile it, recorded in :data:`BROKEN` with a warning) the caller keeps
-the torch form; the run records which resize ran (``gpu_resize``).
+the torch form; the run records which kernels launched (:func:`launched`, the ``gpu_kernels`` column).
 """
 
 from __future__ import annotations
@@ -53,6 +52,12 @@ def usable(device: torch.device, name: str = "resize") -> bool:
     if name in BROKEN or triton is None:
         return False
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def launched() -> str:
+    """The kernels whose launches went through in this process, comma-separated ('' for none): what a GPU-pipeline
+    trial's row records, so that it says what ran, not what could have."""
+    return ",".join(sorted(_LAUNCHED))
 
 
 def _launch(name: str, launch: Callable[[], torch.Tensor]) -> Optional[torch.Tensor]:

@@ -131,10 +131,7 @@ class DeviceSide:
         measured time (``device_pipeline_frac``). Read after the last window's sync."""
         from pipeprof.data import gpu_kernels
 
-        named = {
-            "gpu_decoder": self.decoder,
-            "gpu_resize": "kernel" if gpu_kernels.usable(self.pipe.device) else "roi_align",
-        }
+        named = {"gpu_decoder": self.decoder, "gpu_kernels": gpu_kernels.launched()}
         if not self.marks:
             return named
         spans = [stages(m) for m in self.marks]

@@ -43,8 +43,7 @@ case "$part" in
       echo "bench $preset rc=$?"; grep -A20 '^| step' "$out/bench-$preset.log"  # the ops, then the resize both ways
     done
     # PLAN_S: the part's whole budget in seconds (less where the session has less device time left); ACTIONS=predict
-    # leaves the GPU pipeline's action trial out (up to the config's actions_max_s, 60 s, a preset); the whole part
-    # took 358 s so on the 1xH100 box (docs/measured.md, 2026-12-06)
+    # leaves the GPU pipeline's action trial out (up to the config's actions_max_s a preset)
     left=$((${PLAN_S:-555} - (SECONDS - t0))); [ "$left" -ge 240 ] || left=240
     timeout -k 10 "$left" $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" \
       ${ACTIONS:+--set "actions=$ACTIONS"} > "$out/run.log" 2>&1
