@@ -313,3 +313,26 @@ def test_throttle_mask_bits():
 def test_invalid_hz():
     with pytest.raises(ValueError):
         Monitor(hz=0)
+
+
+def test_windows_cpu_means_only_the_rows_inside_one_sides_windows():
+    import pandas as pd
+
+    from pipeprof.measure.monitors import windows_cpu
+
+    # a pair's rows at 10 Hz: side A's windows at [0, 1] and [3, 4] ran 400% / 50%, side B's [1.5, 2.5] 800% / 90%
+    t = [i / 10 for i in range(41)]
+    a = [(0.0, 1.0), (3.0, 4.0)]
+    side_a = [any(x <= s <= y for x, y in a) for s in t]
+    tl = pd.DataFrame(
+        {
+            "t_s": t,
+            "trial_id": ["pair"] * len(t),
+            "workers_cpu_pct": [400.0 if s else 800.0 for s in side_a],
+            "main_cpu_pct": [50.0 if s else 90.0 for s in side_a],
+        }
+    )
+    tl.loc[5, ["trial_id", "workers_cpu_pct"]] = ["other", 1e6]  # another trial's row inside a window: not the pair's
+    assert windows_cpu(tl, "pair", a) == {"workers_cpu_pct": 400.0, "main_cpu_pct": 50.0}
+    assert windows_cpu(tl, "pair", [(1.5, 2.5)]) == {"workers_cpu_pct": 800.0, "main_cpu_pct": 90.0}
+    assert windows_cpu(tl, "pair", [(10.0, 11.0)]) == {"workers_cpu_pct": None, "main_cpu_pct": None}

@@ -186,7 +186,7 @@ PAIR = sizing.KNOWN | {
 def test_a_masked_pair_measures_the_models_ratio_in_the_same_minutes(tmp_path):
     """On two CPUs the worker and the step each have one (100 samples/s, the worker binds); masked to one they
     share it: 8 / (80 + 40 ms) = 66.7/s, a ratio of 2/3. The model gives it from the training process's
-    measured CPU a sample (r = 100 x (1 - 0.005 r)), without the masked windows."""
+    measured CPU a sample in the all-CPU windows (r = 100 x (1 - 0.005 r)), without the masked windows."""
     from pipeprof.analysis import ok
     from pipeprof.analysis.workstation import masked_pairs
     from pipeprof.report.workstation import render_pairs
@@ -201,7 +201,11 @@ def test_a_masked_pair_measures_the_models_ratio_in_the_same_minutes(tmp_path):
     assert row["mask_cpus"] == str(sizing.mask_for(1, cpu_groups())[0]) == row["mask_cpus_seen"]
     assert row["samples_per_s"] == pytest.approx(100, rel=0.2)
     assert row["masked_samples_per_s"] == pytest.approx(200 / 3, rel=0.2)
+    # the all-CPU windows' own CPU: the worker busy at 10 ms a sample, the training process at 5 (40 ms / 8)
+    assert row["all_cpus_workers_cpu_pct_mean"] / 100 / row["samples_per_s"] == pytest.approx(0.010, rel=0.25)
+    assert row["all_cpus_main_cpu_pct_mean"] / 100 / row["samples_per_s"] == pytest.approx(0.005, rel=0.25)
     (check,) = masked_pairs(load_run(run.path)).to_dict("records")
+    assert check["basis"] == "pair" and check["worker_cpu_ms"] == pytest.approx(10, rel=0.25)
     assert check["model_ratio"] == pytest.approx(2 / 3, rel=0.1)
     assert check["measured_ratio"] == pytest.approx(2 / 3, rel=0.15)
     assert abs(check["error_frac"]) <= 0.15 and check["error_low"] <= check["error_frac"] <= check["error_high"]

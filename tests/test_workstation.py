@@ -211,3 +211,25 @@ def test_a_count_that_oversubscribed_the_cores_left_counts_as_the_cores_it_had()
     assert at15 == pytest.approx(1826 + (15 - 8) / (15.14 - 8) * (3186 - 1826))
     # a table without the training process's CPU keeps the counts
     assert worker_cores(t.drop(columns="main_cpu_pct_mean"), np.arange(3), 16.0) == pytest.approx([4, 8, 16])
+
+
+def test_a_pairs_model_ratio_is_read_at_the_cpu_cost_its_own_all_cpu_windows_measured():
+    import pandas as pd
+
+    # CPU-bound on both sides: a worker 10 ms a sample, the training process 5 ms; masked to 4 cores the training
+    # process takes its share: 4 / 15 ms against 4 / 10 ms
+    assert ws.ratio_at_cost(4, 0.010, 0.005, math.inf) == pytest.approx(2 / 3)
+    # the all-CPU side on the step (4,010/s; its workers could give 12 / 2.8 ms = 4,286): the masked side's
+    # 12 / 3.13 ms = 3,834 against the step, not against what the workers could give
+    assert ws.ratio_at_cost(12, 0.0028, 0.00033, 4010.0) == pytest.approx((12 / 0.00313) / 4010.0)
+    # both sides on the step: no loss
+    assert ws.ratio_at_cost(8, 0.001, 0.0002, 1000.0) == 1.0
+    # the all-CPU windows' own CPU (400% workers, 50% training process at 400/s): 10 and 1.25 ms a sample
+    row = {"samples_per_s": 400.0, "masked_samples_per_s": 300.0, "all_cpus_workers_cpu_pct_mean": 400.0}
+    row |= {"all_cpus_main_cpu_pct_mean": 50.0, "workers_cpu_pct_mean": 350.0, "main_cpu_pct_mean": 45.0}
+    assert ws.pair_cpu(pd.Series(row)) == pytest.approx((0.010, 0.00125))
+    # a pair recorded without each side's CPU: the trial's means over the mean of the sides' rates (350/s)
+    old = pd.Series(row | {"all_cpus_workers_cpu_pct_mean": None, "all_cpus_main_cpu_pct_mean": None})
+    assert ws.pair_cpu(old) == pytest.approx((3.5 / 350, 0.45 / 350))
+    # no CPU recorded at all: None (the curve's ratio stands in)
+    assert ws.pair_cpu(pd.Series(row | {k: None for k in row if "pct" in k})) is None

@@ -265,12 +265,19 @@ def cheapest(rows: pd.DataFrame, target: float) -> dict:
 
 def masked_pairs(run) -> pd.DataFrame:
     """The run's own masked pairs (``trials.kinds.cores_pair``) against the size table's model, one row per pair.
-    The model's rate on w cores (:func:`predict`, one GPU) over its rate at w workers on all the
-    run's cores (the curve at w, under the step and the hand-off) is the ratio it predicts; the pair measured
-    that ratio in alternating windows (1 - mask_cost, with its 95% interval). ``predicted_samples_per_s``, the
-    all-CPU windows' rate times the model's ratio, is the masked rate the model gives for those very minutes, so
-    ``error_frac`` against the masked windows' rate is the model's own: the machine's moves between separate
-    runs, which the masked runs' errors carry, are paired out."""
+
+    The model's ratio of w cores to w workers on all the run's cores is the size table's arithmetic
+    (:func:`predict`: the cores less the training process's share feed a worker a core, under the step and the
+    hand-off) read at the CPU cost per sample that the pair's own all-CPU windows measured (:func:`pair_cpu`: its
+    workers' and training process's CPU time); the pair measured that ratio in alternating
+    windows (1 - mask_cost, with its 95% interval). ``predicted_samples_per_s``, the all-CPU windows' rate times
+    the model's ratio, is the masked rate the model gives for those very minutes, so ``error_frac`` against the
+    masked windows' rate is the model's own: the machine's moves, between runs and within one, are paired out.
+
+    Why not the curve's cost: where the all-CPU side sits on the step, the ratio no longer cancels the machine's
+    speed, and the curve's points were measured in other minutes (on the 1xH100 box, 2026-12-06, the curve's
+    8- and 12-worker points 54 s apart differed 18% in CPU per sample: docs/measured.md). The ratio read on the
+    curve stays beside it (``curve_ratio``, ``basis: curve`` where the pair has no CPU columns to read)."""
     t = ok(run.trials, "cores_pair")
     loads = {w.label: w for w in workloads(run, skipped=True)} if len(t) else {}
     rows = []
@@ -278,9 +285,11 @@ def masked_pairs(run) -> pd.DataFrame:
         w, n = loads.get(label(r)), int(r["num_workers"])
         if w is None or not pd.notna(r.get("mask_cost_frac")):
             continue
-        model = predict(w, Candidate(f"{n} cores", n))["samples_per_s"] / min(
+        curve = predict(w, Candidate(f"{n} cores", n))["samples_per_s"] / min(
             w.step[0], rate_at_workers(n, w.ws, w.rates, w.cores, w.cap).value
         )
+        cost = pair_cpu(r)
+        model = curve if cost is None else ratio_at_cost(n, *cost, min(w.step[0], w.cap))
         ratio = 1 - float(r["mask_cost_frac"])
         ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if pd.notna(r.get(k))]
         rows.append(
@@ -292,6 +301,11 @@ def masked_pairs(run) -> pd.DataFrame:
                 "masked_samples_per_s": float(r["masked_samples_per_s"]),
                 "measured_ratio": ratio,
                 "model_ratio": model,
+                "basis": "curve" if cost is None else "pair",
+                "curve_ratio": curve,
+                "worker_cpu_ms": None if cost is None else cost[0] * 1e3,
+                # the curve's CPU per sample at n workers' cores: its level against the pair's
+                "curve_worker_cpu_ms": 1e3 * n / rate_at_workers(n, w.ws, w.rates, w.cores).value,
                 "predicted_samples_per_s": float(r["samples_per_s"]) * model,
                 "error_frac": model / ratio - 1,
                 # the error's interval from the pairs' (the ratio's low end gives the error's high end)
@@ -301,3 +315,26 @@ def masked_pairs(run) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def pair_cpu(r) -> Optional[tuple[float, float]]:
+    """(workers', training process's) CPU seconds per sample in a pair's all-CPU windows: the monitor's mean CPU
+    of each inside those windows over their rate (``trials.kinds.cores_pair``). A pair recorded before it kept
+    each side's CPU has only the trial's means over both sides: those over the mean of the two sides' rates (its
+    windows last about as long on each side). None where the monitor recorded no CPU for it."""
+    workers, main = r.get("all_cpus_workers_cpu_pct_mean"), r.get("all_cpus_main_cpu_pct_mean")
+    rate = float(r["samples_per_s"])
+    if not (pd.notna(workers) and pd.notna(main)):
+        workers, main = r.get("workers_cpu_pct_mean"), r.get("main_cpu_pct_mean")
+        rate = (rate + float(r["masked_samples_per_s"])) / 2
+    if not (pd.notna(workers) and pd.notna(main) and workers > 0 and rate > 0):
+        return None
+    return workers / 100 / rate, main / 100 / rate
+
+
+def ratio_at_cost(cores: int, worker_s: float, main_s: float, cap: float) -> float:
+    """The size table's rate on ``cores`` cores over its rate with as many workers on cores of their own, at a
+    fixed CPU cost a sample (``worker_s`` in the workers, ``main_s`` in the training process), both under
+    ``cap`` (the step, the hand-off): masked, the training process takes main_s x r of the cores, so
+    r = cores / (worker_s + main_s); on all the CPUs the workers have every one of theirs, r = cores / worker_s."""
+    return min(cap, cores / (worker_s + main_s)) / min(cap, cores / worker_s)

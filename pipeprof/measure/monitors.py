@@ -498,6 +498,20 @@ def _select(timeline: pd.DataFrame, trial_id, t_start, t_end) -> pd.DataFrame:
     return df
 
 
+def windows_cpu(timeline: pd.DataFrame, trial_id: str, spans) -> dict:
+    """The training process's and its workers' mean CPU (percent of a core) over the monitor's rows inside
+    ``spans`` (``(t_start, t_end)`` on the monitor's clock): one side of a paired trial, whose windows alternate
+    with the other side's. None for a figure no row inside them has."""
+    df = _select(timeline, trial_id, None, None)
+    inside = pd.Series(False, index=df.index)
+    for a, b in spans:
+        inside |= df["t_s"].between(a, b)
+    rows = df[inside]
+    return {
+        k: _stat(_values(rows, [k] if k in rows.columns else []), "mean") for k in ("workers_cpu_pct", "main_cpu_pct")
+    }
+
+
 def _total_rss_max(df: pd.DataFrame) -> float | None:
     """Peak of main + workers RSS at the same instant (an upper bound: shared pages count twice)."""
     if df.empty or "main_rss_mb" not in df:

@@ -283,20 +283,22 @@ def _pairs(pairs) -> str:
             f"{r['predicted_samples_per_s']:,.0f}",
             f"{r['error_frac']:+.1%}"
             + ("" if r["error_low"] != r["error_low"] else f" ({r['error_low']:+.1%} … {r['error_high']:+.1%})"),
+            f"{r['curve_ratio'] / r['measured_ratio'] - 1:+.1%}",
         ]
         for _, r in pairs.iterrows()
     ]
     return (
         "<h3>The model against masked pairs in this run</h3>"
         + table_html(
-            ["workload", "cores", "all CPUs/s", "masked/s", "predicted/s", "error (interval)"],
+            ["workload", "cores", "all CPUs/s", "masked/s", "predicted/s", "error (interval)", "error on the curve"],
             rows=body,
             table_id="table-pairs",
             text_cols=frozenset({"workload"}),
         )
         + '<p class="small">Each pair (<code>trials: cores_pair</code>) alternated its windows between all CPUs and a '
         "mask of as many CPUs as workers; predicted: the all-CPU windows' rate times the model's ratio of those "
-        "cores to those workers on all CPUs, for the same minutes.</p>"
+        "cores to those workers on all CPUs, for the same minutes, at the CPU cost a sample the pair's windows "
+        "measured; error on the curve: the same ratio at the cost its curve's trials measured, in other minutes.</p>"
     )
 
 

@@ -66,20 +66,25 @@ def render_pairs(rows: pd.DataFrame) -> str:
     out = [
         "the model against the run's masked pairs (windows alternated between all CPUs and the mask):",
         "",
-        "| workload | cores | CPUs | all CPUs/s | masked/s | predicted/s | ratio: model / measured | error |",
-        "|" + "---|" * 8,
+        "| workload | cores | CPUs | all CPUs/s | masked/s | predicted/s | ratio: model / measured | error "
+        "| worker CPU ms a sample: pair / curve | ratio on the curve |",
+        "|" + "---|" * 10,
     ]
     for _, r in rows.iterrows():
         span = "" if r["error_low"] != r["error_low"] else f" ({r['error_low']:+.1%} … {r['error_high']:+.1%})"
+        cost = "–" if r.get("basis") != "pair" else f"{r['worker_cpu_ms']:.2f}"
         out.append(
             f"| {r['workload']} | {r['cores']} | {r['cpus']} | {r['all_cpus_samples_per_s']:,.1f} | "
             f"{r['masked_samples_per_s']:,.1f} | {r['predicted_samples_per_s']:,.1f} | {r['model_ratio']:.3f} / "
-            f"{r['measured_ratio']:.3f} | {r['error_frac']:+.1%}{span} |"
+            f"{r['measured_ratio']:.3f} | {r['error_frac']:+.1%}{span} | {cost} / {r['curve_worker_cpu_ms']:.2f} | "
+            f"{r['curve_ratio']:.3f} ({r['curve_ratio'] / r['measured_ratio'] - 1:+.1%}) |"
         )
     out += [
         "",
-        "predicted: the all-CPU windows' rate times the model's ratio of that many cores to that many workers on "
-        "all of them, the masked rate the model gives for the same minutes; error: against the masked windows' "
-        "rate, the machine's moves between runs paired out",
+        "model: the size table's arithmetic (the cores less the training process's share, a worker a core, under "
+        "the step and the hand-off) at the CPU cost a sample the pair's own windows measured; predicted: the "
+        "all-CPU windows' rate times its ratio of that many cores to that many workers on all of them, the masked "
+        "rate for the same minutes; error: against the masked windows' rate, the machine's moves paired out. "
+        "Ratio on the curve: the same read at the curve's cost (its trials ran in other minutes), its error beside",
     ]
     return "\n".join(out) + "\n"

@@ -38,6 +38,7 @@ from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.env import confine, cpu_groups, mask_for
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.loader import prefetch_depth, worker_pids
+from pipeprof.measure.monitors import windows_cpu
 from pipeprof.measure.windows import alternating, rotating, summarize_rates
 from pipeprof.schema import TIMED_REGIONS, TrialKind
 
@@ -294,9 +295,17 @@ def cores_pair(ctx: TrialContext, spec: TrialSpec) -> dict:
         confine(pids, allowed)
         fed.close()
         close_loader(ctx, it)
+    # each side's CPU from the monitor's rows inside its own windows: the sizing check reads the all-CPU side's
+    # cost a sample, the machine's level in these minutes (analysis.workstation.pair_cpu)
+    timeline = ctx.monitor.timeline(since=min((w.t_start for w in paired.a + paired.b), default=None))
+    sides = {
+        side: windows_cpu(timeline, spec.trial_id, [(w.t_start, w.t_end) for w in windows])
+        for side, windows in (("all_cpus", paired.b), ("masked", paired.a))
+    }
     return (
         _paired_columns(paired, ctx.measure.max_trial_s, ("masked", "mask_cost", "masked/all-CPU"))
         | how
+        | {f"{side}_{k}_mean": v for side, cpu in sides.items() for k, v in cpu.items()}
         | {"mask_cpus": ",".join(map(str, mask)), "mask_cpus_seen": ",".join(map(str, seen)), "pairs": len(paired.a)}
     )
 

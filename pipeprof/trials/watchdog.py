@@ -70,6 +70,10 @@ class Leash:
     def pause(self, paused: bool) -> None:
         self._call(self._monitor.pause, paused, strict=False)
 
+    def timeline(self, since=None):
+        """The monitor's rows (a paired trial reads each side's CPU inside its own windows)."""
+        return self._call(self._monitor.timeline, since, strict=True)
+
     def cut(self) -> None:
         """Cut the thread off, then leave the monitor as no trial holds it: sampling, untagged, no workers."""
         with self._lock:
