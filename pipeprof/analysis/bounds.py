@@ -59,6 +59,7 @@ BOUND_KEYS = {
         "augment_overlap",
         "step_first",
         "staged",
+        "pipeline_sms",
         "gpu_decoder",
         "gpus",
     ],

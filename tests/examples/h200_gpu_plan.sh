@@ -3,8 +3,8 @@
 #   bash tests/examples/h200_gpu_plan.sh PART OUT_DIR
 #   gpu-pipeline  #41: the GPU tests, `bench gpu-augment` of both presets without a step (each op alone, the resize
 #                 as Triton kernel and as roi_align, each decoder alone; nvimgcodec where its wheel was carried), then
-#                 the CPU pipeline against the GPU's serial, overlapped and staged (configs/h200-gpu-pipeline.yaml,
-#                 standard and heavy, nvJPEG). The bench beside the step (each decoder in the three modes) is
+#                 the CPU pipeline against the GPU's serial, overlapped, staged and partitioned
+#                 (configs/h200-gpu-pipeline.yaml, standard and heavy, nvJPEG). The bench beside the step (each decoder in the three modes) is
 #                 `bench gpu-augment --preset standard` alone: it takes more than two minutes
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
 #   sizing        #39: the 16-core run of both presets (standard, heavy; 4, 8 and 16 workers) that the size table
@@ -36,8 +36,10 @@ case "$part" in
     timeout -k 5 70 $py -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_augment.py tests/test_gpu_overlap.py \
       > "$out/gpu-tests.log" 2>&1
     echo "gpu tests rc=$?"; tail -4 "$out/gpu-tests.log"
-    # each preset's ops alone (decode, each op; the resize as kernel and as roi_align), no step beside them
-    for preset in standard heavy; do
+    # each preset's ops alone (decode, each op; the resize as kernel and as roi_align), no step beside them;
+    # PRESETS (default standard,heavy) and OVERLAP (default the config's) narrow the part, BENCH=0 leaves the bench out
+    presets=${PRESETS:-standard,heavy}
+    for preset in $([ "${BENCH:-1}" = 0 ] || echo "${presets//,/ }"); do
       timeout -k 5 45 $py -m pipeprof bench gpu-augment --preset $preset --model '' --out-dir "$runs/$preset" \
         > "$out/bench-$preset.log" 2>&1
       echo "bench $preset rc=$?"; grep -A20 '^| step' "$out/bench-$preset.log"  # the ops, then the resize both ways
@@ -46,6 +48,7 @@ case "$part" in
     # leaves the GPU pipeline's action trial out (up to the config's actions_max_s a preset)
     left=$((${PLAN_S:-555} - (SECONDS - t0))); [ "$left" -ge 240 ] || left=240
     timeout -k 10 "$left" $py -m pipeprof run configs/h200-gpu-pipeline.yaml --set "out_dir=$runs" \
+      --set "augment.preset=[$presets]" ${OVERLAP:+--set "augment.overlap=[$OVERLAP]"} \
       ${ACTIONS:+--set "actions=$ACTIONS"} > "$out/run.log" 2>&1
     echo "run rc=$? in $((SECONDS - t0)) s"; tail -60 "$out/run.log"
     ;;
