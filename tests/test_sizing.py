@@ -277,8 +277,17 @@ def test_the_pairs_table_reads_each_pairs_figures():
         "error_low": -0.01,
         "error_high": 0.05,
         "pairs": 3,
+        "basis": "pair",
+        "worker_cpu_ms": 3.18,
+        "curve_worker_cpu_ms": 3.35,
+        "curve_ratio": 0.9,
     }
     html, text = _pairs(pd.DataFrame([row])), render_pairs(pd.DataFrame([row]))
     assert "table-pairs" in html and "+2.0% (-1.0% … +5.0%)" in html and ">1,020<" in html
+    assert ">+8.0%<" in html  # the curve's ratio against the measured: 0.9 / 0.8333 - 1
     assert "| resnet50 bf16 standard bs256 | 4 | 0,1,2,3 | 1,200.0 | 1,000.0 | 1,020.0 | 0.850 / 0.833 |" in text
+    assert "| 3.18 / 3.35 | 0.900 (+8.0%) |" in text
+    # a pair without CPU columns: the curve's ratio is the model's, no cost of its own
+    old = render_pairs(pd.DataFrame([row | {"basis": "curve", "worker_cpu_ms": None}]))
+    assert "| – / 3.35 |" in old
     assert _pairs(pd.DataFrame()) == "" and render_pairs(pd.DataFrame()) == ""
