@@ -92,6 +92,25 @@ def test_step_first_runs_the_steps_on_a_high_priority_stream_and_hands_the_strea
     assert torch.cuda.current_stream(device) == before
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_partitioned_steps_run_on_the_green_context_in_their_turn_only(byte_batches):
+    device = torch.device("cuda", torch.cuda.current_device())
+    before = torch.cuda.current_stream(device)
+    feed = Overlapped(DeviceSide("standard", 64, device, seed=3), device, pipeline_sms=16)
+    it = iter(byte_batches)
+    feed.take(it, True)
+    green = torch.cuda.current_stream(device)
+    assert green != before and feed.step_sms
+    feed.turn(False)  # the other side's turn (an action trial's baseline): its steps on the whole GPU
+    assert torch.cuda.current_stream(device) == before
+    feed.turn(True)
+    assert torch.cuda.current_stream(device) == green
+    feed.take(it, True)
+    feed.close()
+    assert torch.cuda.current_stream(device) == before
+
+
 @pytest.mark.parametrize("staged", [False, True])
 def test_a_failure_in_the_producer_is_raised_where_the_batch_is_taken(byte_batches, staged):
     def broken():

@@ -382,7 +382,15 @@ class Overlapped(Plain):
                 continue
 
     def turn(self, on: bool) -> None:
+        """In its side's turn (an action trial's, the shared trial's together windows) the producer prepares
+        batches; out of it, it takes none. Partitioned, the step's green context follows the turns too: the other
+        side's steps (the baseline's, the step alone) run on the whole GPU. Called on the training thread."""
         (self.gate.set if on else self.gate.clear)()
+        if self.pipeline_sms and self.threads:  # started (its first take switched the stream): follow the turns
+            if on and not self.switched:
+                self._to_step_stream()
+            elif not on and self.switched:
+                self._from_step_stream()
 
     def _to_step_stream(self) -> None:
         """The training thread's steps from now on its device's high-priority stream, after what its stream had
