@@ -331,14 +331,11 @@ class AugmentConfig(_Strict):
     # next batches on a stream of its own beside the step; step-first, the same with the step's stream at the
     # device's highest priority, so the pipeline's kernels take what the step leaves of the SMs; staged, as on
     # with decode and augment in two threads of their own (a batch's cycle the longer of the two, not their sum);
-    # partitioned, staged with the step on a CUDA green context of all the GPU's SMs but pipeline_sms, which only
-    # the pipeline's kernels may take (beside the step they otherwise wait for the SMs it holds); off, the training
-    # thread does it before each step (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg
+    # off, the training thread does it before each step (trials/device_side.py). gpu_decoder, sweep axis: nvjpeg
     # (torchvision), torchcodec, nvimgcodec (the GPU's hardware JPEG engines); one that cannot run here fails its
     # trials with the reason (data/gpu_decode.py)
-    overlap: Axis[Literal["on", "off", "step-first", "staged", "partitioned"]] = ["on"]
+    overlap: Axis[Literal["on", "off", "step-first", "staged"]] = ["on"]
     gpu_decoder: Axis[Literal[GPU_DECODERS]] = [DEFAULT_GPU_DECODER]
-    pipeline_sms: int = Field(16, ge=1)  # overlap partitioned: the SMs the step's green context leaves
 
     @field_validator("overlap", mode="before")
     @classmethod
@@ -353,7 +350,7 @@ class AugmentConfig(_Strict):
         if not v:
             allowed = {
                 "device": "cpu, cuda",
-                "overlap": "on, off, step-first, staged, partitioned",
+                "overlap": "on, off, step-first, staged",
                 "gpu_decoder": "nvjpeg, torchcodec, nvimgcodec",
             }
             raise ValueError(f"at least one of: {allowed[info.field_name]}")

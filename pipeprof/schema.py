@@ -25,7 +25,6 @@ GROUP_KEYS = [
     "augment_overlap",
     "step_first",
     "staged",
-    "pipeline_sms",
     "gpu_decoder",
     "batch_size",
     "source",
@@ -42,10 +41,10 @@ DEFAULT_GPU_DECODER = "nvjpeg"
 
 
 def overlap_mode(row) -> Optional[str]:
-    """A GPU-pipeline row's (or group key's) ``augment.overlap`` in the config's words, 'on', 'off', 'step-first',
-    'staged' or 'partitioned', from its stored columns (``augment_overlap``, ``step_first``, ``staged``: bools, or
-    1.0 / 0.0 where a stored table mixed them with missing values; ``pipeline_sms``, the SMs a partitioned step
-    left the pipeline); None where it has none (the workers' pipeline, an older run)."""
+    """A GPU-pipeline row's (or group key's) ``augment.overlap`` in the config's words, 'on', 'off', 'step-first'
+    or 'staged', from its stored columns (``augment_overlap``, ``step_first``, ``staged``: bools, or 1.0 / 0.0
+    where a stored table mixed them with missing values); None where it has none (the workers' pipeline, an older
+    run)."""
 
     def flag(v) -> Optional[bool]:
         return True if v in (True, 1.0) else False if v in (False, 0.0) else None
@@ -55,29 +54,19 @@ def overlap_mode(row) -> Optional[str]:
         return None
     if not on:
         return "off"
-    if flag(row.get("step_first")):
-        return "step-first"
-    if not flag(row.get("staged")):
-        return "on"
-    sms = row.get("pipeline_sms")
-    return "partitioned" if isinstance(sms, (int, float)) and sms == sms and sms > 0 else "staged"
+    return "step-first" if flag(row.get("step_first")) else "staged" if flag(row.get("staged")) else "on"
 
 
 #: the overlap modes in which a producer prepares batches beside the step (not 'off', where the step waits for it)
-OVERLAPPED = ("on", "step-first", "staged", "partitioned")
+OVERLAPPED = ("on", "step-first", "staged")
 #: each overlap mode's tag in trial ids and workload labels, and its word in answers ('on', the default: none)
-OVERLAP_TAGS = {"off": "serial", "step-first": "stepfirst", "staged": "staged", "partitioned": "partitioned"}
-OVERLAP_WORDS = {"off": "serial", "step-first": "step-first", "staged": "staged", "partitioned": "partitioned"}
+OVERLAP_TAGS = {"off": "serial", "step-first": "stepfirst", "staged": "staged"}
+OVERLAP_WORDS = {"off": "serial", "step-first": "step-first", "staged": "staged"}
 
 
-def overlap_settings(mode: str, pipeline_sms: int = 16) -> dict:
-    """The stored columns of ``augment.overlap``'s word ``mode``: the inverse of :func:`overlap_mode`
-    (``pipeline_sms``: partitioned, the SMs held back from the step, ``augment.pipeline_sms``)."""
-    extra = {
-        "step-first": {"step_first": True},
-        "staged": {"staged": True},
-        "partitioned": {"staged": True, "pipeline_sms": pipeline_sms},
-    }.get(mode, {})
+def overlap_settings(mode: str) -> dict:
+    """The stored columns of ``augment.overlap``'s word ``mode``: the inverse of :func:`overlap_mode`."""
+    extra = {"step-first": {"step_first": True}, "staged": {"staged": True}}.get(mode, {})
     return {"augment_overlap": mode != "off"} | extra
 
 

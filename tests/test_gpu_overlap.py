@@ -15,14 +15,7 @@ from pipeprof import config as C
 from pipeprof.data import gpu_decode, gpu_kernels
 from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.data.sources import source_class
-from pipeprof.trials.device_side import (
-    DeviceSide,
-    Overlapped,
-    Serial,
-    overlap_columns,
-    overlap_ms,
-    pipeline_wait_columns,
-)
+from pipeprof.trials.device_side import DeviceSide, Overlapped, Serial, overlap_columns, overlap_ms
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +33,12 @@ def _through(feed, batches):
         feed.close()
 
 
-def _overlapped_equals_serial(batches, device, step_first=False, staged=False, pipeline_sms=None):
+def _overlapped_equals_serial(batches, device, step_first=False, staged=False):
     serial = _through(Serial(DeviceSide("standard", 64, device, seed=3)), batches)
     side = DeviceSide("standard", 64, device, seed=3)
-    feed = Overlapped(side, device, step_first=step_first, staged=staged, pipeline_sms=pipeline_sms)
-    overlapped = _through(feed, batches)
+    overlapped = _through(Overlapped(side, device, step_first=step_first, staged=staged), batches)
     assert len(side.marks) == len(batches)  # every batch taken while measuring kept its marks
-    # staged (and partitioned, which is staged): each stage's own start and end
-    assert {len(m) for m in side.marks} == {4 if staged or pipeline_sms else 3}
-    if pipeline_sms and torch.device(device).type == "cuda":  # the step's green context: all SMs but the pipeline's
-        total = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
-        assert 0 < feed.step_sms <= total - pipeline_sms
-        assert pipeline_wait_columns(feed, 1.0)["step_sms"] == feed.step_sms
-    elif pipeline_sms:  # no green context on the CPU: partitioned runs as staged
-        assert feed.step_sms is None and "step_sms" not in pipeline_wait_columns(feed, 1.0)
+    assert {len(m) for m in side.marks} == {4 if staged else 3}  # staged: each stage's own start and end
     # the row names the Triton kernels that launched in the process: the resize on CUDA with Triton, none on the CPU
     ran = side.columns(1.0)["gpu_kernels"]
     assert "resize" in ran.split(",") if gpu_kernels.usable(torch.device(device)) else ran == ""
@@ -65,7 +50,6 @@ def _overlapped_equals_serial(batches, device, step_first=False, staged=False, p
 def test_overlapped_batches_are_the_serial_ones_for_a_fixed_seed(byte_batches):
     _overlapped_equals_serial(byte_batches, torch.device("cpu"))
     _overlapped_equals_serial(byte_batches, torch.device("cpu"), staged=True)  # two threads, the same batches
-    _overlapped_equals_serial(byte_batches, torch.device("cpu"), pipeline_sms=16)
 
 
 @pytest.mark.gpu
@@ -74,7 +58,6 @@ def test_overlapped_batches_on_cuda_are_byte_identical_to_serial_ones(byte_batch
     _overlapped_equals_serial(byte_batches, torch.device("cuda"))
     _overlapped_equals_serial(byte_batches, torch.device("cuda"), step_first=True)
     _overlapped_equals_serial(byte_batches, torch.device("cuda"), staged=True)
-    _overlapped_equals_serial(byte_batches, torch.device("cuda"), pipeline_sms=16)  # the step on a green context
 
 
 @pytest.mark.gpu
@@ -88,25 +71,6 @@ def test_step_first_runs_the_steps_on_a_high_priority_stream_and_hands_the_strea
     during = torch.cuda.current_stream(device)
     assert during != before and during.priority < before.priority  # lower number, higher priority
     assert feed.stream.priority == before.priority  # the pipeline's stays at the default's
-    feed.close()
-    assert torch.cuda.current_stream(device) == before
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_partitioned_steps_run_on_the_green_context_in_their_turn_only(byte_batches):
-    device = torch.device("cuda", torch.cuda.current_device())
-    before = torch.cuda.current_stream(device)
-    feed = Overlapped(DeviceSide("standard", 64, device, seed=3), device, pipeline_sms=16)
-    it = iter(byte_batches)
-    feed.take(it, True)
-    green = torch.cuda.current_stream(device)
-    assert green != before and feed.step_sms
-    feed.turn(False)  # the other side's turn (an action trial's baseline): its steps on the whole GPU
-    assert torch.cuda.current_stream(device) == before
-    feed.turn(True)
-    assert torch.cuda.current_stream(device) == green
-    feed.take(it, True)
     feed.close()
     assert torch.cuda.current_stream(device) == before
 
@@ -305,8 +269,7 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
                 "model": {"name": ["resnet18"], "precision": ["bf16"]},
                 "augment": {
                     "device": ["cpu", "cuda"],
-                    "overlap": ["on", "off", "step-first", "staged", "partitioned"],
-                    "pipeline_sms": 24,
+                    "overlap": ["on", "off", "step-first", "staged"],
                     "gpu_decoder": ["nvjpeg", "nvimgcodec"],
                 },
                 "loader": {"num_workers": [2]},
@@ -320,21 +283,16 @@ def test_the_sweep_plans_each_decoder_and_overlap_and_the_hand_off_once(tmp_path
     specs = expand(cfg, probe=lambda preset, size: ("float32", 224))
     ids = [s.trial_id for s in specs]
     gpu = {p for i in ids for p in i.split("/") if p.startswith("gpu-augment")}
-    modes = ("", "-serial", "-stepfirst", "-staged", "-partitioned")
+    modes = ("", "-serial", "-stepfirst", "-staged")
     assert gpu == {f"gpu-augment{mode}{dec}" for mode in modes for dec in ("", "-nvimgcodec")}
     first = [s for s in specs if s.step_first]
     assert first and all(s.augment_overlap and "-stepfirst" in s.trial_id for s in first)  # overlapped, step first
-    parts = [s for s in specs if s.pipeline_sms]  # partitioned: staged, the SMs it keeps from the config
-    assert parts and all(s.staged and s.pipeline_sms == 24 and "-partitioned" in s.trial_id for s in parts)
     alone = [i for i in ids if i.startswith("cpu_pipeline")]  # no step to place: step-first runs as on, once
     # staged runs the pipeline alone in its two threads too: its own loader-alone trial
-    # partitioned runs the staged pipeline alone: the loader alone has no step to partition from, so it is the
-    # staged trial's, not one of its own
-    assert alone and not any("stepfirst" in i or "partitioned" in i for i in alone)
-    assert len(alone) == len(set(alone)) == 6 + 1
+    assert alone and not any("stepfirst" in i for i in alone) and len(alone) == len(set(alone)) == 6 + 1
     assert sum("-staged" in i for i in alone) == 2
     shared = [i for i in ids if i.startswith("gpu_shared")]
-    assert len(shared) == 10 and all("/gpu-augment" in i for i in shared)
+    assert len(shared) == 8 and all("/gpu-augment" in i for i in shared)
     handoffs = [i for i in ids if i.startswith("handoff")]
     assert len(handoffs) == 2 and [h for h in handoffs if "gpu-augment" in h] == [handoffs[1]]
     assert handoffs[1].split("/")[2] == "gpu-augment"  # the bytes' hand-off: no decoder or overlap of its own
@@ -508,13 +466,10 @@ def test_a_groups_overlap_reads_alike_from_bools_and_from_a_stored_tables_floats
     cases = [((True, False), "on", "", ""), ((False, False), "off", " serial", "-serial")]
     cases += [((True, True), "step-first", " step-first", "-stepfirst")]
     for stored in (bool, float):
-        more = [((True, "staged"), "staged", " staged", "-staged")]
-        more += [((True, "partitioned"), "partitioned", " partitioned", "-partitioned")]
-        for (overlap, first), mode, words, suffix in cases + more:
-            staged = first in ("staged", "partitioned")
+        for (overlap, first), mode, words, suffix in cases + [((True, "staged"), "staged", " staged", "-staged")]:
+            staged = first == "staged"
             key = {"augment_device": "cuda", "augment_overlap": stored(overlap), "step_first": stored(first is True)}
             key["staged"] = stored(staged)
-            key["pipeline_sms"] = stored(16) if first == "partitioned" else float("nan")
             key["gpu_decoder"] = "nvimgcodec"
             assert overlap_mode(key) == mode
             assert gpu_pipeline(key) == f"GPU pipeline{words} nvimgcodec"
@@ -523,6 +478,9 @@ def test_a_groups_overlap_reads_alike_from_bools_and_from_a_stored_tables_floats
     from pipeprof.schema import overlap_settings
 
     # the config's word to the stored columns and back: the sweep writes them, the analysis reads them
-    words = ("on", "off", "step-first", "staged", "partitioned")
-    assert [overlap_mode(overlap_settings(m)) for m in words] == list(words)
-    assert overlap_settings("partitioned", 8)["pipeline_sms"] == 8
+    assert [overlap_mode(overlap_settings(m)) for m in ("on", "off", "step-first", "staged")] == [
+        "on",
+        "off",
+        "step-first",
+        "staged",
+    ]

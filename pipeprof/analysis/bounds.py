@@ -59,7 +59,6 @@ BOUND_KEYS = {
         "augment_overlap",
         "step_first",
         "staged",
-        "pipeline_sms",
         "gpu_decoder",
         "gpus",
     ],

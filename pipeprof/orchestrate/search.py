@@ -276,7 +276,6 @@ def _pipe(s: TrialSpec) -> tuple:
         s.augment_overlap,
         s.step_first,
         s.staged,
-        s.pipeline_sms,
         s.gpu_decoder,
         s.source,
         s.cache_state,
@@ -290,7 +289,7 @@ def _step_key(s: TrialSpec) -> tuple:
     """The step's settings, and for the GPU pipeline's, the pipeline's that share its device (``gpu_shared``: the
     step with the pipeline beside it is that side's ceiling, which the search reads as the step's)."""
     gpu = (
-        (s.preset, s.augment_device, s.augment_overlap, s.step_first, s.staged, s.pipeline_sms, s.gpu_decoder)
+        (s.preset, s.augment_device, s.augment_overlap, s.step_first, s.staged, s.gpu_decoder)
         if s.augment_device == "cuda"
         else ()
     )

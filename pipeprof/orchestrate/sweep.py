@@ -77,7 +77,7 @@ def augment_devices(cfg, user_dataset: bool) -> list[dict]:
             out.append({})
             continue
         out += [
-            {"augment_device": d, "gpu_decoder": dec} | overlap_settings(o, cfg.augment.pipeline_sms)
+            {"augment_device": d, "gpu_decoder": dec} | overlap_settings(o)
             for dec, o in product(cfg.augment.gpu_decoder, cfg.augment.overlap)
         ]
     return out
@@ -154,9 +154,8 @@ def expand(
         for (source, cache_state), w, dev in product(storage, cfg.loader.num_workers, devices):
             pipe = pipe_at(source, cache_state, dev)
             bare = dict(batch_size=bs, source=source, cache_state=cache_state)
-            # step-first and the partition place the step: a kind without one runs as overlap on, or staged (the
-            # same spec, planned once)
-            alone = pipe | {"step_first": None, "pipeline_sms": None}
+            # step-first places the step: a kind without one runs as overlap on (the same spec, planned once)
+            alone = pipe | {"step_first": None}
             specs += [
                 TrialSpec(
                     k.value,

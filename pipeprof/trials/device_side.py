@@ -22,11 +22,6 @@ Two ways to place it beside the step (``augment.overlap``):
   "The GPU pipeline beside the step: where its time goes"), so it could not keep ahead. Staged, a batch's cycle is
   the longer of the two stages, not their sum; the augment still draws its randomness batch by batch in the loader's
   order (one thread), so the batches are the serial ones.
-* **partitioned** (staged, ``pipeline_sms``): the staged producer, with the training thread's step on a stream of
-  a CUDA green context that holds all of the device's SMs but ``pipeline_sms`` (:func:`partition_stream`). The
-  step's kernels can then never take those SMs, and the pipeline's (on the primary context, free to run anywhere)
-  always find some: the step gives up a share of the GPU so that the decode does not wait on it. Whether the
-  step's loss is smaller than the decode's gain is what the setting measures.
 
 Device clock marks (CUDA events on a GPU, read after the window's sync) bracket the decode and the
 augmentation on the stream that runs them; the host's own time in the call is kept too, since nvJPEG does
@@ -61,7 +56,6 @@ from pipeprof.schema import DEFAULT_GPU_DECODER
 
 AHEAD = 2  # batches the producer prepares ahead of the step: one in the step's hands, one more to absorb jitter
 _STEP_STREAMS: dict = {}  # device index -> the high-priority stream steps run on (step-first), one per process
-_PARTITIONS: dict = {}  # (device index, SMs left) -> (green context, its stream, the SMs it holds), one per process
 _ON_STEP_STREAM = threading.local()  # this thread's open step-first feeds ("depth") and its stream before them
 
 
@@ -72,42 +66,6 @@ def step_stream(device: torch.device) -> "torch.cuda.Stream":
     if device.index not in _STEP_STREAMS:
         _STEP_STREAMS[device.index] = torch.cuda.Stream(device, priority=-1)
     return _STEP_STREAMS[device.index]
-
-
-def partition_stream(device: torch.device, pipeline_sms: int) -> tuple:
-    """(the stream a partitioned trial's step runs on, the SMs it may use): a stream of a CUDA green context that
-    holds all of ``device``'s SMs but ``pipeline_sms`` (``torch.cuda.green_contexts``). One per device, count and
-    process, as :func:`step_stream`. Raises, naming what is missing, where there are no green contexts (torch
-    before 2.10, a driver before CUDA 12.4) or the count leaves the step none."""
-    key = (device.index, pipeline_sms)
-    if key not in _PARTITIONS:
-        green = getattr(torch.cuda, "green_contexts", None)
-        if green is None:
-            raise RuntimeError(
-                f"augment.overlap partitioned needs CUDA green contexts (torch.cuda.green_contexts, torch 2.10 or "
-                f"later); torch {torch.__version__} has none"
-            )
-        total = torch.cuda.get_device_properties(device).multi_processor_count
-        if not 0 < pipeline_sms < total:
-            raise ValueError(f"augment.pipeline_sms {pipeline_sms} must leave the step some of the GPU's {total} SMs")
-        ctx = _green_context(green.GreenContext, total - pipeline_sms, device.index)
-        if hasattr(ctx, "Stream"):  # torch 2.12 and later: a stream of the context, any thread current on any
-            stream = ctx.Stream()
-        else:  # torch 2.10-2.11: a stream made while the green context is current belongs to it
-            ctx.set_context()
-            try:
-                stream = torch.cuda.Stream()
-            finally:
-                ctx.pop_context()
-        _PARTITIONS[key] = (ctx, stream, total - pipeline_sms)
-    return _PARTITIONS[key][1], _PARTITIONS[key][2]
-
-
-def _green_context(cls, sms: int, device_index: int):
-    try:
-        return cls.create(num_sms=sms, device_id=device_index)
-    except Exception as exc:  # noqa: BLE001 - the driver's reason, named for the trial's error
-        raise RuntimeError(f"augment.overlap partitioned: no green context of {sms} SMs here: {exc}") from exc
 
 
 class DeviceSide:
@@ -247,15 +205,9 @@ class Overlapped(Plain):
     training thread takes them, so a batch prepared during warm-up but taken in a window counts in the window."""
 
     def __init__(
-        self,
-        side: DeviceSide,
-        device: torch.device,
-        ahead: int = AHEAD,
-        step_first: bool = False,
-        staged: bool = False,
-        pipeline_sms: Optional[int] = None,
+        self, side: DeviceSide, device: torch.device, ahead: int = AHEAD, step_first: bool = False, staged: bool = False
     ):
-        self.side, self.ahead, self.staged = side, ahead, bool(staged) or bool(pipeline_sms)
+        self.side, self.ahead, self.staged = side, ahead, bool(staged)
         self.held = ahead + 1 + (2 if self.staged else 0)  # staged: one more decoded, one more in the decoder's hands
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:  # streams and set_device need the index
@@ -268,9 +220,6 @@ class Overlapped(Plain):
         self.decode_stream = torch.cuda.Stream(self.device) if self.staged and self.stream is not None else None
         self.decoded: queue.Queue = queue.Queue(maxsize=1)
         self.step_first = bool(step_first) and self.stream is not None
-        # partitioned: the step on a green context of the SMs the pipeline does not keep (a CUDA device only)
-        self.pipeline_sms = pipeline_sms if pipeline_sms and self.stream is not None else None
-        self.step_sms: Optional[int] = None  # the SMs the step's green context holds, once made
         self.switched = 0  # the id of the thread whose steps this feed moved to the high-priority stream
         self.ready: queue.Queue = queue.Queue(maxsize=ahead)
         self.stopping = threading.Event()
@@ -282,7 +231,7 @@ class Overlapped(Plain):
 
     def take(self, it, measuring: bool) -> Fed:
         if not self.threads:
-            if self.step_first or self.pipeline_sms:
+            if self.step_first:
                 self._to_step_stream()
             self.it = it
             loops = [self._decode_loop, self._augment_loop] if self.staged else [self._produce]
@@ -382,15 +331,7 @@ class Overlapped(Plain):
                 continue
 
     def turn(self, on: bool) -> None:
-        """In its side's turn (an action trial's, the shared trial's together windows) the producer prepares
-        batches; out of it, it takes none. Partitioned, the step's green context follows the turns too: the other
-        side's steps (the baseline's, the step alone) run on the whole GPU. Called on the training thread."""
         (self.gate.set if on else self.gate.clear)()
-        if self.pipeline_sms and self.threads:  # started (its first take switched the stream): follow the turns
-            if on and not self.switched:
-                self._to_step_stream()
-            elif not on and self.switched:
-                self._from_step_stream()
 
     def _to_step_stream(self) -> None:
         """The training thread's steps from now on its device's high-priority stream, after what its stream had
@@ -399,10 +340,7 @@ class Overlapped(Plain):
         state = _ON_STEP_STREAM
         if getattr(state, "depth", 0) == 0:
             state.before = torch.cuda.current_stream(self.device)
-            if self.pipeline_sms:
-                hi, self.step_sms = partition_stream(self.device, self.pipeline_sms)
-            else:
-                hi = step_stream(self.device)
+            hi = step_stream(self.device)
             hi.wait_stream(state.before)
             torch.cuda.set_stream(hi)
         state.depth = getattr(state, "depth", 0) + 1
@@ -451,8 +389,7 @@ def pipeline_wait_columns(fed, measured_s: float) -> dict:
     waits = getattr(fed, "pipeline_wait_s", None)
     if not waits or measured_s <= 0:
         return {}
-    sms = getattr(fed, "step_sms", None)
-    return {"gpu_pipeline_wait_frac": float(sum(waits) / measured_s)} | ({"step_sms": sms} if sms else {})
+    return {"gpu_pipeline_wait_frac": float(sum(waits) / measured_s)}
 
 
 def _merged(iv: np.ndarray) -> list:
@@ -516,9 +453,7 @@ def feed(ctx, spec) -> Plain:
 def gpu_feed(side: DeviceSide, device, spec) -> Plain:
     """The GPU pipeline's feed as ``spec`` places it beside the step: overlapped (step-first or not) or serial."""
     if spec.augment_overlap:
-        return Overlapped(
-            side, device, step_first=bool(spec.step_first), staged=bool(spec.staged), pipeline_sms=spec.pipeline_sms
-        )
+        return Overlapped(side, device, step_first=bool(spec.step_first), staged=bool(spec.staged))
     return Serial(side)
 
 

@@ -41,8 +41,6 @@ class TrialSpec:
     augment_overlap: Optional[bool] = None
     step_first: Optional[bool] = None  # overlapped with the step's stream at high priority (augment.overlap)
     staged: Optional[bool] = None  # overlapped, decode and augment in threads of their own (augment.overlap)
-    # staged, with the step on a CUDA green context of all the device's SMs but these (augment.overlap partitioned)
-    pipeline_sms: Optional[int] = None
     gpu_decoder: Optional[str] = None
     action: Optional[str] = None  # an action trial: which variant ran against this baseline (trials.variants)
 
@@ -72,12 +70,10 @@ class TrialSpec:
 
     def _gpu_part(self) -> Optional[str]:
         """'gpu-augment' for the GPU pipeline as it runs by default (overlapped, nvJPEG), its other settings
-        appended: 'gpu-augment-serial', 'gpu-augment-stepfirst', 'gpu-augment-staged', 'gpu-augment-partitioned',
-        'gpu-augment-nvimgcodec'."""
+        appended: 'gpu-augment-serial', 'gpu-augment-stepfirst', 'gpu-augment-staged', 'gpu-augment-nvimgcodec'."""
         if self.augment_device in (None, "cpu"):
             return None
         cols = {"augment_overlap": self.augment_overlap, "step_first": self.step_first, "staged": self.staged}
-        cols["pipeline_sms"] = self.pipeline_sms
         extra = [OVERLAP_TAGS.get(overlap_mode(cols))]
         extra.append(self.gpu_decoder if self.gpu_decoder not in (None, DEFAULT_GPU_DECODER) else None)
         return "-".join(["gpu-augment", *filter(None, extra)])

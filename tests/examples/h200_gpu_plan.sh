@@ -3,8 +3,8 @@
 #   bash tests/examples/h200_gpu_plan.sh PART OUT_DIR
 #   gpu-pipeline  #41: the GPU tests, `bench gpu-augment` of both presets without a step (each op alone, the resize
 #                 as Triton kernel and as roi_align, each decoder alone; nvimgcodec where its wheel was carried), then
-#                 the CPU pipeline against the GPU's serial, overlapped, staged and partitioned
-#                 (configs/h200-gpu-pipeline.yaml, standard and heavy, nvJPEG). The bench beside the step (each decoder in the three modes) is
+#                 the CPU pipeline against the GPU's serial, overlapped and staged (configs/h200-gpu-pipeline.yaml,
+#                 standard and heavy, nvJPEG). The bench beside the step (each decoder in the three modes) is
 #                 `bench gpu-augment --preset standard` alone: it takes more than two minutes
 #   watch-tune    #38: tests/examples/watch_tune_gpu.sh (the examples script watched, tuned, applied by hand)
 #   sizing        #39: the 16-core run of both presets (standard, heavy; 4, 8 and 16 workers) that the size table
