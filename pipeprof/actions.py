@@ -153,14 +153,17 @@ ACTIONS: dict[str, Action] = {
         ),
         Action(
             "gpu_pipeline",
-            "decode (nvJPEG) and augment on the GPU beside the step (augment.device: cuda): workers only read",
+            "decode (nvJPEG) and augment on the GPU beside the step (augment.device: cuda, augment.overlap: staged): "
+            "workers only read",
             CPU_SIDE | {"handoff"},
             predict="gpu_pipeline",
             variant="pipeline_as",
-            # overlapped, augment.overlap's default (whether step-first is faster is what the sweep measures)
+            # staged: decode and augment in threads of their own beside the step; with nvJPEG it was ahead of 'on' in
+            # five of the six same-run comparisons on the 1xH100 box and 0.1% behind in the sixth (docs/measured.md)
             params=lambda row, facts: {
                 "augment_device": "cuda",
                 "augment_overlap": True,
+                "staged": True,
                 "gpu_decoder": DEFAULT_GPU_DECODER,
             },
             rule=lambda row, facts: facts.gpu_refusal,

@@ -15,7 +15,7 @@ from pipeprof import config as C
 from pipeprof.data import gpu_decode, gpu_kernels
 from pipeprof.data.encoded import EncodedDataset, collate_encoded
 from pipeprof.data.sources import source_class
-from pipeprof.trials.device_side import DeviceSide, Overlapped, Serial, overlap_columns, overlap_ms
+from pipeprof.trials.device_side import DeviceSide, Overlapped, Serial, gpu_feed, overlap_columns, overlap_ms
 
 
 @pytest.fixture(scope="module")
@@ -402,6 +402,7 @@ def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tin
     """The GPU pipeline (on CPU tensors), overlapped, as an action trial's variant against workers that decode and
     augment: both sides' windows are timed in rotation, the variant's rows carry its decoder and device times, and
     its producer thread is gone when the trial ends (it stops before its loader closes)."""
+    from pipeprof.actions import ACTIONS
     from pipeprof.checks.calibrate import FixedStepModel
     from pipeprof.data.augment import load_preset
     from pipeprof.data.dataset import PipelineDataset, collate_pipeline
@@ -413,7 +414,10 @@ def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tin
     quick = quick_measure | {"action_window_s": 0.3, "action_pairs": 2, "action_max_pairs": 2, "max_trial_s": 30}
     cpu = torch.device("cpu")
     base = Variant(PipelineDataset(src, "pil", load_preset("standard", 64), True), collate_pipeline, False, 2)
-    feed = Overlapped(DeviceSide("standard", 64, cpu), cpu)
+    # placed as the action places it (its params: staged, decode and augment in threads of their own)
+    feed = gpu_feed(
+        DeviceSide("standard", 64, cpu), cpu, TrialSpec("action", **ACTIONS["gpu_pipeline"].params({}, None))
+    )
     alt = Variant(EncodedDataset(src, True), collate_encoded, False, 2, feed=feed)
     spec = TrialSpec("action", num_workers=1, batch_size=4, model="fixed", precision="fp32", mode="train")
     with Monitor(hz=10, gpu=False) as mon:
@@ -423,7 +427,7 @@ def test_an_action_trial_of_the_overlapped_pipeline_runs_it_in_its_turn_only(tin
         row = action_trial(ctx, spec, base, alt)
     assert row["pairs"] >= 2 and row["samples_per_s"] > 0 and row["baseline_samples_per_s"] > 0
     assert row["gpu_decoder"] == "nvjpeg" and row["device_decode_ms_mean"] > 0
-    assert feed.threads and not any(t.is_alive() for t in feed.threads)
+    assert len(feed.threads) == 2 and not any(t.is_alive() for t in feed.threads)  # staged: two, both stopped
 
 
 def test_the_adaptive_search_reads_the_step_with_the_pipeline_beside_it_as_that_sides_ceiling(tmp_path):

@@ -247,7 +247,7 @@ def _predict_gpu_pipeline(
         # the settings its action trial runs with, but serial: the stand-in (a spin kernel) holds none of the SMs a
         # step holds, so beside it an overlapped pipeline would read as free; in turn with it, it reads the two
         # costs added, a lower bound for the overlapped action, which its trial then measures with the real step
-        gpu = ACTIONS["gpu_pipeline"].params(base, None) | {"augment_overlap": False}
+        gpu = ACTIONS["gpu_pipeline"].params(base, None) | {"augment_overlap": False, "staged": None}
         beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, **gpu)
         stand_in_s = spec.batch_size / step  # the step's own time a batch, from its ceiling
         log(
