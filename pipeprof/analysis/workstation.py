@@ -275,9 +275,9 @@ def masked_pairs(run) -> pd.DataFrame:
     masked windows' rate is the model's own: the machine's moves, between runs and within one, are paired out.
 
     Why not the curve's cost: where the all-CPU side sits on the step, the ratio no longer cancels the machine's
-    speed, and the curve's points were measured in other minutes (on the 1xH100 box, 2026-12-06, the curve's
-    8- and 12-worker points 54 s apart differed 18% in CPU per sample: docs/measured.md). The ratio read on the
-    curve stays beside it (``curve_ratio``, ``basis: curve`` where the pair has no CPU columns to read)."""
+    speed, and the curve's points were measured in other minutes, between which the machine moves (docs/verdicts.md,
+    "Masked pairs in one run"). The ratio read on the curve stays beside it (``curve_ratio``; ``basis: curve`` where
+    the pair has no CPU columns to read, and it is the model's)."""
     t = ok(run.trials, "cores_pair")
     loads = {w.label: w for w in workloads(run, skipped=True)} if len(t) else {}
     rows = []

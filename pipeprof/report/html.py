@@ -297,8 +297,9 @@ def _pairs(pairs) -> str:
         )
         + '<p class="small">Each pair (<code>trials: cores_pair</code>) alternated its windows between all CPUs and a '
         "mask of as many CPUs as workers; predicted: the all-CPU windows' rate times the model's ratio of those "
-        "cores to those workers on all CPUs, for the same minutes, at the CPU cost a sample the pair's windows "
-        "measured; error on the curve: the same ratio at the cost its curve's trials measured, in other minutes.</p>"
+        "cores to those workers on all CPUs, for the same minutes, at the CPU cost a sample the pair's all-CPU "
+        "windows measured; error on the curve: the same ratio at the cost its curve's trials measured, in other "
+        "minutes.</p>"
     )
 
 

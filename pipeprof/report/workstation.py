@@ -82,7 +82,7 @@ def render_pairs(rows: pd.DataFrame) -> str:
     out += [
         "",
         "model: the size table's arithmetic (the cores less the training process's share, a worker a core, under "
-        "the step and the hand-off) at the CPU cost a sample the pair's own windows measured; predicted: the "
+        "the step and the hand-off) at the CPU cost a sample the pair's own all-CPU windows measured; predicted: the "
         "all-CPU windows' rate times its ratio of that many cores to that many workers on all of them, the masked "
         "rate for the same minutes; error: against the masked windows' rate, the machine's moves paired out. "
         "Ratio on the curve: the same read at the curve's cost (its trials ran in other minutes), its error beside",
