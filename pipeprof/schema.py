@@ -114,8 +114,8 @@ TIMED_REGIONS = {
     "the stream that decodes and augments (the training thread's, or the producer thread's with augment.overlap on) "
     "around each measured batch's decode and its augment, read after the window's sync; device_pipeline_host_ms_mean: "
     "the host's wall time in the decode and augment calls, after the wait for the stream a decoder that writes "
-    "from a stream of its own needs first; gpu_kernels: data.gpu_kernels' Triton kernels that had launched in the "
-    "process by the trial's end (resize, jitter; none: the torch forms ran)",
+    "from a stream of its own needs first; gpu_kernels: data.gpu_kernels' Triton kernels launched while the trial's "
+    "pipeline was open (resize, jitter; none: the torch forms ran)",
     "gpu_overlap_frac": "augment.overlap on: of the measured batches' decode + augment spans (their CUDA events), the "
     "share that lay inside the step's compute spans (the step's events on its stream), both on one device clock; "
     "gpu_pipeline_wait_frac: the training thread's waits for a prepared batch beyond what the producer waited on the "

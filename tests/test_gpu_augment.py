@@ -334,6 +334,27 @@ def test_the_resize_kernel_computes_what_roi_align_does_over_the_padded_batch(tm
         assert float((ref.double() - ref.double().flip(0)).abs().max()) > 10  # the images differ: gaps would show
 
 
+def test_a_rows_kernels_are_those_launched_since_its_mark_not_an_earlier_trials():
+    """``launched(since)`` names a kernel only if a launch went through after the mark: a standard-preset trial
+    after a heavy one does not record the heavy one's colour kernel. A failed first launch names nothing."""
+    from pipeprof.data import gpu_kernels
+
+    before = gpu_kernels.launches()
+    try:
+        assert gpu_kernels._launch("test-ran", lambda: torch.zeros(1)) is not None
+        with pytest.warns(UserWarning, match="test-failed"):
+            assert gpu_kernels._launch("test-failed", lambda: 1 / 0) is None
+        assert "test-ran" in gpu_kernels.launched(before).split(",")
+        assert "test-failed" not in gpu_kernels.launched(before)
+        later = gpu_kernels.launches()  # the next trial's mark: nothing launched since
+        assert "test-ran" not in gpu_kernels.launched(later)
+        gpu_kernels._launch("test-ran", lambda: torch.zeros(1))  # launched again: named again
+        assert "test-ran" in gpu_kernels.launched(later)
+    finally:
+        gpu_kernels._LAUNCHED.pop("test-ran", None)
+        gpu_kernels.BROKEN.pop("test-failed", None)
+
+
 def test_the_colour_kernel_computes_what_the_torch_form_does(tmp_path):
     """ColorJitter's kernels (contrast's per-image sums, then one pass), run by Triton's interpreter, against the torch
     form here on the same draws: all four factors with a coin that leaves some samples as they were, contrast alone,

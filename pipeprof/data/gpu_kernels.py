@@ -43,7 +43,7 @@ BLOCK = 1024  # pixels of one image (and channel) per program
 
 #: kernel name -> why it cannot run in this process (its first launch failed); the torch form runs instead
 BROKEN: dict[str, str] = {}
-_LAUNCHED: set[str] = set()  # kernels whose first launch went through: a later failure is a real error, raised
+_LAUNCHED: dict[str, int] = {}  # kernel -> launches that went through; after the first a failure is raised
 
 
 def usable(device: torch.device, name: str = "resize") -> bool:
@@ -54,17 +54,26 @@ def usable(device: torch.device, name: str = "resize") -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def launched() -> str:
-    """The kernels whose launches went through in this process, comma-separated ('' for none): what a GPU-pipeline
-    trial's row records, so that it says what ran, not what could have."""
-    return ",".join(sorted(_LAUNCHED))
+def launches() -> dict[str, int]:
+    """How many launches of each kernel went through in this process so far: a mark for :func:`launched`."""
+    return dict(_LAUNCHED)
+
+
+def launched(since: Optional[dict] = None) -> str:
+    """The kernels launched since the mark ``since`` (:func:`launches`; None: since the process began),
+    comma-separated ('' for none): what a GPU-pipeline trial's row records, so that it says what ran in that trial,
+    not what could have, nor what an earlier trial of the run (another preset's) launched."""
+    since = since or {}
+    return ",".join(sorted(k for k, n in _LAUNCHED.items() if n > since.get(k, 0)))
 
 
 def _launch(name: str, launch: Callable[[], torch.Tensor]) -> Optional[torch.Tensor]:
     """``launch()``'s result; None where the kernel's first launch fails (Triton cannot compile it here), with the
     reason kept in :data:`BROKEN` and said once as a warning, so that the caller's torch form runs instead."""
     if name in _LAUNCHED:
-        return launch()
+        out = launch()
+        _LAUNCHED[name] += 1
+        return out
     try:
         out = launch()
     except Exception as exc:  # noqa: BLE001  (a compiler's error of any kind: the torch form is the answer)
@@ -74,7 +83,7 @@ def _launch(name: str, launch: Callable[[], torch.Tensor]) -> Optional[torch.Ten
             f"pipeprof's Triton kernel {name!r} cannot run here ({BROKEN[name]}); its torch form runs", stacklevel=3
         )
         return None
-    _LAUNCHED.add(name)
+    _LAUNCHED[name] = 1
     return out
 
 

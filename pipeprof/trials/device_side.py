@@ -88,6 +88,9 @@ class DeviceSide:
         self.marks: list[tuple] = []
         self.host_s: list[float] = []
         self.stand_in = StandIn(device, stand_in_s) if stand_in_s > 0 else None
+        from pipeprof.data import gpu_kernels  # Triton's import: only where a GPU pipeline is built
+
+        self.kernels_before = gpu_kernels.launches()  # the row names the kernels this side's trial launched
 
     def prepare(self, batch: dict) -> tuple[dict, tuple, float]:
         """(the batch with its images on the device, the three marks around decode and augment, host seconds)."""
@@ -131,7 +134,7 @@ class DeviceSide:
         measured time (``device_pipeline_frac``). Read after the last window's sync."""
         from pipeprof.data import gpu_kernels
 
-        named = {"gpu_decoder": self.decoder, "gpu_kernels": gpu_kernels.launched()}
+        named = {"gpu_decoder": self.decoder, "gpu_kernels": gpu_kernels.launched(self.kernels_before)}
         if not self.marks:
             return named
         spans = [stages(m) for m in self.marks]
