@@ -216,14 +216,17 @@ def test_a_count_that_oversubscribed_the_cores_left_counts_as_the_cores_it_had()
 def test_a_pairs_model_ratio_is_read_at_the_cpu_cost_its_own_all_cpu_windows_measured():
     import pandas as pd
 
+    def ratio(n, worker_s, main_s, step):  # the size table's arithmetic at a fixed CPU cost a sample
+        return ws.model_ratio(ws.at_cost(W._replace(step=(step, step, step), cores=16.0), n, worker_s, main_s), n)
+
     # CPU-bound on both sides: a worker 10 ms a sample, the training process 5 ms; masked to 4 cores the training
     # process takes its share: 4 / 15 ms against 4 / 10 ms
-    assert ws.ratio_at_cost(4, 0.010, 0.005, math.inf) == pytest.approx(2 / 3)
+    assert ratio(4, 0.010, 0.005, 1e9) == pytest.approx(2 / 3, rel=1e-6)
     # the all-CPU side on the step (4,010/s; its workers could give 12 / 2.8 ms = 4,286): the masked side's
     # 12 / 3.13 ms = 3,834 against the step, not against what the workers could give
-    assert ws.ratio_at_cost(12, 0.0028, 0.00033, 4010.0) == pytest.approx((12 / 0.00313) / 4010.0)
+    assert ratio(12, 0.0028, 0.00033, 4010.0) == pytest.approx((12 / 0.00313) / 4010.0, rel=1e-6)
     # both sides on the step: no loss
-    assert ws.ratio_at_cost(8, 0.001, 0.0002, 1000.0) == 1.0
+    assert ratio(8, 0.001, 0.0002, 1000.0) == 1.0
     # the all-CPU windows' own CPU (400% workers, 50% training process at 400/s): 10 and 1.25 ms a sample
     row = {"samples_per_s": 400.0, "masked_samples_per_s": 300.0, "all_cpus_workers_cpu_pct_mean": 400.0}
     row |= {"all_cpus_main_cpu_pct_mean": 50.0, "workers_cpu_pct_mean": 350.0, "main_cpu_pct_mean": 45.0}

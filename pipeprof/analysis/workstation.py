@@ -285,11 +285,9 @@ def masked_pairs(run) -> pd.DataFrame:
         w, n = loads.get(label(r)), int(r["num_workers"])
         if w is None or not pd.notna(r.get("mask_cost_frac")):
             continue
-        curve = predict(w, Candidate(f"{n} cores", n))["samples_per_s"] / min(
-            w.step[0], rate_at_workers(n, w.ws, w.rates, w.cores, w.cap).value
-        )
+        curve = model_ratio(w, n)
         cost = pair_cpu(r)
-        model = curve if cost is None else ratio_at_cost(n, *cost, min(w.step[0], w.cap))
+        model = curve if cost is None else model_ratio(at_cost(w, n, *cost), n)
         ratio = 1 - float(r["mask_cost_frac"])
         ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if pd.notna(r.get(k))]
         rows.append(
@@ -332,9 +330,16 @@ def pair_cpu(r) -> Optional[tuple[float, float]]:
     return workers / 100 / rate, main / 100 / rate
 
 
-def ratio_at_cost(cores: int, worker_s: float, main_s: float, cap: float) -> float:
-    """The size table's rate on ``cores`` cores over its rate with as many workers on cores of their own, at a
-    fixed CPU cost a sample (``worker_s`` in the workers, ``main_s`` in the training process), both under
-    ``cap`` (the step, the hand-off): masked, the training process takes main_s x r of the cores, so
-    r = cores / (worker_s + main_s); on all the CPUs the workers have every one of theirs, r = cores / worker_s."""
-    return min(cap, cores / (worker_s + main_s)) / min(cap, cores / worker_s)
+def model_ratio(w: Workload, n: int) -> float:
+    """The size table's rate on ``n`` cores (:func:`predict`, one GPU) over its rate at ``n`` workers on all the
+    run's cores (the curve at n, under the step and the hand-off): what a masked pair of n measures."""
+    return predict(w, Candidate(f"{n} cores", n))["samples_per_s"] / min(
+        w.step[0], rate_at_workers(n, w.ws, w.rates, w.cores, w.cap).value
+    )
+
+
+def at_cost(w: Workload, n: int, worker_s: float, main_s: float) -> Workload:
+    """``w`` with its curve and training process read at a fixed CPU cost a sample (``worker_s`` in the workers,
+    ``main_s`` in the training process): n workers' cores give n / worker_s, fewer in proportion."""
+    line = np.array([n / worker_s])
+    return w._replace(ws=np.array([float(n)]), rates=line, lows=line, highs=line, main_s=main_s)
