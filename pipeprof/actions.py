@@ -158,8 +158,8 @@ ACTIONS: dict[str, Action] = {
             CPU_SIDE | {"handoff"},
             predict="gpu_pipeline",
             variant="pipeline_as",
-            # staged: decode and augment in threads of their own beside the step; with nvJPEG it was ahead of 'on' in
-            # five of the six same-run comparisons on the 1xH100 box and 0.1% behind in the sixth (docs/measured.md)
+            # staged: decode and augment in threads of their own beside the step, the faster overlap with nvJPEG in
+            # the runs that measured both side by side (docs/measured.md, "The 1×H100 box, 2026-12-06, a later start")
             params=lambda row, facts: {
                 "augment_device": "cuda",
                 "augment_overlap": True,
