@@ -439,11 +439,18 @@ def serve_folder(root):
         thread.join(timeout=5)
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, released)."""
+@contextlib.contextmanager
+def refusing_port():
+    """A loopback port that refuses connections for as long as the block runs.
+
+    The port stays bound (without SO_REUSEADDR) and never listens: the kernel answers a
+    connection with a reset, and no other test's server can take the port meanwhile. A port
+    bound, read and released could be handed to a parallel test's server before the
+    connection, which then answered 404 instead of refusing.
+    """
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def session_alive(sid: int) -> list[int]:

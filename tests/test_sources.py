@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import LOOPBACK, free_port, serve_folder
+from conftest import LOOPBACK, refusing_port, serve_folder
 from pipeprof.data.dataset import RawBytesDataset, collate_bytes
 from pipeprof.data.sources import REGISTRY, Source, SourceError, source_class
 from pipeprof.data.sources.files import FileSource
@@ -153,14 +153,15 @@ def test_url_missing_object_is_404(http_base):
 
 @pytest.mark.one_core  # time-outs and a token bucket's waits
 def test_url_refused_connection_fails_fast():
-    base = f"http://{LOOPBACK}:{free_port()}"
-    t0 = time.perf_counter()
-    with pytest.raises(SourceError, match=rf"{base}/index.txt.*connection refused"):
-        UrlSource(base, timeout_s=2)
-    source = UrlSource(base, index=[("a.jpg", 0)], timeout_s=2)
-    with pytest.raises(SourceError, match="connection refused"):
-        source.read(0)
-    assert time.perf_counter() - t0 < 5
+    with refusing_port() as port:
+        base = f"http://{LOOPBACK}:{port}"
+        t0 = time.perf_counter()
+        with pytest.raises(SourceError, match=rf"{base}/index.txt.*connection refused"):
+            UrlSource(base, timeout_s=2)
+        source = UrlSource(base, index=[("a.jpg", 0)], timeout_s=2)
+        with pytest.raises(SourceError, match="connection refused"):
+            source.read(0)
+        assert time.perf_counter() - t0 < 5
 
 
 class CollectOnRead(Source):

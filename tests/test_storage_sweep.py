@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import pipeprof
-from conftest import LOOPBACK, MEASURED, free_port, measured_once, serve_folder
+from conftest import LOOPBACK, MEASURED, measured_once, refusing_port, serve_folder
 from pipeprof import config as C
 from pipeprof.actions import ACTIONS, STORAGE
 from pipeprof.analysis import curves, epoch_estimates, predicted_actions
@@ -671,12 +671,13 @@ def test_truncated_shard_is_a_clear_error(jpeg_folder, tmp_path, capsys):
 
 
 def test_url_refusing_connection_exits_2_fast(jpeg_folder, tmp_path, capsys):
-    rc, seconds = run_cli(
-        tmp_path,
-        "data.kind=folder",
-        f"data.path={jpeg_folder}",
-        f"data.source=[{{kind: url, base_url: 'http://{LOOPBACK}:{free_port()}', timeout_s: 2}}]",
-    )
+    with refusing_port() as port:
+        rc, seconds = run_cli(
+            tmp_path,
+            "data.kind=folder",
+            f"data.path={jpeg_folder}",
+            f"data.source=[{{kind: url, base_url: 'http://{LOOPBACK}:{port}', timeout_s: 2}}]",
+        )
     assert rc == 2 and seconds < 15
     assert "connection refused" in capsys.readouterr().err
 
