@@ -386,6 +386,29 @@ def test_the_prediction_of_a_gpu_pipeline_row_is_the_shared_trials_rate():
     assert "of the step alone (4,640)" in near["verdict_basis"]  # as the same trial measured it
 
 
+def test_a_prediction_misses_only_beyond_both_intervals():
+    """The standard row of the 1xH100 run: the step with the GPU pipeline beside it 3,742 samples/s together, from
+    few rotation cycles (±24%), end to end 3,492 (±3%). Its +7% is inside the prediction's own interval: no miss.
+    The same +7% against a bound timed to ±1% is beyond both intervals, and the text gives each."""
+    from pipeprof.analysis import verdicts
+
+    def row(bound_half: float):
+        df = _gpu_rows(3742.0)
+        s, e = df["kind"] == "gpu_shared", df["kind"] == "end_to_end"
+        df.loc[s, "samples_per_s_ci95_low"], df.loc[s, "samples_per_s_ci95_high"] = (
+            3742.0 * (1 - bound_half),
+            3742.0 * (1 + bound_half),
+        )
+        df.loc[e, "samples_per_s"] = 3492.0
+        df.loc[e, "samples_per_s_ci95_low"], df.loc[e, "samples_per_s_ci95_high"] = 3492.0 * 0.97, 3492.0 * 1.03
+        return verdicts(df, cores=16, device="cuda").iloc[0]
+
+    wide, tight = row(0.24), row(0.01)
+    assert wide["prediction_error_frac"] == pytest.approx(3742 / 3492 - 1) == tight["prediction_error_frac"]
+    assert not wide["disagreement"]
+    assert "(+7%), beyond the measured noise (±3% measured, ±1% predicted)" in tight["disagreement"]
+
+
 def test_with_no_workers_the_gpu_pipelines_loader_is_not_counted_twice():
     """At 0 workers the loader alone (7,189 here) already holds the GPU's decode/augment: serially the batch costs
     it plus the step alone (4,669), not plus the step with the pipeline beside it; overlapped, the producer thread

@@ -289,6 +289,37 @@ def test_a_rotation_adds_cycles_until_every_variant_is_narrow():
     assert two["cost_frac"] == pytest.approx(sum(1 - 1 / f for f in moves[:6]) / 6, rel=1e-6)
 
 
+def test_a_rotation_whose_baseline_rate_is_a_bound_adds_cycles_until_that_rate_is_narrow():
+    # the machine runs every side 30% slower in every other cycle: the variants' costs against their own cycle's
+    # baseline stay exact (narrow after the planned two), the baseline's rate does not. Read as a bound
+    # (``rate_half``), the cycles go on to the most; without it they stop at the planned two
+    def run(rate_half, slower=1.3):
+        clock, state = FakeClock(), {"k": 1, "calls": 0}
+        cost = {0: 0.010, 1: 0.011, 2: 0.008}
+
+        def step():
+            cycle = max(state["calls"] - 2, 0) // 3  # one set_side before the warm-up, then one a window
+            clock.t += cost[state["k"]] * (slower if cycle % 2 else 1.0)
+            return 8
+
+        def set_side(k):
+            state["calls"] += 1
+            state["k"] = k
+
+        pol = policy(windows=4, max_windows=12, window_batches=100, window_s=1e-9, ci_target=0.05)
+        return rotating(step, set_side, 2, pol, drain_batches=0, clock=clock, rate_half=rate_half)
+
+    costs_only, as_bound = run(None), run(0.05)
+    assert len(costs_only.cycles) == 2 and len(as_bound.cycles) == 6
+    assert len(run(0.05, slower=1.0).cycles) == 2  # a steady machine: the planned two already narrow
+    for r in (costs_only, as_bound):
+        for k in (1, 2):
+            c = r.paired(k).cost()
+            assert c["cost_frac"] == pytest.approx(1 - 0.010 / {1: 0.011, 2: 0.008}[k])
+    rates = [c[0].rate for c in as_bound.cycles]
+    assert rates[0] == pytest.approx(8 / 0.010) and rates[1] == pytest.approx(8 / 0.013)
+
+
 def slow_modes(clock, cost_s=0.5):
     """A step of ``cost_s`` whatever the mode, and a set_mode that records the modes asked for."""
     modes = []

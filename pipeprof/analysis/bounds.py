@@ -432,13 +432,26 @@ def gpu_side(row: pd.Series) -> float | None:
 
 def _noise(row: pd.Series, bound: str) -> float:
     """Relative half-width of the interval of the trial behind a bound (0 when unknown)."""
+    v = _recorded_noise(row, bound)
+    return 0.0 if v is None else v
+
+
+def _recorded_noise(row: pd.Series, bound: str) -> float | None:
+    """:func:`_noise`, None where the trial recorded no interval (or the bound is the computed cores budget)."""
     col = {"step": "step_bound_samples_per_s", "cpu": "cpu_bound_samples_per_s", "io": "io_bound_samples_per_s"}.get(
         bound
     )
     if bound == "step" and gpu_side(row) != step_bound(row):  # the GPU pipeline beside the step binds that side
         col = "shared_bound_samples_per_s"
     v = row.get(f"{col}_noise") if col else None
-    return float(v) if v is not None and v == v else 0.0
+    return float(v) if v is not None and v == v else None
+
+
+def prediction_noise(row: pd.Series, bounds: dict) -> float | None:
+    """Relative half-width of the interval of the bound that sets :func:`predict`'s figure (its lowest), None where
+    that trial's interval is not recorded (the cores budget is a computed figure: it has none of its own)."""
+    known = [(v, k) for k, v in bounds.items() if _known(v)]
+    return _recorded_noise(row, min(known)[1]) if known else None
 
 
 def step_verdict(device: str) -> str:

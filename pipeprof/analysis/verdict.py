@@ -55,6 +55,7 @@ from .bounds import (
     curves,
     groups,
     predict,
+    prediction_noise,
     present_group_keys,
     waits_on_storage,
     worker_capacity,
@@ -446,9 +447,20 @@ def side(verdict: str) -> Optional[str]:
 
 
 def disagreement(
-    verdict: str, from_bounds: str, bounds: dict, rate: float, predicted: float, noise: Optional[float]
+    verdict: str,
+    from_bounds: str,
+    bounds: dict,
+    rate: float,
+    predicted: float,
+    noise: Optional[float],
+    predicted_noise: Optional[float] = None,
 ) -> Optional[str]:
-    """Text when the isolated bounds point the other way, or predict a rate the trial did not reach."""
+    """Text when the isolated bounds point the other way, or predict a rate the trial did not reach.
+
+    A prediction misses when its error passes :data:`BALANCED` and the two intervals do not meet: the trial's
+    (``noise``) and the binding bound's (``predicted_noise``; taken as wide as the trial's where its trial
+    recorded none). A bound timed in few windows has a wide interval of its own: its figure's error beside the
+    trial's is not shown beyond the noise, as ``watch --tune`` reads its own-count check (both intervals)."""
     notes = []
     if side(verdict) and side(from_bounds) and side(verdict) != side(from_bounds):
         figures = ", ".join(f"{k} {v:,.0f}/s" for k, v in bounds.items() if _known(v))
@@ -456,11 +468,11 @@ def disagreement(
             f"the isolated bounds say {from_bounds} ({figures} alone); the trial's own evidence says {verdict}"
         )
     if _known(predicted) and rate and noise is not None:
-        err = predicted / rate - 1
-        if abs(err) > max(2 * noise, BALANCED):
+        err, pred_noise = predicted / rate - 1, noise if predicted_noise is None else predicted_noise
+        if abs(err) > max(noise + pred_noise, BALANCED):
             notes.append(
                 f"predicted {predicted:,.0f} vs measured {rate:,.0f} samples/s ({err:+.0%}), beyond the "
-                f"measured noise (±{noise:.0%})"
+                f"measured noise (±{noise:.0%} measured, ±{pred_noise:.0%} predicted)"
             )
     return "; ".join(notes) or None
 
@@ -488,7 +500,9 @@ def verdict_row(row: pd.Series, ws, rates, cores: float, device: str, keys: list
         "also": d.also,
         "verdict_basis": basis,
         "bounds_verdict": from_bounds,
-        "disagreement": disagreement(verdict, from_bounds, bounds, rate, predicted, _noise(row)),
+        "disagreement": disagreement(
+            verdict, from_bounds, bounds, rate, predicted, _noise(row), prediction_noise(row, bounds)
+        ),
         "samples_per_s": rate,
         "samples_per_s_ci95_low": row.get("samples_per_s_ci95_low"),
         "samples_per_s_ci95_high": row.get("samples_per_s_ci95_high"),

@@ -344,6 +344,7 @@ def rotating(
     sync: Callable[[], None] = lambda: None,
     half_width: Optional[float] = None,
     started: Optional[float] = None,
+    rate_half: Optional[float] = None,
 ) -> Rotated:
     """Warm up, then time the windows of a baseline (``set_side(0)``) and ``variants`` variants (``set_side(1)``,
     ``set_side(2)``) in cycles (:class:`Rotated`: ABBA with one variant).
@@ -356,7 +357,10 @@ def rotating(
     difference. ``sync`` closes each window (a device step's queued work counts in its window).
     ``max(2, windows // 2)`` cycles are planned; more are added, up to
     ``max_windows // 2``, while any variant's 95% half-width of its cost is wider than ``half_width`` (default
-    ``ci_target / 2``: an overhead is read against a rate that itself has ± ``ci_target``).
+    ``ci_target / 2``: an overhead is read against a rate that itself has ± ``ci_target``), and where
+    ``rate_half`` is given, while the baseline's own rate has a 95% half-width wider than that fraction of it (a
+    trial whose baseline rate is itself a bound, read against rates measured apart from it: the costs' pairs
+    cancel the drift between its sides, its rate's windows do not).
 
     ``max_trial_s`` bounds it all: warm-up stops at half of it; a new cycle starts only while the
     time left is at least what the previous cycle took, and a cycle's next window only before the
@@ -381,17 +385,24 @@ def rotating(
         clock,
         t0,
         half,
+        rate_half,
     )
     on_phase("done")
     return r
 
 
 def _cycles(
-    one_cycle: Callable[[], Optional[dict[int, Window]]], policy, r: Rotated, clock, t0: float, half: float
+    one_cycle: Callable[[], Optional[dict[int, Window]]],
+    policy,
+    r: Rotated,
+    clock,
+    t0: float,
+    half: float,
+    rate_half: Optional[float] = None,
 ) -> None:
     """Append cycles to ``r`` while more are wanted and the time left is at least what the previous one took."""
     last_cycle_s = 0.0
-    while _more_cycles(r, policy, half):
+    while _more_cycles(r, policy, half, rate_half):
         t_cycle = clock()
         left = policy.max_trial_s - (t_cycle - t0)
         done = one_cycle() if left > 0 and left >= last_cycle_s else None
@@ -428,14 +439,17 @@ def _one_cycle(
     return done
 
 
-def _more_cycles(r: Rotated, policy, half_width: float) -> bool:
-    """The planned cycles first; then more, up to the most, while a variant's cost half-width > ``half_width``."""
+def _more_cycles(r: Rotated, policy, half_width: float, rate_half: Optional[float] = None) -> bool:
+    """The planned cycles first; then more, up to the most, while a variant's cost half-width > ``half_width``
+    or (``rate_half`` given) the baseline rate's relative half-width > ``rate_half``."""
     planned, most = Paired.plan(policy)
     n = len(r.cycles)
     if n < planned:
         return True
     if n >= most:
         return False
+    if rate_half is not None and (ci_half_frac([c[0].rate for c in r.cycles]) or 0.0) > rate_half:
+        return True
     for v in range(1, r.variants + 1):
         c = r.paired(v).cost()
         if c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > half_width:
