@@ -292,7 +292,8 @@ def test_a_rotation_adds_cycles_until_every_variant_is_narrow():
 def test_a_rotation_whose_baseline_rate_is_a_bound_adds_cycles_until_that_rate_is_narrow():
     # the machine runs every side 30% slower in every other cycle: the variants' costs against their own cycle's
     # baseline stay exact (narrow after the planned two), the baseline's rate does not. Read as a bound
-    # (``rate_half``), the cycles go on to the most; without it they stop at the planned two
+    # (``rate_half``), the cycles go on to max_windows (its windows as many as a trial's); without it they stop
+    # at the planned two
     def run(rate_half, slower=1.3):
         clock, state = FakeClock(), {"k": 1, "calls": 0}
         cost = {0: 0.010, 1: 0.011, 2: 0.008}
@@ -310,7 +311,7 @@ def test_a_rotation_whose_baseline_rate_is_a_bound_adds_cycles_until_that_rate_i
         return rotating(step, set_side, 2, pol, drain_batches=0, clock=clock, rate_half=rate_half)
 
     costs_only, as_bound = run(None), run(0.05)
-    assert len(costs_only.cycles) == 2 and len(as_bound.cycles) == 6
+    assert len(costs_only.cycles) == 2 and len(as_bound.cycles) == 12
     assert len(run(0.05, slower=1.0).cycles) == 2  # a steady machine: the planned two already narrow
     for r in (costs_only, as_bound):
         for k in (1, 2):

@@ -441,15 +441,17 @@ def _one_cycle(
 
 def _more_cycles(r: Rotated, policy, half_width: float, rate_half: Optional[float] = None) -> bool:
     """The planned cycles first; then more, up to the most, while a variant's cost half-width > ``half_width``
-    or (``rate_half`` given) the baseline rate's relative half-width > ``rate_half``."""
+    or (``rate_half`` given) the baseline rate's relative half-width > ``rate_half``: for that rate, up to
+    ``max_windows`` cycles, its windows as many as a trial's (one a cycle; a variant's pairs are two windows)."""
     planned, most = Paired.plan(policy)
     n = len(r.cycles)
     if n < planned:
         return True
+    wide = rate_half is not None and (ci_half_frac([c[0].rate for c in r.cycles]) or 0.0) > rate_half
+    if wide and n < max(most, policy.max_windows):
+        return True
     if n >= most:
         return False
-    if rate_half is not None and (ci_half_frac([c[0].rate for c in r.cycles]) or 0.0) > rate_half:
-        return True
     for v in range(1, r.variants + 1):
         c = r.paired(v).cost()
         if c["cost_ci95_low"] is None or (c["cost_ci95_high"] - c["cost_ci95_low"]) / 2 > half_width:
