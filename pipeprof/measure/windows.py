@@ -358,9 +358,9 @@ def rotating(
     ``max(2, windows // 2)`` cycles are planned; more are added, up to
     ``max_windows // 2``, while any variant's 95% half-width of its cost is wider than ``half_width`` (default
     ``ci_target / 2``: an overhead is read against a rate that itself has ± ``ci_target``), and where
-    ``rate_half`` is given, while the baseline's own rate has a 95% half-width wider than that fraction of it (a
-    trial whose baseline rate is itself a bound, read against rates measured apart from it: the costs' pairs
-    cancel the drift between its sides, its rate's windows do not).
+    ``rate_half`` is given, while the baseline's own rate has a 95% half-width wider than that fraction of it, up
+    to ``max_windows`` cycles (a trial whose baseline rate is itself a bound, read against rates measured apart
+    from it: the costs' pairs cancel the drift between its sides, its rate's windows do not).
 
     ``max_trial_s`` bounds it all: warm-up stops at half of it; a new cycle starts only while the
     time left is at least what the previous cycle took, and a cycle's next window only before the

@@ -154,8 +154,8 @@ def gpu_shared(ctx: TrialContext, spec: TrialSpec) -> dict:
             clock=ctx.clock,
             on_phase=on_phase,
             # the together rate is the GPU pipeline's bound, read against end-to-end trials timed apart from it:
-            # cycles until its own interval meets the run's target, as a trial's windows do (two cycles gave it
-            # ±24-31%, wider than the errors its prediction was checked for)
+            # cycles until its own interval meets the run's target, as a trial's windows do (the planned two alone
+            # left it wider than the errors its prediction is checked for: docs/measured.md)
             rate_half=ctx.measure.ci_target,
         )
         on_phase("done")
