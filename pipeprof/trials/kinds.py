@@ -532,8 +532,9 @@ KINDS: dict[TrialKind, Kind] = {
         gpu_shared,
         "the GPU pipeline (decode + augment of one batch of the source's JPEG bytes held in memory, serial or "
         "overlapped as set, its decoder) and the step on what it yields, no loader; rotated with windows of the "
-        "step alone on a resident batch and of the pipeline alone (each next to a together window); "
-        "samples_per_s is the together windows'; windows closed by device sync",
+        "step alone on a resident batch and of the pipeline alone (each next to a together window); cycles added "
+        "while the together rate's 95% CI is wider than ± measure.ci_target (up to measure.max_windows cycles and "
+        "max_trial_s); samples_per_s is the together windows'; windows closed by device sync",
         step=True,
         loader=False,
         pipeline=True,
