@@ -183,8 +183,9 @@ def _multi_run_parsers(sub) -> None:
     bench.add_argument(
         "--repeats",
         type=int,
-        default=1,
-        help="pairs of runs (the order alternates per pair); gpu-augment: timed batches of each form (at least 10)",
+        default=None,
+        help="pairs of runs (the order alternates per pair; default 1, regress 2: A B B A twice); gpu-augment: "
+        "timed batches of each form (at least 10)",
     )
     bench.add_argument("--preset", default="standard", help="gpu-augment: the augmentation preset (name or YAML)")
     bench.add_argument("--batch", type=int, default=256, help="gpu-augment: images per batch")
@@ -713,6 +714,11 @@ def cmd_merge(args) -> int:
     return 0
 
 
+def _repeats(args, default: int) -> int:
+    """``--repeats`` as given, else the subcommand's own default."""
+    return default if args.repeats is None else args.repeats
+
+
 def _regress(args) -> int:
     from pipeprof.analysis.guard import lines
     from pipeprof.checks.regress import regress
@@ -724,7 +730,9 @@ def _regress(args) -> int:
         args.against,
         args.overrides,
         args.fail_if_slower / 100,
-        max(1, args.repeats),
+        # two cycles by default: with one (two runs a side) a machine slower over the middle runs reads as a change
+        # that the runs' spread cannot show (docs/ci.md)
+        max(1, _repeats(args, 2)),
         args.out_dir,
         log=lambda text: print(text, file=sys.stderr),
     )
@@ -761,7 +769,7 @@ def _bench_gpu_augment(args) -> int:
         print(text, file=sys.stderr, flush=True)
 
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    repeats = max(10, args.repeats)
+    repeats = max(10, _repeats(args, 1))
     encoded = _jpegs(args.batch)  # one batch of JPEGs for every table
     forms = gpu_augment(args.preset, args.batch, repeats, device=str(dev), log=log, encoded=encoded)
     ops = ops_alone(args.preset, encoded, dev, repeats)
@@ -800,7 +808,7 @@ def cmd_bench(args) -> int:
                     args.config,
                     args.script_args,
                     args.steps,
-                    max(args.repeats, 2),
+                    max(_repeats(args, 2), 2),
                     args.out_dir,
                     args.progress or PROGRESS,
                     log=lambda text: print(text, file=sys.stderr),
@@ -817,7 +825,7 @@ def cmd_bench(args) -> int:
         print(
             render_action_trials(
                 bench_action_trials(
-                    args.workers, args.pairs, max(args.repeats, 1), log=lambda text: print(text, file=sys.stderr)
+                    args.workers, args.pairs, max(_repeats(args, 1), 1), log=lambda text: print(text, file=sys.stderr)
                 )
             ),
             end="",
@@ -834,7 +842,7 @@ def cmd_bench(args) -> int:
         )
         return 0
     df = sweep_speed(
-        args.config, args.overrides, args.repeats, args.out_dir, log=lambda text: print(text, file=sys.stderr)
+        args.config, args.overrides, _repeats(args, 1), args.out_dir, log=lambda text: print(text, file=sys.stderr)
     )
     print(render_sweep_speed(df), end="")
     return 0

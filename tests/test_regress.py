@@ -41,10 +41,10 @@ def test_an_old_runs_config_runs_again_beside_the_new_one_and_the_guard_reads_th
     base = next((tmp_path / "out").glob("regress-*"))
     capsys.readouterr()
     out_dir = str(tmp_path / "bench")
-    # A B B A twice: with one cycle (2 runs a side) the machine slowing over the middle two runs reads as a change
-    # that neither the windows nor the runs' spread can show is noise (a suite run read -14.4% (-23.5% … -4.2%),
-    # the runs' spread no wider than the windows'); with two cycles such a dip falls on some runs of a side
-    assert main(["bench", "regress", light, "--against", str(base), "--out-dir", out_dir, "--repeats", "2"]) == 0
+    # A B B A twice by default: with one cycle (2 runs a side) the machine slowing over the middle two runs reads as
+    # a change that neither the windows nor the runs' spread can show is noise (a suite run read -14.4% (-23.5% …
+    # -4.2%), the runs' spread no wider than the windows'); with two cycles such a dip falls on some runs of a side
+    assert main(["bench", "regress", light, "--against", str(base), "--out-dir", out_dir]) == 0
     out = capsys.readouterr().out
     assert out.count(" base ") == 4 and out.count(" new ") == 4  # A B B A A B B A
     assert "guard: within noise" in out
