@@ -596,8 +596,9 @@ KINDS: dict[TrialKind, Kind] = {
         "(A: mask_cpus, one a physical core first), the training process's threads and its workers confined "
         "together at each switch (sched_setaffinity), the batches in flight after a switch run untimed; "
         "samples_per_s is the all-CPU windows' median, masked_samples_per_s the masked ones'; mask_cost = "
-        "1 - masked / all-CPU rate per pair, mean and 95% CI; planned only where trials names it, at counts "
-        "below the job's CPUs",
+        "1 - masked / all-CPU rate per pair, mean and 95% CI; all_cpus_/masked_{workers,main}_cpu_pct_mean: the "
+        "monitor's rows inside that side's own windows (its workers' and the training process's CPU, percent of a "
+        "core); planned only where trials names it, at counts below the job's CPUs",
         step=True,
         loader=True,
         pipeline=True,
