@@ -403,10 +403,13 @@ def test_a_prediction_misses_only_beyond_both_intervals():
         df.loc[e, "samples_per_s_ci95_low"], df.loc[e, "samples_per_s_ci95_high"] = 3492.0 * 0.97, 3492.0 * 1.03
         return verdicts(df, cores=16, device="cuda").iloc[0]
 
-    wide, tight = row(0.24), row(0.01)
+    wide, tight, unknown = row(0.24), row(0.01), row(float("nan"))
     assert wide["prediction_error_frac"] == pytest.approx(3742 / 3492 - 1) == tight["prediction_error_frac"]
     assert not wide["disagreement"]
     assert "(+7%), beyond the measured noise (±3% measured, ±1% predicted)" in tight["disagreement"]
+    # a bound with no recorded interval is taken as wide as the trial's (+7% > 3% + 3%), and no figure is printed
+    # for an interval nobody measured
+    assert "(±3% measured, the prediction's interval not recorded: taken as wide)" in unknown["disagreement"]
 
 
 def test_with_no_workers_the_gpu_pipelines_loader_is_not_counted_twice():

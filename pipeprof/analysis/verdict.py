@@ -472,7 +472,12 @@ def disagreement(
         if abs(err) > max(noise + pred_noise, BALANCED):
             notes.append(
                 f"predicted {predicted:,.0f} vs measured {rate:,.0f} samples/s ({err:+.0%}), beyond the "
-                f"measured noise (±{noise:.0%} measured, ±{pred_noise:.0%} predicted)"
+                f"measured noise (±{noise:.0%} measured, "
+                + (
+                    f"±{pred_noise:.0%} predicted)"
+                    if predicted_noise is not None
+                    else "the prediction's interval not recorded: taken as wide)"
+                )
             )
     return "; ".join(notes) or None
 
