@@ -984,8 +984,16 @@ def _input_errors() -> tuple:
     return ConfigError, ValueError, FileNotFoundError, DiskFull
 
 
+#: the commands that run trials in this process (and their torchrun ranks): their CUDA streams get queues of their own
+TRIAL_COMMANDS = ("run", "bench", "validate")
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in TRIAL_COMMANDS:
+        from pipeprof.env import spread_gpu_streams
+
+        spread_gpu_streams()  # before any CUDA call of this process (its trials' streams; see there)
     try:
         return COMMANDS[args.command](args)
     except Exception as exc:

@@ -371,6 +371,22 @@ def _dist_version(dist: str, module: str) -> str | None:
     return _safe(importlib.metadata.version, dist)
 
 
+#: the hardware work queues CUDA spreads a process's streams over (``CUDA_DEVICE_MAX_CONNECTIONS``: CUDA's default
+#: 8, at most 32). Streams are mapped to them in turn as they are made, and two streams on one queue run in the
+#: order their work was queued, as one: the GPU pipeline's decode then waits behind the step's kernels on another
+#: stream instead of running beside them (docs/measured.md, "The GPU pipeline's decode behind the step")
+GPU_CONNECTIONS = "32"
+CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+def spread_gpu_streams() -> str:
+    """Give this process's CUDA streams queues of their own (:data:`GPU_CONNECTIONS`) unless the environment already
+    says how many; the value the process runs with. Read by CUDA when the process makes its context: call it before
+    the first CUDA call, in the processes that run trials (not in ``watch``, whose script's environment is the
+    user's). Child processes (torchrun's ranks) inherit it."""
+    return os.environ.setdefault(CONNECTIONS_VAR, GPU_CONNECTIONS)
+
+
 def library_versions() -> dict:
     # albumentations phones home for updates on import unless told not to.
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -478,6 +494,7 @@ def snapshot(dataset_path=None) -> dict:
         "torch": _safe(torch_info),
         "libraries": _safe(library_versions),
         "pillow_jpeg": _safe(pillow_jpeg_info),
+        "cuda_device_max_connections": os.environ.get(CONNECTIONS_VAR),
         "dataset_path": None if dataset_path is None else str(dataset_path),
         "dataset_filesystem": None if dataset_path is None else _safe(filesystem_of, dataset_path),
     }

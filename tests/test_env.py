@@ -172,3 +172,22 @@ def test_cgroup_v1_quota_and_memory_limit(tmp_path, monkeypatch):
     cores = env.usable_cores()
     assert cores["cgroup_quota"] == 0.5 and cores["usable"] == 1
     assert env.memory_info()["cgroup_limit_gb"] == 4.0
+
+
+def test_spread_gpu_streams_sets_queues_and_keeps_a_users_value(monkeypatch):
+    monkeypatch.delenv(env.CONNECTIONS_VAR, raising=False)
+    assert env.spread_gpu_streams() == env.GPU_CONNECTIONS == "32"
+    assert os.environ[env.CONNECTIONS_VAR] == "32"
+    assert env.snapshot()["cuda_device_max_connections"] == "32"  # the run's record of what its process ran with
+    monkeypatch.setenv(env.CONNECTIONS_VAR, "4")  # the user's own setting wins
+    assert env.spread_gpu_streams() == "4"
+
+
+def test_only_the_commands_that_run_trials_set_the_stream_queues(monkeypatch, tmp_path):
+    from pipeprof.cli import main
+
+    monkeypatch.delenv(env.CONNECTIONS_VAR, raising=False)
+    assert main(["size", str(tmp_path / "no-run")]) == 2  # reads run folders: runs no trial, leaves it alone
+    assert env.CONNECTIONS_VAR not in os.environ
+    assert main(["run", str(tmp_path / "no.yaml")]) == 2  # set before the config is read, let alone CUDA touched
+    assert os.environ[env.CONNECTIONS_VAR] == "32"
