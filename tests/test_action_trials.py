@@ -233,7 +233,7 @@ def tried(planned) -> list[str]:
     return [p.id for p in planned if p.why_not is None]
 
 
-def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_rest():
+def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_rest(tmp_path):
     planned = plan(group(), ROW, GPU)
     assert tried(planned) == ["decoder", "uint8", "gpu_pipeline", "in_order"]
     assert [p.params for p in planned if p.id == "decoder"] == [{"decoder": "cv2"}]
@@ -265,6 +265,15 @@ def test_plan_tries_what_relieves_the_binding_resource_and_says_why_not_for_the_
         "gpu_pipeline",
         "in_order",
     ]
+    # a run that sweeps augment.device stores its CPU rows' device as missing (NaN in the parquet): the GPU pipeline
+    # is still tried there, and not on the rows where the GPU already decodes
+    swept = pd.DataFrame([ROW.to_dict() | {"augment_device": float("nan")}, ROW.to_dict() | {"augment_device": "cuda"}])
+    swept.to_parquet(tmp_path / "trials.parquet")
+    cpu_row, gpu_row = (r for _, r in pd.read_parquet(tmp_path / "trials.parquet").iterrows())
+    assert "gpu_pipeline" in tried(plan(group(), cpu_row, GPU))
+    assert {p.id: p.why_not for p in plan(group(), gpu_row, GPU)}["gpu_pipeline"] == (
+        "the GPU already decodes and augments in this pipeline"
+    )
     off = plan(group(), ROW, GPU._replace(mode="predict"))
     assert tried(off) == [] and all("actions: predict" in p.why_not for p in off)
     refused = plan(group(), ROW, GPU._replace(gpu_refusal="preset 'x' uses CoarseDropout"))

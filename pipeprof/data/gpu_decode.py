@@ -19,7 +19,8 @@ skips it and says why.
 Each decoder's output is ordered on the *current* CUDA stream, so the producer thread of an overlapped pipeline
 (``trials.device_side.Overlapped``) gets its batches on its own stream: torchvision and TorchCodec decode on a
 stream of their own and make the current one wait for it; nvImageCodec is handed the current one
-(``cuda_stream``). Before each decode the current stream's queued work is waited for (:func:`settle`).
+(``cuda_stream``). Before each decode the current stream's queued work is waited for (:func:`settle`): no backend
+waits for it on the device.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Callable, Optional
 import torch
 
 from pipeprof.config import ConfigError
-from pipeprof.schema import DEFAULT_GPU_DECODER, GPU_DECODERS
+from pipeprof.schema import GPU_DECODERS
 
 
 class BackendMissing(ConfigError):
@@ -41,20 +42,21 @@ class BackendMissing(ConfigError):
 Decode = Callable[[list], list]
 
 
-#: the backends that write from a stream of their own into memory handed out on the current one (:func:`settle`);
-#: nvImageCodec is handed the current stream and orders its writes on it
-OWN_STREAM = ("nvjpeg", "torchcodec")
+def settle(device: torch.device) -> None:
+    """Wait for the work queued on the current stream before a decode, whichever the backend: none of them waits
+    for it on the device.
 
+    * torchvision's and TorchCodec's decoders take their output tensors from PyTorch's cache
+      on the current stream but write them from a stream of their own: a block freed with kernels still queued (the
+      step's activations, the last batch's augment scratch) could be written while they read it.
+    * nvImageCodec starts decoding on its own streams when called and orders only its result on the stream it is
+      handed: serially, without the wait, a batch's decode ran beside the step before it, and the marks around it
+      read 0.5 ms of the 16 it took alone (docs/measured.md, "The GPU pipeline's decode behind the step").
 
-def settle(device: torch.device, backend: str = DEFAULT_GPU_DECODER) -> None:
-    """Wait for the work queued on the current stream before a decode. torchvision's CUDA decoder takes its output
-    tensors from PyTorch's cache on the current stream but writes them from a stream of its own, which waits for
-    nothing: a block freed with kernels still queued (the step's activations, the last batch's augment scratch)
-    could be written while they read it. The wait costs the producer thread nothing it would not wait anyway (the
-    decode call blocks it); on the training thread (overlap off) it keeps the next batch's decode behind this
-    step, which is what serial means. Nothing to wait for on a CPU, or for a backend that writes on the current
-    stream."""
-    if torch.device(device).type == "cuda" and backend in OWN_STREAM:
+    The wait costs the producer thread nothing it would not wait anyway (the decode call blocks it, its stream holds
+    only its own work); on the training thread (overlap off) it keeps the next batch's decode behind this step,
+    which is what serial means. Nothing to wait for on a CPU."""
+    if torch.device(device).type == "cuda":
         torch.cuda.current_stream().synchronize()
 
 
