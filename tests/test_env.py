@@ -174,8 +174,15 @@ def test_cgroup_v1_quota_and_memory_limit(tmp_path, monkeypatch):
     assert env.memory_info()["cgroup_limit_gb"] == 4.0
 
 
+def _unset(monkeypatch, name: str) -> None:
+    """``name`` out of the environment for the test, and put back as it was after it (a bare ``delenv`` of a name
+    not set records nothing, so what the code under test sets would stay)."""
+    monkeypatch.setenv(name, "")
+    monkeypatch.delenv(name)
+
+
 def test_spread_gpu_streams_sets_queues_and_keeps_a_users_value(monkeypatch):
-    monkeypatch.delenv(env.CONNECTIONS_VAR, raising=False)
+    _unset(monkeypatch, env.CONNECTIONS_VAR)
     assert env.spread_gpu_streams() == env.GPU_CONNECTIONS == "32"
     assert os.environ[env.CONNECTIONS_VAR] == "32"
     assert env.snapshot()["cuda_device_max_connections"] == "32"  # the run's record of what its process ran with
@@ -186,7 +193,7 @@ def test_spread_gpu_streams_sets_queues_and_keeps_a_users_value(monkeypatch):
 def test_only_the_commands_that_run_trials_set_the_stream_queues(monkeypatch, tmp_path):
     from pipeprof.cli import main
 
-    monkeypatch.delenv(env.CONNECTIONS_VAR, raising=False)
+    _unset(monkeypatch, env.CONNECTIONS_VAR)
     assert main(["size", str(tmp_path / "no-run")]) == 2  # reads run folders: runs no trial, leaves it alone
     assert env.CONNECTIONS_VAR not in os.environ
     assert main(["run", str(tmp_path / "no.yaml")]) == 2  # set before the config is read, let alone CUDA touched
