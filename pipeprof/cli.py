@@ -768,6 +768,8 @@ def _bench_gpu_augment(args) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    if args.batch < 1:
+        raise ValueError(f"--batch {args.batch}: gpu-augment decodes batches of at least one JPEG")
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repeats = max(10, _repeats(args, 1))
     encoded = _jpegs(args.batch)  # one batch of JPEGs for every table
@@ -984,8 +986,9 @@ def _input_errors() -> tuple:
     return ConfigError, ValueError, FileNotFoundError, DiskFull
 
 
-#: the commands that run trials in this process (and their torchrun ranks): their CUDA streams get queues of their own
-TRIAL_COMMANDS = ("run", "bench", "validate")
+#: the commands that run trials outside ``orchestrate.runner.execute`` (which gives its own process's CUDA streams
+#: queues of their own, ``env.spread_gpu_streams``): the same, before their first CUDA call
+TRIAL_COMMANDS = ("bench",)
 
 
 def main(argv=None) -> int:

@@ -379,12 +379,17 @@ GPU_CONNECTIONS = "32"
 CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 
-def spread_gpu_streams() -> str:
+def spread_gpu_streams() -> str | None:
     """Give this process's CUDA streams queues of their own (:data:`GPU_CONNECTIONS`) unless the environment already
-    says how many; the value the process runs with. Read by CUDA when the process makes its context: call it before
-    the first CUDA call, in the processes that run trials (not in ``watch``, whose script's environment is the
-    user's). Child processes (torchrun's ranks) inherit it."""
-    return os.environ.setdefault(CONNECTIONS_VAR, GPU_CONNECTIONS)
+    says how many; the value its CUDA context runs with (None: CUDA's default). CUDA reads it once, when the process
+    makes its context: where CUDA is up already (a script that called ``pipeprof.profile`` after its own CUDA work)
+    it is left as it was, and what the context read stays what the environment says. Called where trials start
+    (``orchestrate.runner.execute``, and the CLI's commands that run them before any CUDA call); not by ``watch``,
+    whose script's environment is the user's. Child processes (torchrun's ranks) inherit it."""
+    torch = sys.modules.get("torch")  # not imported yet: no CUDA context yet either
+    if torch is None or not torch.cuda.is_initialized():
+        os.environ.setdefault(CONNECTIONS_VAR, GPU_CONNECTIONS)
+    return os.environ.get(CONNECTIONS_VAR)
 
 
 def library_versions() -> dict:

@@ -190,11 +190,30 @@ def test_spread_gpu_streams_sets_queues_and_keeps_a_users_value(monkeypatch):
     assert env.spread_gpu_streams() == "4"
 
 
-def test_only_the_commands_that_run_trials_set_the_stream_queues(monkeypatch, tmp_path):
+def test_only_the_commands_that_run_trials_outside_a_run_set_the_stream_queues(monkeypatch, tmp_path):
     from pipeprof.cli import main
 
     _unset(monkeypatch, env.CONNECTIONS_VAR)
     assert main(["size", str(tmp_path / "no-run")]) == 2  # reads run folders: runs no trial, leaves it alone
     assert env.CONNECTIONS_VAR not in os.environ
-    assert main(["run", str(tmp_path / "no.yaml")]) == 2  # set before the config is read, let alone CUDA touched
+    assert main(["bench", "gpu-augment", "--batch", "0"]) == 2  # refused at once: set before that, let alone CUDA
     assert os.environ[env.CONNECTIONS_VAR] == "32"
+
+
+def test_a_run_sets_the_stream_queues_and_records_them(monkeypatch, tmp_path):
+    import pipeprof
+    from pipeprof.checks.calibrate import BurnDataset, FixedStepModel
+
+    _unset(monkeypatch, env.CONNECTIONS_VAR)
+    run = pipeprof.profile(  # the Python API's run: execute() sets it, as the CLI's does
+        BurnDataset(32, 0.0),
+        model=FixedStepModel(0.001),
+        batch_size=8,
+        num_workers=[0],
+        trials=["end_to_end"],
+        measure={"warmup_batches": 1, "window_s": 0.1, "windows": 2, "cpu_reference_s": 0},
+        out_dir=str(tmp_path),
+        device="cpu",
+        log=lambda *a: None,
+    )
+    assert run.meta["machine"]["cuda_device_max_connections"] == "32"

@@ -51,7 +51,7 @@ def settle(device: torch.device) -> None:
       step's activations, the last batch's augment scratch) could be written while they read it.
     * nvImageCodec starts decoding on its own streams when called and orders only its result on the stream it is
       handed: serially, without the wait, a batch's decode ran beside the step before it, and the marks around it
-      read 0.5 ms of the 16 it took alone (docs/measured.md, "The GPU pipeline's decode behind the step").
+      read a fraction of its time (docs/measured.md, "The GPU pipeline's decode behind the step").
 
     The wait costs the producer thread nothing it would not wait anyway (the decode call blocks it, its stream holds
     only its own work); on the training thread (overlap off) it keeps the next batch's decode behind this step,

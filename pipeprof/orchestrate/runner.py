@@ -23,7 +23,7 @@ from pipeprof.data.augment import A, load_preset
 from pipeprof.data.gpu_augment import ops_of as gpu_ops
 from pipeprof.data.prepare import build_sources, dataset_folder, storage_facts
 from pipeprof.data.user_samples import FIRST_BATCH_MOST, check_user_dataset, collate_fix
-from pipeprof.env import snapshot
+from pipeprof.env import snapshot, spread_gpu_streams
 from pipeprof.measure import reference
 from pipeprof.measure.confounders import WORKER_POLICY
 from pipeprof.measure.decoders import TIMED_REGION as DECODE_TIMED_REGION
@@ -169,6 +169,7 @@ def execute(
     the others and the missing ones run, in the same folder (``resume``; ConfigError when it differs).
     A KeyboardInterrupt (Ctrl-C; the CLI turns SIGTERM into one) ends the sweep: status 'interrupted'.
     """
+    spread_gpu_streams()  # before the run's first CUDA call, where this process has made none yet (see there)
     started = time.time()
     earlier = load_run(resume) if resume is not None else None
     if earlier is not None and cfg.loader.batch_size == "auto":  # the size its search chose, not a new search
