@@ -203,7 +203,7 @@ def jpeg_folder(tmp_path_factory):
         make_dataset(tmp / "ds", images=64, classes=4, seed=3)
         return tmp / "ds"
 
-    return measured_once("jpeg_folder", make, tmp_path_factory)
+    return measured_once("jpeg_folder", make, tmp_path_factory, timed=False)
 
 
 @pytest.fixture(scope="module")
