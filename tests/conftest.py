@@ -13,6 +13,9 @@ monitor even counts its processes as foreign load). So the workers share the mac
   CPU. The monitor counts load on the run's own CPUs only (``Monitor.cpus``), so the neighbour is not foreign
   load, and the run sees one usable core, as a user's run inside ``taskset -c N`` does.
 
+The lock cannot keep the hypervisor off the cores: a timed test that fails while the host takes CPU time (steal) is
+rerun, then reported skipped with the steal measured ("the host's contention", below).
+
 Waiting writers go first (a turnstile), so an ``alone`` test never starves. Without xdist (``-n 0``,
 ``-p no:xdist``, one file run by hand) the lock does nothing and ``one_core`` tests run unpinned; on a machine of
 one CPU a lane is the whole machine (exclusive).
