@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
-from pipeprof.schema import DEFAULT_GPU_DECODER
+from pipeprof.schema import DEFAULT_GPU_DECODER, on_gpu_pipeline
 from pipeprof.stats import mean_ci95, simultaneous
 
 # what an action needs of the pipeline: pipeprof's own pipeline (PIPELINE), pipeprof's own storage (STORAGE),
@@ -346,9 +346,7 @@ def why_not(a: Action, answer, row, facts: Facts) -> Optional[str]:
             f"a user's own {'DataLoader' if facts.own == 'loader' else 'Dataset'}: its decoding, transforms and "
             "storage are its own; only the DataLoader's knobs are tried"
         )
-    # "cuda", not "anything but cpu": a run that sweeps augment.device stores its CPU rows' device as NaN (the
-    # column's missing value), which is not None either
-    if a.cpu_side and row.get("augment_device") == "cuda":
+    if a.cpu_side and on_gpu_pipeline(row):
         return "the GPU already decodes and augments in this pipeline"
     # a user's dataset's variant does its work where the job's batches go, clocked by the pause (on a CPU, the
     # training process's time, added to the step's): only pipeprof's own pipeline needs the GPU for it

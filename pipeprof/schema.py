@@ -40,6 +40,13 @@ GPU_DECODERS = ("nvjpeg", "torchcodec", "nvimgcodec")
 DEFAULT_GPU_DECODER = "nvjpeg"
 
 
+def on_gpu_pipeline(row) -> bool:
+    """Whether a row (or group key) ran the GPU pipeline: ``augment_device`` 'cuda'. The workers' pipeline reads
+    'cpu', None, or NaN where a stored table mixes the two (a run that sweeps ``augment.device``): compare with
+    'cuda', never with "not 'cpu'"."""
+    return row.get("augment_device") == "cuda"
+
+
 def overlap_mode(row) -> Optional[str]:
     """A GPU-pipeline row's (or group key's) ``augment.overlap`` in the config's words, 'on', 'off', 'step-first'
     or 'staged', from its stored columns (``augment_overlap``, ``step_first``, ``staged``: bools, or 1.0 / 0.0

@@ -92,7 +92,7 @@ import pytest  # noqa: E402
 from _pytest.runner import runtestprotocol  # noqa: E402 - as pytest-rerunfailures reruns a test
 
 from pipeprof.config import MeasureConfig  # noqa: E402
-from pipeprof.measure.noise import STEAL_MIN_PCT  # noqa: E402
+from pipeprof.measure.noise import causes  # noqa: E402
 
 
 def _pin(cpus: set[int]) -> None:
@@ -305,18 +305,15 @@ def under_the_lock(item):
 # ---- the host's contention: a timed test's failure on a host that took its CPUs away --------------------------
 #
 # The lock keeps the suite's own tests off each other's cores; it cannot keep the hypervisor off them. On these
-# shared virtual machines the host at times takes CPU time from the guest (steal): a CI run on one such machine had
-# 23 timed tests fail at once (a 12 ms sleep a sample read as 14.3 ms, a known 94 samples/s as 43), with the
-# validate case's own monitor reading steal 10.6%. So the host's steal is measured over every attempt of a timed
-# test, and over the making of each measured run a test reads (``measured_once``). An assertion or a time-out in an
-# attempt whose steal reached the threshold at which pipeprof itself names steal a cause (``noise.STEAL_MIN_PCT``)
-# is the host's, not the test's. The test runs again, up to RETRIES more times while this worker's reruns have taken
-# less than RETRY_BUDGET_S (not when the contended part was a measured run it read: a rerun reads the same run).
-# Still failing on a contended host, it is reported skipped, with the steal of each attempt and its failure's first
-# line. A failure on a quiet host fails at once, as does any other error on any host. The terminal summary lists
-# every test that was rerun or skipped so.
+# shared virtual machines the host at times takes CPU time from the guest (steal), and the timed tests fail together
+# (docs/measured.md, "The test suite"). So the host's steal is measured over every attempt of a timed test, and over
+# the making of each measured run a test reads (``measured_once``). An assertion or a time-out in an attempt whose
+# steal is one pipeprof itself names a cause (``noise.causes``) is the host's, not the test's. The test runs again,
+# up to RETRIES more times while this worker's reruns have taken less than RETRY_BUDGET_S (not when the contended
+# part was a measured run it read: a rerun reads the same run). Still failing on a contended host, it is reported
+# skipped, with the steal of each attempt and its failure's first line. A failure on a quiet host fails at once, as
+# does any other error on any host. The terminal summary lists every test that was rerun or skipped so.
 
-STEAL_CONTENDED_PCT = STEAL_MIN_PCT
 RETRIES = 2
 RETRY_BUDGET_S = 300.0  # per xdist worker: a host contended throughout (hours, seen) costs this much, not more
 RETRY_PAUSE_S = 5.0  # between attempts: contention comes in bursts
@@ -343,7 +340,8 @@ class HostClock:
 
 
 def contended(steal: float | None) -> bool:
-    return steal is not None and steal >= STEAL_CONTENDED_PCT
+    """Whether pipeprof would name this steal a cause of a trial's spread: the run's own threshold."""
+    return steal is not None and any(cause == "steal" for cause, _ in causes({"cpu_steal_pct_mean": steal}))
 
 
 def next_step(call_failed: bool, steal: float | None, attempts: int, budget_left_s: float) -> str:
@@ -355,7 +353,7 @@ def next_step(call_failed: bool, steal: float | None, attempts: int, budget_left
 
 
 _MAKING: list[list[float | None]] = []  # per fixture being set up: the steal of each measured run it made or read
-_FIXTURE_STEAL: dict[str, float | None] = {}  # fixture name -> the host's steal while its measured run was made
+_FIXTURE_STEAL: dict[str, float] = {}  # fixture name -> the host's steal while its measured run was made
 _RETRIED_S = 0.0  # this worker's time in reruns so far
 
 

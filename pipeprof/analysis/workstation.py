@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
-from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, OVERLAP_TAGS, overlap_mode
+from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, OVERLAP_TAGS, on_gpu_pipeline, overlap_mode
 
 from .advice import rate_at_workers, rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok, worker_cores
@@ -164,15 +164,12 @@ def _ends(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def label(key) -> str:
     """A workload's name from its group's settings (an answer's ``key``): every group key that names one, so that
     two groups of a run never share a name (batch, source and cache state too; the GPU pipeline, inference)."""
-    gpu = key.get("augment_device")
     words = [
         key.get("model"),
         key.get("precision"),
         "inference" if key.get("mode") == "inference" else None,
         key.get("preset"),
-        "-".join(filter(None, ["gpu-augment", OVERLAP_TAGS.get(overlap_mode(key))]))
-        if isinstance(gpu, str) and gpu != "cpu"
-        else None,
+        "-".join(filter(None, ["gpu-augment", OVERLAP_TAGS.get(overlap_mode(key))])) if on_gpu_pipeline(key) else None,
         key.get("gpu_decoder") if key.get("gpu_decoder") not in (None, DEFAULT_GPU_DECODER) else None,
         f"bs{key['batch_size']}" if key.get("batch_size") is not None else None,
         key.get("source"),

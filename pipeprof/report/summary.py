@@ -16,7 +16,7 @@ import pandas as pd
 from pipeprof.analysis import GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
 from pipeprof.answer import Answer
-from pipeprof.schema import DEFAULT_GPU_DECODER, OVERLAP_WORDS, overlap_mode
+from pipeprof.schema import DEFAULT_GPU_DECODER, OVERLAP_WORDS, on_gpu_pipeline, overlap_mode
 
 VERDICT_WORDS = {
     "cpu-bound": "CPU-bound",
@@ -84,7 +84,7 @@ def shape(g: dict) -> str:
 def gpu_pipeline(g) -> str:
     """'GPU pipeline' where the GPU decodes and augments, with 'serial' (overlap off), 'step-first' or 'staged' and its
     decoder where not nvJPEG; '' for the workers' pipeline."""
-    if g.get("augment_device") != "cuda":
+    if not on_gpu_pipeline(g):
         return ""
     words = ["GPU pipeline", OVERLAP_WORDS.get(overlap_mode(g), "")]
     decoder = g.get("gpu_decoder")
