@@ -178,6 +178,7 @@ SHARED: Path | None = None  # the folder this run's xdist workers share (None wi
 
 def pytest_configure(config):
     global CORES, SHARED
+    config.pluginmanager.register(MeasuredRuns(), "pipeprof-measured-runs")
     if not hasattr(config, "workerinput"):
         # compiled once here, read by every interpreter the tests start (they keep the environment's setting)
         compileall.compile_dir(Path(__file__).parent.parent / "pipeprof", quiet=1)
@@ -362,17 +363,21 @@ def _made_with_steal(steal: float | None) -> None:
         _MAKING[-1].append(steal)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef, request):
+class MeasuredRuns:
     """Which fixture's value came with a measured run (``measured_once``), and the steal while it was made: a later
-    test that reads the cached value is judged by it."""
-    _MAKING.append([])
-    try:
-        return (yield)
-    finally:
-        made = [s for s in _MAKING.pop() if s is not None]
-        if made:
-            _FIXTURE_STEAL[fixturedef.argname] = max(made)
+    test that reads the cached value is judged by it. A plugin of its own (``pytest_configure`` registers it), not a
+    hook of this conftest: a session fixture (``cpu_run_dir``) is set up under the session's hooks, which a conftest
+    below the rootdir is not among, and its readers' failures went unjudged."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        _MAKING.append([])
+        try:
+            return (yield)
+        finally:
+            made = [s for s in _MAKING.pop() if s is not None]
+            if made:
+                _FIXTURE_STEAL[fixturedef.argname] = max(made)
 
 
 # what a timed test's call raised: an assertion on a measured value or a time-out can be the host's doing; any other
