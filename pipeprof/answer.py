@@ -163,6 +163,8 @@ class Answer:
     also: Optional[list[str]] = None
     basis: Optional[str] = None
     best_measured_action: Optional[dict] = None
+    # the pick against its nearest rival in alternating windows (analysis.confidence.pair_decision); None: one count
+    pair: Optional[dict] = None
     extra: dict = field(default_factory=dict)
 
     STORED = {

@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeprof.answer import Recommendation
 from pipeprof.measure.noise import causes
-from pipeprof.stats import t95
+from pipeprof.stats import mean_ci95, t95
 
 from .advice import recommend_workers
 from .bounds import BOUND_KEYS, GROUP_KEYS, NEAR_BEST, Join, cpu_curve_rows, curve_at, curves, groups, join
@@ -37,12 +37,16 @@ HOLDS = 0.80  # the answer holds when at least 80% of the re-draws give it
 SPREAD = {"usable_busy_cores": "usable_busy_cores_mean", "workers_cpu_pct": "workers_cpu_pct_mean"}
 
 
-def _t_interval(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(median, ci95 low, ci95 high) of each row of ``samples`` (draws x windows), as the trials compute them."""
+def _t_interval(samples: np.ndarray, share: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(median, ci95 low, ci95 high) of each row of ``samples`` (draws x windows), as the trials compute them
+    (``stats.rate_bounds``: a rate's interval multiplicative; ``stats.share_bounds``: a share's within [0, 1])."""
     n = samples.shape[1]
     mean, sd = samples.mean(axis=1), samples.std(axis=1, ddof=1)
     half = t95(n) * sd / np.sqrt(n)
-    return np.median(samples, axis=1), mean - half, mean + half
+    if share:  # the mean window share first: data_wait_frac is a share of the whole time, not a median
+        return mean, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1)
+    rel = np.minimum(half / np.where(mean > 0, mean, np.inf), 700.0)
+    return np.median(samples, axis=1), mean * np.exp(-rel), mean * np.exp(rel)
 
 
 def _windows(value) -> Optional[np.ndarray]:
@@ -56,7 +60,7 @@ def _redraw_windows(trials: pd.DataFrame, column: str, rng, draws: int) -> dict:
     for i, value in trials.get(column, pd.Series(dtype=object)).items():
         w = _windows(value)
         if w is not None:
-            out[i] = _t_interval(rng.choice(w, size=(draws, len(w)), replace=True))
+            out[i] = _t_interval(rng.choice(w, size=(draws, len(w)), replace=True), column == "window_data_wait")
     return out
 
 
@@ -84,8 +88,6 @@ def _draw(trials: pd.DataFrame, k: int, rates: dict, waits: dict, spread: dict) 
             continue
         rows = list(figures)
         med, lo, hi = (np.array([figures[i][j][k] for i in rows]) for j in range(3))
-        if names[0] == "data_wait_frac":  # the mean window share: data_wait_frac is a share of the whole time
-            med = (lo + hi) / 2
         for name, values in zip(names, (med, lo, hi)):
             column = df[name].to_numpy(float, copy=True) if name in df else np.full(len(df), np.nan)
             column[rows] = values
@@ -211,3 +213,76 @@ def summarize(answer: tuple, drawn: list[tuple]) -> dict:
         "alternatives": [{"side": s, "resource": r, "share": n / len(drawn)} for (s, r), n in others],
         "holds": bool(same >= HOLDS),
     }
+
+
+# The answer's pair trial: the pick against its nearest rival in alternating windows on one step
+# (orchestrate.action_trials.confirm_answers). Re-draws see only the noise inside each trial; trials measured
+# seconds apart also differ by how far the machine moved between them, which no re-draw sees. Alternating the
+# two counts' windows puts the same drift on both, so their ratio, pair by pair, says whether they differ.
+PAIR_KIND = "pair"
+
+
+def rival_of(rates: dict[int, float], pick: int) -> Optional[int]:
+    """The pick's nearest rival among the measured counts: the other count whose median rate (samples/s) is
+    closest to the pick's (absolute difference; a tie goes to the smaller count). None with one count."""
+    others = [w for w in rates if w != pick and rates[w] is not None and np.isfinite(rates[w])]
+    if pick not in rates or not others:
+        return None
+    return min(others, key=lambda w: (abs(rates[w] - rates[pick]), w))
+
+
+def pair_decision(pick: int, rival: int, pick_rates: list[float], rival_rates: list[float]) -> dict:
+    """The answer from the paired windows of ``pick`` and ``rival`` (samples/s; window i of each from one
+    cycle of alternation, so pair i shares the machine's state).
+
+    ``ratio``: the smaller count's rate over the larger's, per pair, mean and 95% interval (t, pairs - 1
+    degrees of freedom). Separated where the interval excludes 1. Then the answer is the faster count, except
+    that the smaller count is kept where it is within 5% of the larger (``NEAR_BEST``: the sweep's rule of the
+    smallest num_workers within 5% of the best). Not separated (or under 2 pairs): "within the machine's
+    drift", the smaller count answered as the sweep's tie rule does. ``first``/``second``/``first_over_second``:
+    the pair as the confidence line names it (the answer first where separated)."""
+    small, large = sorted((pick, rival))
+    by = {pick: list(pick_rates), rival: list(rival_rates)}
+    per_pair = [s / big for s, big in zip(by[small], by[large]) if big > 0]
+    mean = float(np.mean(per_pair)) if per_pair else None
+    lo, hi = mean_ci95(per_pair)
+    separated = lo is not None and (lo > 1 or hi < 1)
+    if not separated:
+        answer, why = small, "drift"
+    elif lo > 1:
+        answer, why = small, "faster"
+    elif mean >= NEAR_BEST:
+        answer, why = small, "within 5%"
+    else:
+        answer, why = large, "faster"
+    other = large if answer == small else small
+    flip = answer == large  # the line names the answer first: then the larger's rate over the smaller's
+
+    def named(x: Optional[float]) -> Optional[float]:
+        return (1 / x if flip else x) if x else None
+
+    ratio, (r_lo, r_hi) = named(mean), (named(hi), named(lo)) if flip else (named(lo), named(hi))
+    return {
+        "pick": pick,
+        "rival": rival,
+        "pairs": len(per_pair),
+        "smaller_over_larger": mean,
+        "smaller_over_larger_ci95_low": lo,
+        "smaller_over_larger_ci95_high": hi,
+        "separated": bool(separated),
+        "workers": answer,
+        "why": why,
+        "first": answer,
+        "second": other,
+        "first_over_second": ratio,
+        "first_over_second_ci95_low": r_lo,
+        "first_over_second_ci95_high": r_hi,
+    }
+
+
+def pair_words(p: dict) -> str:
+    """The pair trial in words: '0 against 2 workers in alternation: 1.31x (1.22-1.41)'."""
+    ratio, lo, hi = (p.get(f"first_over_second{s}") for s in ("", "_ci95_low", "_ci95_high"))
+    figure = f"{ratio:.2f}x" if ratio is not None else "no ratio"
+    spread = f" ({lo:.2f}-{hi:.2f})" if lo is not None else f" (no interval: {p.get('pairs', 0)} pair)"
+    return f"{p['first']} against {p['second']} workers in alternation: {figure}{spread}"

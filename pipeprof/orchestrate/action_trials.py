@@ -24,6 +24,7 @@ import torch
 from pipeprof.actions import ACTIONS, STORAGE, Facts, Planned, best_measured, combine, plan
 from pipeprof.analysis import GROUP_KEYS
 from pipeprof.analysis.bounds import curves, matching
+from pipeprof.analysis.confidence import PAIR_KIND, pair_decision, pair_words, rival_of
 from pipeprof.analysis.gains import gpu_pipeline_prediction
 from pipeprof.answer import Answer
 from pipeprof.data.gpu_augment import NoCounterpart, for_preset
@@ -32,9 +33,9 @@ from pipeprof.data.sources import source_class
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.trials import TrialContext, TrialSpec
-from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION
+from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION, action_trial
 from pipeprof.trials.heap import release
-from pipeprof.trials.variants import run_together
+from pipeprof.trials.variants import baseline, run_together
 from pipeprof.trials.watchdog import Leash, run_bounded
 
 from .sweep import SETUP_MARGIN_S, failure_columns, run_one
@@ -375,3 +376,122 @@ def _said(p: Planned, row: dict) -> str:
         f"  {p.action}: {row['samples_per_s']:,.1f} vs {row['baseline_samples_per_s']:,.1f} samples/s, "
         f"{row['action_gain_frac']:+.1%}{ci}{unstable}"
     )
+
+
+# The answer's pair trial (analysis.confidence.pair_decision): the pick and its nearest rival alternate windows
+# on one step, so the machine's drift between the sweep's trials (seconds apart; a 0-worker step uses every core
+# and moves most) falls on both. Windows of 1 s: the sweep's end-to-end windows on the 2-core machine spread by
+# ~5% (CV), a pair's ratio by ~7%, so 4 pairs separate a 20% difference and up to 8 (while the ratio's interval is
+# wider than ± measure.ci_target) a 10% one, within PAIR_MAX_S (docs/measuring.md)
+PAIR_WINDOW_S = 1.0
+PAIR_PAIRS, PAIR_MAX_PAIRS = 4, 8
+PAIR_MAX_S = 25.0  # the whole trial, both loaders' starts included
+PAIR_TIMED_REGION = (
+    "the answer's num_workers (side A) and its nearest rival (side B: the other measured count whose end-to-end "
+    "median rate is closest to the pick's) as two running loaders on one step, in ABBA windows (as the action "
+    "trials: the side not timed has its workers stopped, each side first runs untimed, one worker round drained "
+    "after each switch; each side's step has the intra-op threads the sweep gave it at its count); windows of at "
+    "least 1 s, 4 pairs planned and more up to 8 while the ratio's 95% CI is wider than ± measure.ci_target, none "
+    "past 25 s from the trial's start; ratio = smaller count's rate / larger count's, per pair of windows, mean "
+    "and 95% CI; window_rates are the pick's windows, baseline_window_rates the rival's"
+)
+
+
+def confirm_answers(run, plan_, models: dict, loss_fn, log: Callable[[str], None]) -> None:
+    """Each one-GPU group's pick against its nearest rival in one pair trial (:data:`PAIR_TIMED_REGION`); the
+    group's answer set from the pair (``analysis.confidence.pair_decision``) and stored with it (``pair``); the
+    trial's row in run.json's ``pair_trials``. Nothing where the group measured one count."""
+    groups = run.meta.get("analysis", {}).get("groups", [])
+    joined = curves(run.trials)
+    todo = []
+    for g in groups:
+        rows = matching(joined, pd.Series(g.key), GROUP_KEYS) if len(joined) else joined
+        rates = {int(r["num_workers"]): r["samples_per_s"] for _, r in rows.iterrows() if r.get("status") == "ok"}
+        rival = rival_of(rates, g.workers)
+        if rival is not None and int(g.key.get("gpus") or 1) == 1:
+            todo.append((g, rows, rival))
+    if not todo:
+        return
+    record = run.meta["pair_trials"] = {"rows": []}
+    run.meta["timed_regions"][PAIR_KIND] = PAIR_TIMED_REGION
+    cfg = plan_.cfg
+    with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
+        ctx = TrialContext.from_config(
+            cfg,
+            torch.device(cfg.device),
+            monitor,
+            dict(plan_.sources),
+            int(plan_.machine["cores"]["usable"]),
+            user_dataset=plan_.user_dataset,
+            user_loader=plan_.user_loader,
+            loss_fn=loss_fn,
+            models=models,
+        )
+        ctx = replace(
+            ctx,
+            measure=ctx.measure.model_copy(
+                update={
+                    "action_window_s": PAIR_WINDOW_S,
+                    "action_pairs": PAIR_PAIRS,
+                    "action_max_pairs": PAIR_MAX_PAIRS,
+                    "max_trial_s": min(ctx.measure.max_trial_s, PAIR_MAX_S),
+                }
+            ),
+        )
+        for g, rows, rival in todo:
+            log(f"pair trial: {g.workers} against {rival} workers in alternating windows")
+            row = _pair_trial(ctx, spec_of(rows[rows["num_workers"] == g.workers].iloc[0]), rival, monitor)
+            record["rows"].append(row)
+            if row["status"] != "ok":
+                continue
+            p = pair_decision(g.workers, rival, row["window_rates"], row["baseline_window_rates"])
+            p |= {"trial_id": row["trial_id"], "words": pair_words(p)}
+            if p["workers"] != g.workers:  # the pair overrules the sweep's pick: the answer's rate is the new count's
+                at = rows[rows["num_workers"] == p["workers"]].iloc[0]
+                g.workers, g.samples_per_s = p["workers"], float(at["samples_per_s"])
+                g.criterion = f"{g.criterion}; set by the pair trial ({p['words']})"
+            g.pair = p
+            run.save_meta()
+
+
+def _pair_trial(ctx: TrialContext, spec: TrialSpec, rival: int, monitor) -> dict:
+    """The pair trial's row: the pick's settings (kind ``pair``, ``action`` the rival), status, the paired
+    figures (``trials.action_trial.paired_columns``) and the monitor's summary."""
+    pair = replace(spec, kind=PAIR_KIND, action=f"num_workers={rival}")
+    row = pair.columns() | {"status": "ok", "error": None, "rival_workers": rival}
+    t0 = time.perf_counter()
+
+    def threads(w: int) -> Optional[int]:
+        return step_threads("end_to_end", ctx.device.type, ctx.cores, w, ctx.step_threads)
+
+    try:
+        leash = Leash(ctx.monitor, ctx.clock)
+        watched = replace(ctx, monitor=leash, clock=leash.clock)
+        sides = [
+            baseline(watched, replace(spec, num_workers=w))._replace(num_workers=w, threads=threads(w))
+            for w in (spec.num_workers, rival)
+        ]
+
+        def body() -> dict:
+            with torch_threads(threads(spec.num_workers)):  # restored after: the sides set theirs at each turn
+                return action_trial(watched, pair, sides[0], sides[1])
+
+        got = run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S, f"pair trial {pair.trial_id}")
+        # action_trial names the rival (its variant) A and the pick B: stored the pick first, as the row names it
+        row |= got | {
+            "window_rates": got["baseline_window_rates"],
+            "baseline_window_rates": got["window_rates"],
+            "samples_per_s": got["baseline_samples_per_s"],
+            "baseline_samples_per_s": got["samples_per_s"],
+            "timeline_trial_id": pair.trial_id,
+        }
+        seen = summarize(monitor.timeline(), pair.trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
+        row |= {k: v for k, v in seen.items() if row.get(k) is None}
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a pair that cannot run leaves the sweep's answer as it was, its row says why
+        row |= failure_columns(exc, ctx.device)
+    finally:
+        ctx.monitor.set_trial(None)
+        release(ctx.device)
+    return {k: _plain(v) for k, v in (row | {"trial_s": time.perf_counter() - t0}).items()}

@@ -37,7 +37,7 @@ from pipeprof.trials import TrialContext, timed_regions
 from pipeprof.trials.heap import trial_heap
 from pipeprof.trials.skeleton import collate_user
 
-from .action_trials import run_actions
+from .action_trials import confirm_answers, run_actions
 from .batchsize import MOST, auto_batch_size, confirm
 from .distributed import kept_jobs
 from .limits import check_plan, check_workers, shm_free
@@ -132,7 +132,15 @@ def _meta(cfg: RunConfig, env: dict, data_facts: dict, sources: dict, planned: i
         "timed_regions": timed_regions(),
         "worker_policy": policy,
         "trials_planned": None if cfg.sweep == "adaptive" else planned,
-    }  # adaptive: decided as it measures
+    } | (_ray_meta() if cfg.data.engine == "ray" else {})  # adaptive: decided as it measures
+
+
+def _ray_meta() -> dict:
+    """data.engine ray: the cluster it joins or starts (Ray's version, nodes, CPUs) and the Ray trials' regions."""
+    from pipeprof.data.ray_engine import ensure_cluster
+    from pipeprof.trials.ray_trials import TIMED_REGIONS
+
+    return {"ray": ensure_cluster(), "ray_timed_regions": TIMED_REGIONS}
 
 
 def _check_early(cfg: RunConfig) -> None:
@@ -235,6 +243,12 @@ def _finish(
         run.save_meta()
         raise
     judge(run)
+    if not interrupted and not run.meta["analysis"]["failures"]["no_answer"]:
+        # the pick against its nearest rival, alternating on one step, before the answer is given (answer_after_s)
+        try:
+            confirm_answers(run, plan, models or {}, loss_fn, log)
+        except KeyboardInterrupt:
+            interrupted = True
     # when the answer was ready, from this session's start (a run not resumed: its sweep ended at wall_s, the
     # analysis took the rest)
     run.meta["answer_after_s"] = time.time() - started

@@ -111,7 +111,9 @@ def _interval(row: dict) -> str:
     lo, hi = row.get("samples_per_s_ci95_low"), row.get("samples_per_s_ci95_high")
     if lo is None or hi is None or lo != lo or hi != hi:
         return ""
-    half = (hi - lo) / 2
+    half, mid = (hi - lo) / 2, row.get("samples_per_s")
+    if mid and mid == mid and half > 0.1 * mid:  # wide: the multiplicative interval (stats.rate_bounds) as its ends
+        return f" ({max(lo, 0.0):,.3g}–{hi:,.3g})"
     return f" ± {half:,.0f}" if half >= 100 else f" ± {half:.2g}"  # two figures: it is an interval
 
 
@@ -169,6 +171,15 @@ def confidence_line(a: Answer) -> str:
     side = f"{sure.side} side" if sure.side else "no side"
     res = f", {RESOURCE_WORDS.get(sure.resource, sure.resource)}" if sure.resource and sure.side != "balanced" else ""
     line = f"{counts} in {sure.workers_share:.0%} of re-draws of the windows; {side}{res} in {sure.answer_share:.0%}"
+    pair = a.pair  # the pick against its nearest rival in alternating windows: it, not the re-draws, says the count
+    if pair and pair.get("words"):
+        if not pair["separated"]:
+            return (
+                f"num_workers {pair['first']} or {pair['second']}: within the machine's drift ({pair['words']}); "
+                f"{side}{res} in {sure.answer_share:.0%} of re-draws."
+            )
+        close = ", within 5%: the smaller count" if pair["why"] == "within 5%" else ""
+        line = f"{pair['words']}{close}; {side}{res} in {sure.answer_share:.0%} of re-draws"
     if sure.holds:
         return f"{line}: the answer holds."
     load = sure.disturbed

@@ -34,6 +34,8 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, NamedTuple, Optional
 
+import torch
+
 from pipeprof.measure.loader import PAUSABLE, Pause, prefetch_depth, shutdown, worker_pids
 from pipeprof.measure.windows import rotating, summarize_rates
 
@@ -77,12 +79,18 @@ class Variant(NamedTuple):
     feed: Any = None  # how its batches reach the step (trials.device_side: Plain, Serial, Overlapped); None: Plain
     loader: Optional[Callable[[int], Any]] = None  # fn(num_workers) -> the user's DataLoader, knobs applied
     knobs: dict = {}  # pipeprof's own DataLoader's other settings (persistent_workers, in_order ...)
+    num_workers: Optional[int] = None  # None: the trial spec's; set: this side's own count (the answer's pair trial)
+    threads: Optional[int] = None  # the step's intra-op threads in this side's turns (None: as the trial set them)
+
+
+def _workers(spec: TrialSpec, v: Variant) -> int:
+    return (v.num_workers if v.num_workers is not None else spec.num_workers) or 0
 
 
 def _open(ctx: TrialContext, spec: TrialSpec, v: Variant):
     return open_loader(
         replace(ctx, prefetch_factor=v.prefetch_factor, user_loader=v.loader),
-        replace(spec, pin_memory=v.pin_memory),
+        replace(spec, pin_memory=v.pin_memory, num_workers=_workers(spec, v)),
         v.dataset,
         v.collate,
         v.knobs,
@@ -105,6 +113,8 @@ def action_trials(ctx: TrialContext, spec: TrialSpec, base: Variant, alts: list[
     step = make_step(ctx, spec)
     sides = [base, *alts]
     pf = max(v.prefetch_factor for v in sides)
+    # sides of their own worker counts (the answer's pair trial): the drain and the rounds are the largest side's
+    spec = replace(spec, num_workers=max(_workers(spec, v) for v in sides))
     depth = prefetch_depth(spec.num_workers or 0, pf)  # batches a side has dispatched when it is stopped
     its: dict = {}
     turns = None
@@ -156,6 +166,8 @@ class _Turns:
         self.pauses = {k: Pause(it) for k, it in its.items()}
         self.clocks = [_StageSums(v.dataset) for v in sides]
         self.side, self.phase, self.unclocked = 0, "warmup", 0
+        if sides[0].threads is not None:
+            torch.set_num_threads(sides[0].threads)
 
     def switch(self, k: int) -> None:
         if k != self.side:
@@ -166,6 +178,8 @@ class _Turns:
             self.unclocked = self.depth + self.feeds[k].held if PAUSABLE else 0
             self.feeds[self.side].turn(False)
             self.feeds[k].turn(True)
+        if self.sides[k].threads is not None:  # a side of its own worker count has the step threads the sweep gave it
+            torch.set_num_threads(self.sides[k].threads)
         self.side = k
 
     def one(self) -> int:
