@@ -212,16 +212,20 @@ def repeat(
 
 def _answer_row(run, i: int, wall_s: float, a: Answer) -> dict:
     """One run's answer for one group (``num_workers``: the recommended count; ``workers_low``/``high``: the
-    range its re-drawn windows allow, None where none were drawn)."""
+    counts the pair trial allows (the one it set, or both where within the machine's drift), else the range its
+    re-drawn windows allow, None where none were drawn)."""
     sure = a.confidence or Confidence()
+    low, high = sure.workers_low, sure.workers_high
+    if a.pair:  # the pick against its rival in alternation: the count it set, or both where within the drift
+        low, high = (a.workers, a.workers) if a.pair["separated"] else sorted((a.pair["first"], a.pair["second"]))
     return {
         "run": i,
         "group": group_label(a.key),
         "wall_s": wall_s,
         "trials": run.meta["analysis"]["trials"],
         "num_workers": a.workers,
-        "workers_low": sure.workers_low,
-        "workers_high": sure.workers_high,
+        "workers_low": low,
+        "workers_high": high,
         "side": a.side,
         "resource": a.resource,
         "also": ", ".join(a.also or []),
@@ -234,7 +238,7 @@ def _answer_row(run, i: int, wall_s: float, a: Answer) -> dict:
 
 def agreement(df: pd.DataFrame) -> list[dict]:
     """Per group: whether every run named the same side and resource, and whether their num_workers
-    ranges (from the re-drawn windows; the pick itself where absent) share a count."""
+    ranges (the pair trial's, else the re-drawn windows'; the pick itself where absent) share a count."""
     out = []
     for group, g in df.groupby("group", sort=False):
         low = g["workers_low"].fillna(g["num_workers"]).max()
