@@ -1,6 +1,7 @@
 """The answer's pair trial: the pick against its nearest rival from paired windows (pure analysis, exact numbers),
 and the confidence line that reports it."""
 
+import math
 import statistics
 
 import pytest
@@ -18,20 +19,21 @@ def test_the_rival_is_the_other_count_whose_rate_is_nearest_the_picks():
 def test_a_faster_smaller_count_is_separated_and_named_with_the_pairs_ratio():
     small, large = [52.0, 55.0, 54.0, 53.0], [40.0, 42.0, 41.0, 40.0]  # 0 workers against 2
     p = pair_decision(2, 0, large, small)
-    ratios = [s / b for s, b in zip(small, large)]
-    mean, half = statistics.fmean(ratios), t95(4) * statistics.stdev(ratios) / 2
+    logs = [math.log(s / b) for s, b in zip(small, large)]
+    mid, half = statistics.fmean(logs), t95(4) * statistics.stdev(logs) / 2
+    mean, lo, hi = math.exp(mid), math.exp(mid - half), math.exp(mid + half)
     assert p["separated"] and p["workers"] == 0 and p["why"] == "faster"
     assert p["first_over_second"] == pytest.approx(mean)
-    assert p["first_over_second_ci95_low"] == pytest.approx(mean - half)
-    assert p["first_over_second_ci95_high"] == pytest.approx(mean + half)
-    assert pair_words(p) == f"0 against 2 workers in alternation: {mean:.2f}x ({mean - half:.2f}-{mean + half:.2f})"
+    assert p["first_over_second_ci95_low"] == pytest.approx(lo)
+    assert p["first_over_second_ci95_high"] == pytest.approx(hi)
+    assert pair_words(p) == f"0 against 2 workers in alternation: {mean:.2f}x ({lo:.2f}-{hi:.2f})"
 
 
 def test_a_faster_larger_count_is_the_answer_named_first_with_its_ratio_over_the_smaller():
     p = pair_decision(1, 4, [30.0, 31.0, 29.0, 30.0], [60.0, 61.0, 59.0, 62.0])
     assert p["separated"] and p["workers"] == 4 and (p["first"], p["second"]) == (4, 1)
     ratios = [s / b for s, b in zip([30.0, 31.0, 29.0, 30.0], [60.0, 61.0, 59.0, 62.0])]
-    assert p["first_over_second"] == pytest.approx(1 / statistics.fmean(ratios))
+    assert p["first_over_second"] == pytest.approx(1 / math.exp(statistics.fmean(math.log(r) for r in ratios)))
     assert p["first_over_second_ci95_low"] < p["first_over_second"] < p["first_over_second_ci95_high"]
 
 

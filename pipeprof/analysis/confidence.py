@@ -15,6 +15,8 @@ Pure: trials in, a dict per group out. ``draws`` and ``seed`` fix the result for
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import Counter
 from typing import NamedTuple, Optional
 
@@ -235,17 +237,18 @@ def pair_decision(pick: int, rival: int, pick_rates: list[float], rival_rates: l
     """The answer from the paired windows of ``pick`` and ``rival`` (samples/s; window i of each from one
     cycle of alternation, so pair i shares the machine's state).
 
-    ``ratio``: the smaller count's rate over the larger's, per pair, mean and 95% interval (t, pairs - 1
-    degrees of freedom). Separated where the interval excludes 1. Then the answer is the faster count, except
-    that the smaller count is kept where it is within 5% of the larger (``NEAR_BEST``: the sweep's rule of the
-    smallest num_workers within 5% of the best). Not separated (or under 2 pairs): "within the machine's
-    drift", the smaller count answered as the sweep's tie rule does. ``first``/``second``/``first_over_second``:
-    the pair as the confidence line names it (the answer first where separated)."""
+    ``smaller_over_larger``: the smaller count's rate over the larger's per pair, their geometric mean and 95%
+    interval (t on the log ratios, pairs - 1 degrees of freedom). Separated where the interval excludes 1.
+    Then the answer is the faster count, except that the smaller count is kept where it is within 5% of the
+    larger (``NEAR_BEST``: the sweep's rule of the smallest num_workers within 5% of the best). Not separated
+    (or under 2 pairs): "within the machine's drift", the smaller count answered as the sweep's tie rule does.
+    ``first``/``second``/``first_over_second``: the pair as the confidence line names it (the answer first where separated)."""
     small, large = sorted((pick, rival))
     by = {pick: list(pick_rates), rival: list(rival_rates)}
-    per_pair = [s / big for s, big in zip(by[small], by[large]) if big > 0]
-    mean = float(np.mean(per_pair)) if per_pair else None
-    lo, hi = mean_ci95(per_pair)
+    # on the log of each pair's ratio: a ratio's interval stays above 0 and is the same read either way round
+    logs = [math.log(s / big) for s, big in zip(by[small], by[large]) if big > 0 and s > 0]
+    mean = math.exp(statistics.fmean(logs)) if logs else None
+    lo, hi = (math.exp(x) if x is not None else None for x in mean_ci95(logs))
     separated = lo is not None and (lo > 1 or hi < 1)
     if not separated:
         answer, why = small, "drift"
@@ -265,7 +268,7 @@ def pair_decision(pick: int, rival: int, pick_rates: list[float], rival_rates: l
     return {
         "pick": pick,
         "rival": rival,
-        "pairs": len(per_pair),
+        "pairs": len(logs),
         "smaller_over_larger": mean,
         "smaller_over_larger_ci95_low": lo,
         "smaller_over_larger_ci95_high": hi,
