@@ -242,7 +242,8 @@ def pair_decision(pick: int, rival: int, pick_rates: list[float], rival_rates: l
     Then the answer is the faster count, except that the smaller count is kept where it is within 5% of the
     larger (``NEAR_BEST``: the sweep's rule of the smallest num_workers within 5% of the best). Not separated
     (or under 2 pairs): "within the machine's drift", the smaller count answered as the sweep's tie rule does.
-    ``first``/``second``/``first_over_second``: the pair as the confidence line names it (the answer first where separated)."""
+    ``first``/``second``/``first_over_second``: the pair as the confidence line names it (the answer first where
+    separated)."""
     small, large = sorted((pick, rival))
     by = {pick: list(pick_rates), rival: list(rival_rates)}
     # on the log of each pair's ratio: a ratio's interval stays above 0 and is the same read either way round
