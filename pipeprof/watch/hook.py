@@ -27,6 +27,7 @@ import atexit
 import functools
 import importlib
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import time
@@ -35,9 +36,15 @@ import weakref
 from collections import deque
 
 try:
-    from . import channel
+    from . import channel, sites
 except ImportError:  # loaded by file path in a watched process (boot/sitecustomize.py)
     import _pipeprof_watch_channel as channel
+
+    _spec = importlib.util.spec_from_file_location(
+        "_pipeprof_watch_sites", os.path.join(os.path.dirname(__file__), "sites.py")
+    )
+    sites = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sites)
 
 TARGET = "torch.utils.data.dataloader"
 FLUSH_S = 0.25  # records leave the process about four times a second: one sendall each
@@ -164,19 +171,24 @@ def settings(loader) -> dict:
     }
 
 
-def user_site(loader, torch_dir: str) -> tuple[str, int, list[str]]:
-    """(file, line, short stack) of the user's code that built ``loader``: the first frame outside torch,
-    this module and the loader's own ``__init__`` chain (a DataLoader subclass calling super())."""
-    frame = sys._getframe(2)
-    while frame is not None:
+def user_site(loader, torch_dir: str) -> dict:
+    """Where the user's code built ``loader`` (``sites.describe``): the first frame of the user's own code
+    (outside installed packages, the standard library, pipeprof, torch and the loader's own ``__init__`` chain),
+    the library frame beside it (timm's ``create_loader``, Lightning's re-creation), the knob as written, and a
+    short stack."""
+
+    def skip(frame):
         file = frame.f_code.co_filename
-        if not (file.startswith(torch_dir) or file == __file__ or frame.f_locals.get("self") is loader):
-            break
-        frame = frame.f_back
+        return file.startswith(torch_dir) or file == __file__ or frame.f_locals.get("self") is loader
+
+    frame, library = sites.user_frame(sys._getframe(2), skip)
     if frame is None:
-        return "?", 0, []
-    stack = [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_stack(frame, limit=3)][::-1]
-    return frame.f_code.co_filename, frame.f_lineno, stack
+        frame, library = library, None  # all library frames: the innermost is the best we have
+    if frame is None:
+        return {"path": "?", "line": 0, "library_site": None, "knob": None, "option": None, "stack": []}
+    found = sites.describe(frame, library)
+    found["stack"] = [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_stack(frame, limit=3)][::-1]
+    return found
 
 
 class Watch:
@@ -186,6 +198,7 @@ class Watch:
         self.client, self.active, self.torch, self.orig = client, True, None, {}
         self.labels: dict[tuple, str] = {}  # (site, dataset type, batch, workers) -> label
         self.sites: dict[str, int] = {}
+        self.by_dataset: dict[int, tuple] = {}  # id(dataset) -> (weakref to it, label of the loader built over it)
         self.infos: dict[str, LoaderInfo] = {}
         self.latest: dict[str, weakref.ref] = {}  # label -> the last loader built there (for the pause)
         self.threads_trial: ThreadsTrial | None = None  # the steps after a pause at other intra-op threads
@@ -243,29 +256,42 @@ class Watch:
 
     # -- loaders ----------------------------------------------------------------------------------
     def built(self, loader, args: tuple, kwargs: dict) -> None:
-        """A DataLoader was built: give it a label (its site) and say so once per label."""
-        file, line, stack = user_site(loader, os.path.dirname(self.torch.__file__))
-        site = f"{os.path.basename(file)}:{line}"
+        """A DataLoader was built: give it a label (its user's site) and say so once per label. A loader a
+        framework re-creates from inside itself (Lightning adding its sampler, Accelerate's ``prepare``) over the
+        same dataset object as one the user built is that loader's row: it takes over the label, and the pause
+        copies it (the framework's sampler kept)."""
         found = settings(loader)
-        key = (site, found["dataset"], found["batch_size"], found["num_workers"])
-        label = self.labels.get(key)
-        if label is None:
-            n = self.sites[site] = self.sites.get(site, 0) + 1
-            label = self.labels[key] = site if n == 1 else f"{site}#{n}"
-            self.infos[label] = LoaderInfo(label)
-            self._hello()
+        where = user_site(loader, os.path.dirname(self.torch.__file__))
+        ds = id(loader.dataset)
+        user = self.by_dataset.get(ds)
+        if where["library_site"] is not None and user is not None and user[0]() is loader.dataset:
+            label = user[1]
             self.client.send(
                 {
-                    "k": "loader",
+                    "k": "loader_rebuilt",
                     "label": label,
-                    "site": site,
-                    "path": file,
-                    "line": line,
-                    "stack": stack,
+                    "library_site": where["library_site"],
                     "settings": found,
                     "t": clock(),
                 }
             )
+        else:
+            file, line = where["path"], where["line"]
+            site = f"{os.path.basename(file)}:{line}"
+            key = (site, found["dataset"], found["batch_size"], found["num_workers"])
+            label = self.labels.get(key)
+            if label is None:
+                n = self.sites[site] = self.sites.get(site, 0) + 1
+                label = self.labels[key] = site if n == 1 else f"{site}#{n}"
+                self.infos[label] = LoaderInfo(label)
+                self._hello()
+                self.client.send(
+                    {"k": "loader", "label": label, "site": site, **where, "settings": found, "t": clock()}
+                )
+            try:
+                self.by_dataset[ds] = (weakref.ref(loader.dataset), label)
+            except TypeError:  # a dataset that takes no weak reference is never joined
+                pass
         loader._pipeprof_label = label
         loader._pipeprof_args = (args, kwargs)  # the pause re-creates the loader from them
         self.latest[label] = weakref.ref(loader)

@@ -31,6 +31,7 @@ from pipeprof.measure.confounders import step_threads as sweep_step_threads
 from pipeprof.measure.windows import summarize_rates
 from pipeprof.orchestrate.search import Point, next_workers
 from pipeprof.stats import mean_ci95, ratio_ci95, simultaneous
+from pipeprof.watch import sites
 
 TUNE_POLICY = {"warmup_max_s": 3.0, "max_trial_s": 20.0}  # the pause is the user's time: short trials
 ACTION_REGION = (
@@ -122,11 +123,35 @@ def step_threads(threads: Optional[int], cores: float, workers: int) -> Optional
     return min(int(threads), sweep_step_threads("end_to_end", "cpu", math.floor(cores), int(workers)))
 
 
-def threads_line(threads: Optional[int], cores: float, pick: Optional[int]) -> Optional[str]:
-    """The line to add where the prediction at ``pick`` gives the CPU step fewer threads than it has."""
+def threads_line(
+    threads: Optional[int],
+    cores: float,
+    pick: Optional[int],
+    step: Optional[dict] = None,
+    step_at: Optional[dict] = None,
+) -> Optional[str]:
+    """The line to add where the prediction at ``pick`` gives the CPU step fewer threads than it has, checked
+    against the step's own measurements where the watch made them (``step``: the step watched at the job's
+    ``threads``; ``step_at``: the loop's steps after the pause at ``step_at["threads"]``, or its ``error``): a
+    count that measured slower is not advised (keep the job's threads, both figures said), nor one the watch
+    tried and could not measure (a Lightning job measured 64.7 samples/s at 1 thread against 82.2 at its own 2
+    and was still told to write ``torch.set_num_threads(1)``)."""
     k = step_threads(threads, cores, pick) if pick is not None else None
     if not k or k >= threads:
         return None
+    tried = step_at if step_at and step_at.get("threads") == k else None
+    s = "" if k == 1 else "s"
+    if tried is not None and not tried.get("samples_per_s"):
+        return (
+            f"torch.set_num_threads({k}) is not advised: the step at {k} intra-op thread{s} was not measured "
+            f"({tried.get('error') or 'no steps timed'}); keep the training process's {threads}"
+        )
+    own = (step or {}).get("samples_per_s")
+    if tried is not None and own and tried["samples_per_s"] < own:
+        return (
+            f"keep the training process's {threads} intra-op threads: its step measured "
+            f"{tried['samples_per_s']:,.1f} samples/s at {k} thread{s} against {own:,.1f} at its own {threads}"
+        )
     return (
         f"and in the training process: torch.set_num_threads({k})  # its {threads} intra-op threads share the "
         f"{math.floor(cores)} cores with {pick} busy worker{'' if pick == 1 else 's'} and spin (the prediction "
@@ -288,6 +313,9 @@ def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str
     """The line of the user's code to change, in words."""
     if pick is None or loader.get("path") is None:
         return None
+    words = sites.knob_words(loader, current, pick) if pick != current else None
+    if words is not None:  # the user's own knob: the command-line option, or their call's argument
+        return f"{loader['path']}:{loader['line']}: {words}"
     if pick == current:
         return f"keep num_workers={current} in the DataLoader built at {loader['path']}:{loader['line']}"
     return f"{loader['path']}:{loader['line']}: num_workers={current} -> num_workers={pick}"

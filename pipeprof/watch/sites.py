@@ -1,0 +1,158 @@
+"""Where the user built a DataLoader: the first frame of their own code, the library frame beside it, and the
+knob as they set it (the argument of their own call; the command-line option that argument comes from).
+
+Frameworks build or re-build the loader inside themselves (timm's ``create_loader``, Lightning adding its
+sampler, Accelerate's ``prepare``, the HF Trainer's ``get_train_dataloader``): a line inside an installed
+package is one the user cannot change, so the loader is named by the user's frame that led to it.
+
+Stdlib only: this module is loaded by file path in a watched process, beside ``hook.py``. The functions that
+read text (:func:`call_argument`, :func:`option_for`) are pure.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+import sys
+import sysconfig
+
+_PIPEPROF = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the pipeprof package
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(sorted(os.path.abspath(r) + os.sep for r in roots if r))
+
+
+LIBRARY_ROOTS = _library_roots()
+
+
+def is_library(file: str, roots: tuple[str, ...] = LIBRARY_ROOTS) -> bool:
+    """True for a file the user does not write: installed packages (site-packages, dist-packages, the
+    interpreter's sysconfig paths), the standard library, frozen modules, pipeprof itself."""
+    if not file or file.startswith("<"):
+        return True
+    path = os.path.abspath(file)
+    parts = path.split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    if path.startswith(_PIPEPROF + os.sep):
+        return True
+    return any(path.startswith(r) for r in roots)
+
+
+def user_frame(frame, skip=lambda f: False):
+    """(user's frame, library frame beside it): walking out from ``frame``, the first frame whose file is not a
+    library's (:func:`is_library`) nor one ``skip`` rejects; the library frame is the innermost frame outside
+    ``skip`` (the line that called DataLoader), None where that is the user's own. (None, None) when no frame
+    is the user's."""
+    library = None
+    while frame is not None:
+        if not skip(frame):
+            file = frame.f_code.co_filename
+            if not is_library(file):
+                return frame, library
+            if library is None:
+                library = frame
+        frame = frame.f_back
+    return None, library
+
+
+def call_argument(source: str, line: int, names: tuple[str, ...] = ("num_workers", "workers")):
+    """(argument's expression as written, the call's first line, the keyword) for the call at ``line`` of
+    ``source`` that passes one of ``names`` as a keyword: the innermost call spanning ``line`` that does (a call
+    written over several lines counts on each of them). None where no such call spans the line or the source
+    does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not (node.lineno <= line <= (node.end_lineno or node.lineno)):
+            continue
+        for kw in node.keywords:
+            if kw.arg in names:
+                span = (node.end_lineno or node.lineno) - node.lineno
+                if best is None or span < best[0]:
+                    best = (span, ast.unparse(kw.value), node.lineno, kw.arg)
+    return None if best is None else best[1:]
+
+
+def option_for(expression: str, parsers) -> dict | None:
+    """The command-line option whose value ``expression`` reads (``args.workers`` -> the action of dest
+    ``workers``), from argparse parsers: {"dest", "flags", "flag"}, where ``flag`` is the one to write (the
+    short form where there is one, as ``-j``). None where the expression is not ``NAME.DEST`` or no parser has
+    that dest."""
+    head, dot, dest = expression.rpartition(".")
+    if not dot or not dest.isidentifier() or not head.replace(".", "").isidentifier():
+        return None
+    for parser in parsers:
+        for action in getattr(parser, "_actions", ()):
+            if action.dest == dest and action.option_strings:
+                flags = list(action.option_strings)
+                short = [f for f in flags if not f.startswith("--")]
+                return {"dest": dest, "flags": "/".join(flags), "flag": (short or flags)[0]}
+    return None
+
+
+def _parsers(frame) -> list:
+    """The argparse parsers the user's code can see: in the frame's globals and locals and its callers'."""
+    argparse = sys.modules.get("argparse")
+    if argparse is None:
+        return []
+    found, seen = [], set()
+    while frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                if isinstance(value, argparse.ArgumentParser) and id(value) not in seen:
+                    seen.add(id(value))
+                    found.append(value)
+        frame = frame.f_back
+    if not found:  # a parser built in a function that has returned (timm's train.py keeps it global)
+        import gc
+
+        found = [o for o in gc.get_objects() if isinstance(o, argparse.ArgumentParser)]
+    return found
+
+
+def describe(frame, library) -> dict:
+    """What the run folder records of a loader's site, from the user's frame and the library frame beside it:
+    ``path``/``line`` (the user's), ``library_site`` (file:line inside the library, or None), ``knob`` (the
+    argument as the user wrote it, e.g. ``args.workers``, and the line its call starts on), ``option``
+    (the command-line option, :func:`option_for`, with ``value`` as parsed)."""
+    file, line = frame.f_code.co_filename, frame.f_lineno
+    out = {
+        "path": file,
+        "line": line,
+        "library_site": None if library is None else f"{library.f_code.co_filename}:{library.f_lineno}",
+        "knob": None,
+        "option": None,
+    }
+    source = "".join(linecache.getlines(file, frame.f_globals))
+    found = call_argument(source, line) if source else None
+    if found is None:
+        return out
+    expression, start, keyword = found
+    out["knob"] = {"expression": expression, "keyword": keyword, "call_line": start}
+    option = option_for(expression, _parsers(frame))
+    if option is not None:
+        head = expression.rpartition(".")[0]
+        namespace = frame.f_locals.get(head, frame.f_globals.get(head))
+        option["value"] = getattr(namespace, option["dest"], None)
+        out["option"] = option
+    return out
+
+
+def knob_words(loader: dict, current: int, pick: int) -> str | None:
+    """The change in the user's terms: the command-line option where the count comes from one
+    (``-j 4 -> -j 14``), else the argument of their own call; None where neither was read."""
+    option, knob = loader.get("option"), loader.get("knob")
+    if option:
+        sets = f"{knob['keyword']}={knob['expression']}"
+        return f"{option['flag']} {current} -> {option['flag']} {pick} (the option {option['flags']} sets {sets})"
+    if knob and knob.get("expression") not in (None, str(current)):
+        return f"{knob['keyword']}={knob['expression']} (now {current}) -> {knob['keyword']}={pick}"
+    return None
