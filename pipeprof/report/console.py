@@ -388,7 +388,7 @@ def render_text(run) -> str:
     from rich.console import Console
 
     buffer = StringIO()
-    render_console(run, Console(file=buffer, width=140, color_system=None))
+    render_console(run, Console(file=buffer, width=140, color_system=None), full=True)
     return buffer.getvalue()
 
 
@@ -399,13 +399,16 @@ def print_answer(run, console) -> None:
         console.print(line, style="bold", markup=False, highlight=False)
 
 
-def render_console(run, console=None, answer: bool = True) -> None:
-    """The run's report on the terminal: the answer first (``answer``), then the tables and their notes."""
+def render_console(run, console=None, answer: bool = True, full: bool = False) -> None:
+    """The run's report on the terminal: the answer first (``answer``), then, ``full``, every table and note;
+    else the one screen of :func:`render_compact`."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console(width=None if Console().is_terminal else 140)
+    if not full:
+        return render_compact(run, console, answer)
     if run.unfinished():
         console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
     if answer:
@@ -428,3 +431,61 @@ def render_console(run, console=None, answer: bool = True) -> None:
     for line in recommendation_lines(run):
         console.print(f"[bold]→[/bold] {line}", highlight=False)
     console.print(f"run folder: {run.path}", highlight=False)
+
+
+def action_summary_lines(a: Answer, top: int = 3) -> list[str]:
+    """One group's actions for the first screen: the top ``top`` with a measured or predicted gain, one line
+    each, then one line per reason for the rest not tried ("7 changes not tried: <reason>"): a reason said once
+    per group, never once per row. The full list stays in :func:`recommendation_lines`."""
+    shown, folded = [], {}
+    for x in a.actions:
+        with_gain = x.get("tried") or x.get("gain_frac") is not None
+        if with_gain and len(shown) < top and (line := _action_line("", x)):
+            shown.append(line.removeprefix(": "))
+        elif not x.get("tried"):
+            folded.setdefault(x.get("why_not_tried") or "not tried by default", []).append(x)
+    lines = [f"{line}" for line in shown]
+    for why, xs in folded.items():
+        n = len(xs)
+        lines.append(f"{n} change{'' if n == 1 else 's'} not tried: {why}")
+    return lines
+
+
+def noise_line(run) -> str:
+    """One line: how far the machine moved (the CPU reference's drift), how many trials were wide, and their
+    likeliest causes where one was seen ("unseen" is no cause: such a trial counts as wide, with no cause)."""
+    analysis = run.meta.get("analysis", {})
+    drift = ((run.meta.get("cpu_reference") or {}).get("drift") or {}).get("largest_frac")
+    moved = f"the machine moved {drift:+.1%} (CPU reference)" if drift is not None else "machine drift not measured"
+    wide, total = analysis.get("unstable_trials", 0), analysis.get("trials", 0)
+    causes = {c: n for c, n in analysis.get("unstable_causes", {}).items() if c not in ("unseen", "unattributed")}
+    cause = "; seen: " + ", ".join(f"{c} in {n}" for c, n in causes.items()) if causes else ""
+    return f"noise: {moved}; {wide} of {total} trials wide (95% interval over ±5%){cause}"
+
+
+def render_compact(run, console, answer: bool = True) -> None:
+    """The first screen: the answer, the curve tables, each group's top actions (the rest folded, one line a
+    reason), one noise line and the run folder. The evidence (isolated bounds, footnotes, legend, every action)
+    is in report.html and ``pipeprof report RUN --full``."""
+    from rich import box
+    from rich.table import Table
+
+    if run.unfinished():
+        console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
+    if answer:
+        print_answer(run, console)
+    device = _device(run)
+    for key, curve in groups(pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))):
+        headers, rows = table(curve, curve_columns(device), [])
+        headers, rows = headers[:-1], [r[:-1] for r in rows]  # the "!" marks point at footnotes shown in --full
+        t = Table(title=_group_title(key, curve, device), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+        for h in headers:
+            t.add_column(h, justify="left" if h in TEXT_HEADERS else "right", overflow="ellipsis", no_wrap=True)
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+    for a in group_answers(run):
+        for line in action_summary_lines(a):
+            console.print(f"→ {line}", markup=False, highlight=False)
+    console.print(noise_line(run), markup=False, highlight=False)
+    console.print(f"run folder: {run.path} (everything else: pipeprof report {run.path} --full)", highlight=False)
