@@ -215,6 +215,9 @@ def _report_parsers(sub) -> None:
     report = sub.add_parser("report", help="print a saved run's tables again, or write them as HTML or CSV")
     report.add_argument("run_dir")
     report.add_argument(
+        "--full", action="store_true", help="every table, footnote and action (the default shows one screen)"
+    )
+    report.add_argument(
         "--format",
         help="a renderer of pipeprof.report.RENDERERS (text, markdown, html) printed to stdout; default: the console",
     )
@@ -441,7 +444,7 @@ def cmd_report(args) -> int:
         from pipeprof.watch.live import summary
 
         print("\n".join(summary(run, run.meta.get("tune"))[:-1]))
-    print(render(run, args.format), end="") if args.format else render_console(run)
+    print(render(run, args.format), end="") if args.format else render_console(run, full=args.full)
     return _problems(run)
 
 
