@@ -25,6 +25,7 @@ WORKFLOW = [
     r"\bdevice time (?:left|for)\b",
     r"\bhelpers?\b",
     r"\bthe team\b",
+    r"\bengineers?\b",
     r"\breview mends?\b",
 ]
 # A cited issue or pull request of another project: owner/repo #123 or a link to github.com/owner/repo/issues/123.
