@@ -261,6 +261,9 @@ class DataConfig(_Strict):
     seed: int = 0
     cache_dir: str = "out/datasets"
     decoder: Literal["pil", "cv2"] = "pil"
+    # what runs the pipeline: torch's DataLoader, or Ray Data's CPU actors (the extra pipeprof[ray]; docs/ray.md),
+    # where loader.num_workers counts the Ray Data CPU limit
+    engine: Literal["dataloader", "ray"] = "dataloader"
     source: list[SourceSpec] = [FilesSpec(kind="files")]  # sweep axis: where the samples' bytes come from
     cache: Axis[CacheState] = ["warm"]  # sweep axis: page-cache state before each trial (file-backed sources)
     # a sample that cannot be read or decoded: skip (the next index stands in, counted per trial) or fail the trial
@@ -506,6 +509,22 @@ class RunConfig(_Strict):
             raise ValueError(
                 "trials: cores_pair masks the job to as many CPUs as workers at each count loader.num_workers "
                 "names: give that list (e.g. [4, 8, 12, 16])"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _ray_engine(self):
+        # Ray Data runs pipeprof's own pipeline on CPU actors, at the Ray Data CPU limits loader.num_workers names
+        if self.data.engine != "ray":
+            return self
+        if self.data.kind not in ("synthetic", "folder") or self.augment.device != ["cpu"]:
+            raise ValueError(
+                "data.engine ray runs pipeprof's own CPU pipeline: data.kind synthetic or folder, augment.device cpu"
+            )
+        if not self.loader.num_workers or min(self.loader.num_workers) < 1 or self.sweep != "exhaustive":
+            raise ValueError(
+                "data.engine ray: loader.num_workers names the Ray Data CPU limits to measure, each 1 "
+                "or more (e.g. [1, 2]), with sweep: exhaustive"
             )
         return self
 

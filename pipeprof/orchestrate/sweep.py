@@ -30,6 +30,7 @@ from pipeprof.schema import TrialKind, overlap_settings
 from pipeprof.trials import KINDS, TrialContext, TrialSpec, run_trial, spec_key
 from pipeprof.trials.columns import is_oom, oom_columns
 from pipeprof.trials.heap import release
+from pipeprof.trials.ray_trials import RAY_KINDS
 from pipeprof.trials.watchdog import Leash, TrialTimeout, run_bounded
 
 from .distributed import close_job, run_job
@@ -56,6 +57,8 @@ def _planned(k: TrialKind, kind, cfg, user_dataset: bool, user_loader: bool) -> 
     asked; the hand-off trial by default only where a GPU is fed (on a CPU the step shares the cores,
     which bind first), and wherever ``trials`` names it."""
     default_off = k == TrialKind.HANDOFF and cfg.device != "cuda" and "trials" not in cfg.model_fields_set
+    if cfg.data.engine == "ray" and kind.loader and k.value not in RAY_KINDS:  # no Ray form (trials.ray_trials)
+        return False
     return (
         k in set(cfg.trials)
         and not (user_dataset and kind.own_source)

@@ -627,5 +627,10 @@ def run_trial(ctx: TrialContext, spec: TrialSpec) -> dict:
     """
     n = step_threads(spec.kind, ctx.device.type, ctx.cores, spec.num_workers, ctx.step_threads)
     with torch_threads(n):
-        metrics = KINDS[TrialKind(spec.kind)].run(ctx, spec)
+        if ctx.engine == "ray" and KINDS[TrialKind(spec.kind)].loader:  # imported here: nothing else imports ray
+            from .ray_trials import run as ray_run
+
+            metrics = ray_run(ctx, spec)
+        else:
+            metrics = KINDS[TrialKind(spec.kind)].run(ctx, spec)
     return metrics | ({"step_threads": n} if n is not None else {})

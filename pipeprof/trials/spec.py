@@ -132,6 +132,7 @@ class TrialContext:
     job: Optional[dict] = None
     ddp: Optional[tuple[int, int]] = None  # (rank, world size) inside a rank: DDP model, sharded samples
     clock: Callable[[], float] = time.perf_counter
+    engine: str = "dataloader"  # config data.engine: 'ray' runs the loader kinds on Ray Data (trials.ray_trials)
 
     @classmethod
     def from_config(cls, cfg, device: torch.device, monitor, sources: dict, cores: int, **extra) -> "TrialContext":
@@ -152,6 +153,7 @@ class TrialContext:
             cores=cores,
             sample_policy=SamplePolicy.of(cfg.data),
             step_threads=cfg.model.threads,
+            engine=cfg.data.engine,
             sources=sources,
             source_info=source_info(cfg, sources) if sources else {},
             **extra,
