@@ -2,6 +2,11 @@
 
 One place for it: the trials' windows (``measure.windows``), the monitor's blocks, the data-wait shares,
 the overhead pairs and the analysis's re-drawn windows all read their intervals from here.
+
+One rule for the bounds a user reads (:func:`rate_bounds`, :func:`share_bounds`): a rate or a ratio of rates is
+positive, so its interval is multiplicative (the log's, from the same relative standard error), never below 0;
+a share (0..1) is clipped to [0, 1], and a low end at 0 is said as a ceiling ("<= 6%", :func:`share_text`).
+A symmetric t-interval of a few noisy windows reached "11 (-83.5-105) samples/s" and "data wait -5%-6%".
 """
 
 from __future__ import annotations
@@ -58,6 +63,51 @@ def _t(n: int, level: float) -> float:
     return t95(n) if level == 0.95 else t_quantile(n - 1, level)
 
 
+def rate_bounds(mid: Optional[float], half: Optional[float]) -> tuple[Optional[float], Optional[float]]:
+    """(low, high) of a positive rate or ratio ``mid`` known to ``half`` (the symmetric interval's half-width, same
+    unit): the log-scale interval of the same relative error, ``mid * exp(-+half / mid)``. Always above 0 and
+    never narrower in ratio than the symmetric one's upper side; (None, None) where either is unknown. A rate of 0
+    keeps (0, half): nothing was counted."""
+    if mid is None or half is None or mid != mid or half != half:
+        return None, None
+    if mid <= 0:
+        return 0.0, max(0.0, mid + abs(half))
+    rel = min(abs(half) / mid, 700.0)  # exp overflows past ~709
+    return mid * math.exp(-rel), mid * math.exp(rel)
+
+
+def share_bounds(mid: Optional[float], half: Optional[float]) -> tuple[Optional[float], Optional[float]]:
+    """(low, high) of a share (0..1) ``mid`` known to ``half``: the symmetric interval clipped to [0, 1] (a share's
+    mean cannot lie outside it); a low end of 0 is a ceiling (:func:`share_text`). (None, None) where unknown."""
+    if mid is None or half is None or mid != mid or half != half:
+        return None, None
+    return max(0.0, mid - abs(half)), min(1.0, mid + abs(half))
+
+
+def rate_ci95(values: list[float], level: float = 0.95) -> tuple[Optional[float], Optional[float]]:
+    """:func:`mean_ci95` of positive rates, by :func:`rate_bounds`: never below 0."""
+    lo, hi = mean_ci95(values, level)
+    return (None, None) if lo is None else rate_bounds(statistics.fmean(values), (hi - lo) / 2)
+
+
+def share_ci95(values: list[float], level: float = 0.95) -> tuple[Optional[float], Optional[float]]:
+    """:func:`mean_ci95` of shares (0..1), by :func:`share_bounds`: within [0, 1]."""
+    lo, hi = mean_ci95(values, level)
+    return (None, None) if lo is None else share_bounds(statistics.fmean(values), (hi - lo) / 2)
+
+
+def share_text(low: Optional[float], high: Optional[float], digits: int = 0) -> str:
+    """A share's interval as a person reads it: "3%-6%", or "<= 6%" where its low end is 0 (or rounds to it:
+    never "-0%" nor "0%-6%"); "" where unknown."""
+    if low is None or high is None or low != low or high != high:
+        return ""
+    low, high = min(max(low, 0.0), 1.0), min(max(high, 0.0), 1.0)
+    lo_txt, hi_txt = f"{low:.{digits}%}", f"{high:.{digits}%}"
+    if float(lo_txt.rstrip("%")) == 0:
+        return f"≤ {hi_txt}"
+    return f"{lo_txt}-{hi_txt}"
+
+
 def mean_ci95(values: list[float], level: float = 0.95) -> tuple[Optional[float], Optional[float]]:
     """95% interval of the mean of ``values`` (or a ``level`` one); (None, None) below two values."""
     if len(values) < 2:
@@ -78,7 +128,7 @@ def pooled_rate_ci95(counts: list[float], spans: list[float]) -> tuple[float, Op
         return rate, None, None
     resid = [c - rate * s for c, s in zip(counts, spans)]
     se = math.sqrt(n / (n - 1) * sum(e * e for e in resid)) / sum(spans)
-    return rate, rate - t95(n) * se, rate + t95(n) * se
+    return (rate, *rate_bounds(rate, t95(n) * se))  # a rate: multiplicative, never below 0
 
 
 def ratio_ci95(

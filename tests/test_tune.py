@@ -428,3 +428,17 @@ def test_the_steps_after_the_pause_run_at_the_threads_asked_and_the_users_count_
     msg = trial.message()
     assert msg["step_s"] == pytest.approx([0.04, 0.05, 0.06, 0.07, 0.08]) and msg["samples"] == [16] * 5
     assert msg["threads"] == 1 and msg["label"] == "train.py:9"
+
+
+def test_a_thread_count_that_measured_slower_is_not_advised_and_an_unmeasured_one_is_said_unmeasured():
+    """A Lightning-style job on 2 cores with 2 intra-op threads: at 1 worker the prediction gives its step 1 thread,
+    but the loop's steps at 1 thread measured 64.7 samples/s against 82.2 at its own 2: keep the 2 threads, both
+    figures said; where the steps at 1 thread were not measured, no set_num_threads(1) is advised either."""
+    step = _pt(82.2)
+    slower = tune.threads_line(2, 2.0, 1, step, {"threads": 1, "steps": 40} | _pt(64.7))
+    assert "set_num_threads(1)" not in slower and slower.startswith("keep the training process's 2 intra-op threads")
+    assert "64.7" in slower and "82.2" in slower
+    unmeasured = tune.threads_line(2, 2.0, 1, step, {"threads": 1, "error": "the loop ran too few steps after"})
+    assert unmeasured.startswith("torch.set_num_threads(1) is not advised") and "too few steps" in unmeasured
+    faster = tune.threads_line(2, 2.0, 1, step, {"threads": 1, "steps": 40} | _pt(90.0))
+    assert faster.startswith("and in the training process: torch.set_num_threads(1)")

@@ -104,8 +104,13 @@ class Interval(NamedTuple):
         return YES if self.low >= threshold else NO if self.high < threshold else MAYBE
 
     def text(self, fmt: str = "{:.0%}") -> str:
-        lo, hi = fmt.format(self.low), fmt.format(self.high)
-        return fmt.format(self.mid) if lo == hi else f"{lo}-{hi}"
+        """The interval as read: "3%-6%"; a low end that rounds to 0 is said as a ceiling, "≤ 6%", never "-0%"
+        (``stats.share_text``: every figure here is a share, a rate or a count of cores, none below 0)."""
+        low = max(self.low, 0.0)
+        lo, hi, mid = fmt.format(low), fmt.format(self.high), fmt.format(self.mid)
+        if lo == hi:
+            return mid if mid.strip("-0.,%") else fmt.format(0.0)
+        return f"≤ {hi}" if not lo.strip("0.,%") else f"{lo}-{hi}"
 
 
 class Evidence(NamedTuple):
@@ -147,7 +152,9 @@ def interval(row: pd.Series, key: str, low: str, high: str, scale: float = 1.0) 
         return None
     lo, hi = _num(row, low), _num(row, high)
     lo, hi = (mid, mid) if lo is None or hi is None else (min(lo, mid), max(hi, mid))
-    return Interval(mid * scale, lo * scale, hi * scale)
+    # every figure read here (a share, a rate, cores) is at least 0: a run stored before the bounds' rule
+    # (``stats.rate_bounds``) kept a symmetric interval's negative low end
+    return Interval(mid * scale, max(lo, 0.0) * scale, hi * scale)
 
 
 def evidence(row: pd.Series, cores: float) -> Evidence:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from pipeprof.stats import mean_ci95, t95
+from pipeprof.stats import mean_ci95, rate_bounds, t95
 
 
 @dataclass
@@ -93,12 +93,13 @@ def summarize_rates(rates: list[float]) -> dict:
     sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
     t = t95(len(rates)) if len(rates) > 1 else 1.96
     half = t * sd / len(rates) ** 0.5
+    low, high = rate_bounds(mean, half)  # a rate: multiplicative, never below 0 (stats' rule)
     return {
         "samples_per_s": statistics.median(rates),
         "samples_per_s_mean": mean,
         "samples_per_s_cv": sd / mean if mean else None,
-        "samples_per_s_ci95_low": mean - half,
-        "samples_per_s_ci95_high": mean + half,
+        "samples_per_s_ci95_low": low,
+        "samples_per_s_ci95_high": high,
         "samples_per_s_min": min(rates),
         "samples_per_s_max": max(rates),
     }
@@ -108,8 +109,8 @@ def ci_half_frac(rates: list[float]) -> Optional[float]:
     """Half-width of the 95% CI of the mean window rate, relative to the median (None below 2 windows)."""
     if len(rates) < 2:
         return None
-    s = summarize_rates(rates)
-    return (s["samples_per_s_ci95_high"] - s["samples_per_s_ci95_low"]) / 2 / s["samples_per_s"]
+    # the symmetric half-width (t sd / sqrt n), as the stability limits were set on it, not the log interval's
+    return t95(len(rates)) * statistics.stdev(rates) / len(rates) ** 0.5 / statistics.median(rates)
 
 
 def instability(rates: list[float], wanted: int, ci_limit: float, half: Optional[float] = None) -> Optional[str]:

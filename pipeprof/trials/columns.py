@@ -12,7 +12,7 @@ import torch
 
 from pipeprof.measure.loader import worker_pids
 from pipeprof.measure.monitors import total_pss_mb
-from pipeprof.stats import mean_ci95
+from pipeprof.stats import share_ci95
 
 
 class StepRecord(NamedTuple):
@@ -129,7 +129,7 @@ def window_waits(wait: np.ndarray, windows: list) -> dict:
         if n and w.t_end > w.t_start and start + n <= len(wait):
             shares.append(float(wait[start : start + n].sum() / (w.t_end - w.t_start)))
         start += n
-    lo, hi = mean_ci95(shares)
+    lo, hi = share_ci95(shares)  # a share: within [0, 1]
     return {"window_data_wait": shares, "data_wait_frac_ci95_low": lo, "data_wait_frac_ci95_high": hi}
 
 

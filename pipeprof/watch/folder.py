@@ -68,7 +68,9 @@ def loader_rows(session, label: str, loader: dict) -> list[dict]:
         batches = [b for b in store.batches[(cid, label)] if b.t_ret <= session.t_end]
         proc = store.procs.get(cid, {})
         ident = loader_identity(label, loader, store.rank(cid), int(proc.get("world", 1)), batches)
-        wins = windows(batches, session.o.window_s, s.get("num_workers") or 1, skip, s.get("batch_size") or 1)
+        wins = windows(
+            batches, session.o.window_s, s.get("num_workers") or 1, skip, s.get("batch_size") or 1, session.t_end
+        )
         row = loader_row(ident, wins, len(batches), skip, session.ci_target)
         spans = [seg for w in wins for seg in w.segments]  # each pass's own time: not what ran between
         row |= monitor_columns(session.timeline, "watch", spans) | cpu_columns(

@@ -121,7 +121,14 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
         f"alone {_rate(tune.get('step_samples_per_s'))} samples/s{at}"
     ]
     pick = picked(tune)
-    if pick is not None:
+    check = tune.get("own_count_check") or {}
+    if pick is not None and check.get("disagrees"):  # a model that misses the job there: its figure is withheld
+        out.append(
+            f"  → num_workers={pick.workers} (no predicted rate: the model misses the job by "
+            f"{abs(check['error_frac']):.0%} at its own count ({check['num_workers']}), predicting "
+            f"{_rate(check['predicted_samples_per_s'])} against the {_rate(check['watched_samples_per_s'])} watched)"
+        )
+    elif pick is not None:
         out.append(
             f"  → num_workers={pick.workers} (predicted {_rate(pick.samples_per_s)} samples/s"
             f"{_cores_text(CoresNeeded.from_dict(tune.get('cores_needed')))})"
@@ -137,8 +144,7 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
             f"{tune['cores_per_rank']:.3g} core{'' if tune['cores_per_rank'] == 1 else 's'}, the others' load absent "
             "from the pause"
         )
-    check = tune.get("own_count_check") or {}
-    if check.get("disagrees"):
+    if check.get("disagrees") and pick is None:
         out.append(
             f"    note: at the loop's own count ({check['num_workers']}) the model predicts "
             f"{_rate(check['predicted_samples_per_s'])} against the {_rate(check['watched_samples_per_s'])} watched "

@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from pipeprof.measure.windows import instability, summarize_rates
-from pipeprof.stats import mean_ci95, pooled_rate_ci95
+from pipeprof.stats import pooled_rate_ci95, share_ci95
 
 STEP_REGION = (
     "the user's step in the real loop: from a next() return to the next call of the same loader "
@@ -59,6 +59,10 @@ class Win(NamedTuple):
     items: list  # (Batch, host step seconds before it or None)
     batch_size: int
     gap_s: float = 0.0  # between the passes a window of short passes joins: not this loader's time
+    # the window's wall time past its last batch (the loader's last window: to the window's end or the watch's):
+    # a loop that stalls after its last batch got that time too (10 batches in 2 s and none in the next 8 s of a
+    # 10 s window read 73 samples/s counted first to last batch, for a loop that got about 16/s)
+    until: Optional[float] = None
 
     @property
     def span_s(self) -> float:
@@ -73,11 +77,14 @@ class Win(NamedTuple):
                 out[-1][2] = b.t_ret
             else:
                 out.append([b.pass_no, self.t_start if not out else b.t_call, b.t_ret])
+        if out and self.until is not None:
+            out[-1][2] = max(out[-1][2], self.until)
         return [(a, z) for _, a, z in out]
 
     @property
     def t_end(self) -> float:
-        return self.items[-1][0].t_ret
+        last = self.items[-1][0].t_ret
+        return last if self.until is None else max(last, self.until)
 
     @property
     def samples(self) -> int:
@@ -181,16 +188,21 @@ def warmup_batches(settings: dict) -> int:
     return workers * (settings.get("prefetch_factor") or 2 if workers else 0) + 2
 
 
-def windows(batches: list[Batch], window_s: float, multiple: int, skip: int, batch_size: int) -> list[Win]:
+def windows(
+    batches: list[Batch], window_s: float, multiple: int, skip: int, batch_size: int, end: Optional[float] = None
+) -> list[Win]:
     """The steady-state windows of one loader's batches in one process (see the module docstring). A pass
     shorter than half a window (a small dataset, a fast loop) gives none of its own: consecutive such passes
     are joined, whole, into windows of at least ``window_s`` of their own time, the time between them left
-    out. Before, such a loop had a window or none by how long its passes happened to run."""
+    out. Before, such a loop had a window or none by how long its passes happened to run. ``end``: when the
+    watch stopped (its window's end or the job's), seconds on the batches' clock: the last pass's last window
+    runs to it, or to that window's own end if sooner (``Win.until``), not to its last batch."""
     out, short = [], None  # short: the short passes joined so far
     by_pass = defaultdict(list)
     for b in batches:
         by_pass[b.pass_no].append(b)
-    for i, p in enumerate(sorted(by_pass)):
+    passes = sorted(by_pass)
+    for i, p in enumerate(passes):
         items = by_pass[p]
         if i == 0 and skip:
             if len(items) <= skip:
@@ -198,12 +210,13 @@ def windows(batches: list[Batch], window_s: float, multiple: int, skip: int, bat
             start, prev, items = items[skip - 1].t_ret, items[skip - 1].t_ret, items[skip:]
         else:
             start, prev = items[0].t_call, None
-        wins = _pass_windows(items, start, prev, window_s, max(multiple, 1), batch_size)
+        last = end if i == len(passes) - 1 else None
+        wins = _pass_windows(items, start, prev, window_s, max(multiple, 1), batch_size, last)
         if wins:  # short passes joined so far end here, in time order: a window if half of one, else left out
             out += ([short] if short is not None and short.span_s >= window_s / 2 else []) + wins
             short = None
             continue
-        whole = Win(start, _with_steps(items, prev), batch_size)
+        whole = Win(start, _with_steps(items, prev), batch_size, until=_until(start, items, window_s, last))
         short = (
             whole
             if short is None
@@ -226,21 +239,40 @@ def _with_steps(items: list[Batch], prev: Optional[float]) -> list:
     return out
 
 
+def _until(start: float, items: list, window_s: float, end: Optional[float]) -> Optional[float]:
+    """Where a window that began at ``start`` and holds the watch's last batches ends: at ``end`` (the watch's
+    end), or at its own end (``start + window_s``) if sooner; None where it is not the last or ends at a batch."""
+    if end is None or not items:
+        return None
+    stop = min(end, start + window_s)
+    return stop if stop > items[-1].t_ret else None
+
+
 def _pass_windows(
-    items: list[Batch], start: float, prev: Optional[float], window_s: float, multiple: int, batch_size: int
+    items: list[Batch],
+    start: float,
+    prev: Optional[float],
+    window_s: float,
+    multiple: int,
+    batch_size: int,
+    end: Optional[float] = None,
 ) -> list[Win]:
-    """One pass's windows; a short tail joins the pass's last window (or is one, at half a window)."""
+    """One pass's windows; a short tail joins the pass's last window (or is one, at half a window). ``end``: the
+    watch's end where this is the last pass (:func:`_until`)."""
     wins, acc = [], []
     for b, step in _with_steps(items, prev):
         acc.append((b, step))
         if b.t_ret - start >= window_s and len(acc) % multiple == 0:
             wins.append(Win(start, acc, batch_size))
             start, acc = b.t_ret, []
+    until = _until(start, items, window_s, end)  # the time past the last batch, in the window it falls in
     if acc and wins:
         last = wins.pop()
-        wins.append(Win(last.t_start, last.items + acc, batch_size))
-    elif acc and acc[-1][0].t_ret - start >= window_s / 2:
-        wins.append(Win(start, acc, batch_size))
+        wins.append(Win(last.t_start, last.items + acc, batch_size, until=until))
+    elif acc and max(acc[-1][0].t_ret, until or 0.0) - start >= window_s / 2:
+        wins.append(Win(start, acc, batch_size, until=until))
+    elif wins and until is not None:  # the last window ended at a batch; the stall after it is its time too
+        wins[-1] = wins[-1]._replace(until=until)
     return wins
 
 
@@ -302,7 +334,7 @@ def loader_row(ident: dict, wins: list[Win], seen: int, skip: int, ci_target: fl
     steps = [s for w in wins for s in w.steps]
     gpu = [g for w in wins for g in w.gpu]
     waits = [b.t_ret - b.t_call for w in wins for b, _ in w.items]
-    lo, hi = mean_ci95(shares)
+    lo, hi = share_ci95(shares)  # a share: within [0, 1]
     busy = sum(gpu) if gpu else sum(steps)
     # the loop's rate is its samples over its time, as its own clock reads it: windows differ in length and a
     # pass's first (its workers' restart, where they are not persistent) is slow, so their median would overstate

@@ -128,6 +128,9 @@ class Session:
 
     # -- the whole watch ----------------------------------------------------------------------------
     def execute(self) -> int:
+        from pipeprof.results import check_out_dir
+
+        check_out_dir(self.o.out_dir)  # before the job starts, as `run` checks it before measuring
         tmp = tempfile.mkdtemp(prefix="pipeprof-watch-")
         previous = self._install_signals()
         try:
@@ -262,9 +265,25 @@ class Session:
         try:
             self.run = self.finish(self._status(reason))
         except Exception as exc:  # noqa: BLE001 - the job's exit status must pass through whatever we hit
-            self.o.log(f"pipeprof watch: the run folder could not be written: {type(exc).__name__}: {exc}")
+            self.run = self._finish_elsewhere(reason, exc)
         if self.o.stop and self.child.poll() is None:
             self._stopping = (clock(), 0)
+
+    def _finish_elsewhere(self, reason: str, exc: Exception):
+        """The out_dir failed after the job ran (it was writable at the start): what was measured goes to a
+        fresh folder under the system's temp dir instead, and the log says where; never dropped."""
+        first = f"{type(exc).__name__}: {exc}"
+        self.o.out_dir = tempfile.mkdtemp(prefix="pipeprof-watch-kept-")
+        try:
+            run = self.finish(self._status(reason))
+        except Exception as again:  # noqa: BLE001 - the job's exit status must pass through whatever we hit
+            self.o.log(
+                f"pipeprof watch: the run folder could not be written ({first}), nor under "
+                f"{self.o.out_dir}: {type(again).__name__}: {again}"
+            )
+            return None
+        self.o.log(f"pipeprof watch: the run folder could not be written ({first}); what was measured is in {run.path}")
+        return run
 
     def _status(self, reason: str) -> str:
         if reason in ("SIGINT", "SIGTERM"):
@@ -362,6 +381,7 @@ class Session:
             loader.get("num_workers") or 1,
             warmup_batches(loader),
             loader.get("batch_size") or 1,
+            self.t_end,
         )
         return summarize_rates(step_rates(wins))
 
@@ -671,5 +691,7 @@ class Session:
         return found | {
             "site": f"{loader.get('path')}:{loader.get('line')}",
             "change": change_line(loader, int(watched["num_workers"]), pick and pick.workers),
-            "threads_line": threads_line(cpu_threads, cores, pick and pick.workers),
+            "threads_line": threads_line(
+                cpu_threads, cores, pick and pick.workers, step, self.tune_result.get("step_at_threads")
+            ),
         }

@@ -1,0 +1,90 @@
+"""One rule for every interval a user reads: rates and shares never carry a negative bound, "-0%" never appears,
+advice is checked against its own measurement, and a watched window counts its whole wall time."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+import pytest
+
+from pipeprof import stats
+from pipeprof.analysis.verdict import Interval
+from pipeprof.measure.windows import summarize_rates
+from pipeprof.watch.records import Batch, windows
+
+
+def test_a_rate_of_noisy_windows_has_a_multiplicative_interval_where_the_symmetric_one_went_negative():
+    """Three windows 2, 2 and 29 samples/s: mean 11, sd 15.59, t(3) 4.303: the symmetric interval was
+    11 +- 38.7 (-27.7 to 49.7). The log-scale one keeps the relative error: 11 * exp(-+38.7 / 11)."""
+    rates = [2.0, 2.0, 29.0]
+    mean, half = 11.0, 4.303 * statistics.stdev(rates) / math.sqrt(3)
+    assert mean - half < 0  # what was printed before
+    low, high = stats.rate_ci95(rates)
+    assert low == pytest.approx(11 * math.exp(-half / 11)) and high == pytest.approx(11 * math.exp(half / 11))
+    assert 0 < low < mean < high
+    s = summarize_rates(rates)
+    assert s["samples_per_s_ci95_low"] == pytest.approx(low) and s["samples_per_s_ci95_low"] > 0
+
+
+def test_a_pooled_rate_keeps_a_positive_low_end():
+    """Windows of 1 s with 0, 0 and 30 samples: pooled 10/s, ratio-estimator se 10/s, t(3) 4.303: symmetric
+    10 +- 43 went to -33; the rule gives 10 * exp(-+4.303)."""
+    rate, low, high = stats.pooled_rate_ci95([0.0, 0.0, 30.0], [1.0, 1.0, 1.0])
+    se = math.sqrt(3 / 2 * (100 + 100 + 400)) / 3
+    assert rate == 10.0 and se == pytest.approx(10.0)
+    assert low == pytest.approx(10 * math.exp(-4.303)) and high == pytest.approx(10 * math.exp(4.303))
+
+
+def test_a_share_stays_within_0_and_1_and_a_low_end_at_0_is_said_as_a_ceiling():
+    """Data-wait shares 0, 0 and 0.03: mean 1%, symmetric 1% +- 4.3% (-3.3% to 5.3%): clipped to 0-5.3% and
+    said "≤ 5%"; "-0%" (a low end of -0.2% at no digits) never."""
+    low, high = stats.share_ci95([0.0, 0.0, 0.03])
+    half = 4.303 * statistics.stdev([0.0, 0.0, 0.03]) / math.sqrt(3)
+    assert low == 0.0 and high == pytest.approx(0.01 + half)
+    assert stats.share_text(low, high) == "≤ 5%"
+    assert stats.share_text(-0.002, 0.05) == "≤ 5%"
+    assert stats.share_text(0.03, 0.06) == "3%-6%"
+    assert stats.share_bounds(0.99, 0.05) == (pytest.approx(0.94), 1.0)
+    assert Interval(0.001, -0.004, 0.05).text() == "≤ 5%"
+    assert Interval(0.0, -0.001, 0.001).text() == "0%"
+    assert Interval(0.04, 0.03, 0.06).text() == "3%-6%"
+
+
+def test_a_window_that_ends_in_a_stall_counts_its_whole_wall_time():
+    """10 batches of 16 in the first 2 s of a 10 s window, none in the next 8 s, the watch ending at 10 s: the
+    loop got 160 samples in 10 s, 16/s; first to last batch read 160 / 2.2 = 73."""
+    batches = [Batch(1, 0.2 * i, 0.2 * i + 0.2, 16, True, None) for i in range(10)]
+    before = windows(batches, 2.0, 1, 0, 16)  # no end known: first to last batch, as before
+    assert before[-1].t_end == pytest.approx(2.0)
+    wins = windows(batches, 10.0, 1, 0, 16, end=10.0)
+    assert len(wins) == 1 and wins[0].span_s == pytest.approx(10.0) and wins[0].rate == pytest.approx(16.0)
+    assert wins[0].segments == [(0.0, 10.0)]
+    # a window that runs past the watch's end stops there; a job ending at 6 s gives 160 / 6
+    assert windows(batches, 10.0, 1, 0, 16, end=6.0)[0].rate == pytest.approx(160 / 6)
+    # a steady loop is unchanged: its last batch is at the watch's end
+    steady = [Batch(1, 0.1 * i, 0.1 * i + 0.1, 16, True, None) for i in range(100)]
+    assert windows(steady, 5.0, 1, 0, 16, end=10.0)[-1].rate == pytest.approx(160.0)
+
+
+NEGATIVE = re.compile(r"\(-\d|-0%|(?<![\w+])-\d[\d.,]*%?\s*[–-]\s*\d|≥ -|interval -\d")
+
+
+@pytest.fixture(scope="module")
+def measured_texts(cpu_run_dir):
+    """The console and report.html of the suite's measured CPU run (tests/conftest.py)."""
+    from pipeprof.report.console import render_text
+    from pipeprof.report.html import render_html
+    from pipeprof.results import load_run
+
+    run = load_run(cpu_run_dir)
+    page = re.sub(r"<svg.*?</svg>", "", render_html(run), flags=re.S)  # the figures' own markup: rotate(-0 ...)
+    return render_text(run), re.sub(r"<[^>]+>", " ", page)
+
+
+def test_no_printed_interval_of_the_measured_run_has_a_negative_rate_or_share(measured_texts):
+    """Grep the measured run's console and report for a negative bound: "(-", "-0%", "-5%-6%"."""
+    for text in measured_texts:
+        bad = [m.group(0) for m in NEGATIVE.finditer(re.sub(r"[+-]\d[\d.]*% to [+-]\d", "", text))]
+        assert not bad, bad
