@@ -6,6 +6,7 @@ In the watched processes (stdlib only until a pause):
   file path in every Python process of the job and runs the sitecustomize the job had before
 - ``hook``:     patches ``torch.utils.data`` once it is imported: each DataLoader's settings and
   construction site, the wait and the step of every ``next()`` (CUDA events read with ``query()``)
+- ``sites``:    where the user built a loader: their own frame, the library's beside it, the argparse option
 - ``channel``:  JSON lines over a Unix socket, both ends (the child's buffered client, the parent's server)
 - ``pause``:    ``--tune`` inside the process: the loop paused at a step boundary (the job's workers stopped),
   copies of the loader timed alone with ``measure.windows`` at the worker counts the parent asks for, and
