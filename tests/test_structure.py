@@ -106,6 +106,7 @@ LAYERS = {
         "watch.boot.sitecustomize",
         "watch.channel",
         "watch.hook",
+        "watch.sites",
         "watch.pause",
         "watch.pause_actions",
         "watch.records",
