@@ -52,7 +52,7 @@ LAYERS = {
         "data.gpu_kernels",
     ],
     3: ["data.augment", "data.gpu_augment"],
-    4: ["data.dataset", "data.prepare", "data.encoded", "data.user_pipeline"],
+    4: ["data.dataset", "data.prepare", "data.encoded", "data.user_pipeline", "data.ray_engine"],
     # measure/: the instruments
     5: ["measure", "measure.windows", "measure.loader"],
     6: ["measure.step"],
@@ -69,6 +69,7 @@ LAYERS = {
         "trials.action_trial",
         "trials.variants",
         "trials.heap",
+        "trials.ray_trials",
     ],
     # orchestrate/ (running trials) below analysis/ (reading rows), then the planners that read rows
     10: ["orchestrate", "orchestrate.distributed", "orchestrate.sweep", "orchestrate.batchsize", "orchestrate.limits"],

@@ -18,6 +18,7 @@
 - ``user_samples``: a user's Dataset checked on its first sample and batch (form, dtype, layout, size)
 - ``user_pipeline``: a user's Dataset read for the changes ``watch --tune`` tries on it (uint8 batches, the
   GPU path through ``gpu_augment``'s table, the other decoder), each built as a changed copy
+- ``ray_engine``: the pipeline on Ray Data's CPU actors (``data.engine: ray``); the only module that imports ray
 
 May import: the nouns at the top of the package (``config``, ``env``, ``presets``, ``schema``).
 """

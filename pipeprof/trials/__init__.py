@@ -6,7 +6,8 @@ state) → ``columns`` (pure row builders) → ``kinds`` (each kind, registered 
 augments a batch of bytes on the step's device (``augment.device: cuda``), timed there; ``action_trial``
 runs an action trial (variants against their baseline in alternating windows, one row of kind ``action`` each)
 and ``variants`` builds each action's variant by the builder its entry in ``pipeprof.actions`` names;
-``heap`` frees what a trial left before the next one (the sweep's and a kept job's ranks' alike).
+``heap`` frees what a trial left before the next one (the sweep's and a kept job's ranks' alike);
+``ray_trials`` runs the loader kinds on Ray Data (``data.engine: ray``).
 
 May import: the nouns, ``data`` and ``measure``.
 """
