@@ -461,14 +461,14 @@ def cmd_compare(args) -> int:
     from pipeprof.analysis.compare import compare
     from pipeprof.report.comparison import render_compare_html, render_compare_markdown
 
-    from .results import load_run
+    from .results import load_measured
 
     if args.fail_if_slower is not None and (len(args.run_dirs) != 2 or not 0 <= args.fail_if_slower < 100):
         raise ValueError(
             "--fail-if-slower compares two runs, BASE NEW, with a threshold in percent from 0 to 100 (got "
             f"{len(args.run_dirs)} runs, {args.fail_if_slower:g}%)"
         )
-    runs = [load_run(d) for d in args.run_dirs]
+    runs = [load_measured(d) for d in args.run_dirs]
     labels = [r.path.name for r in runs]
     result = compare(runs, labels)
     Path(args.html).write_text(render_compare_html(result, runs), encoding="utf-8")
@@ -937,7 +937,7 @@ def cmd_size(args) -> int:
     from pipeprof.analysis import workstation as ws
     from pipeprof.report.workstation import render_pairs, render_size
 
-    from .results import load_run
+    from .results import load_measured
 
     target = ws.DEFAULT_TARGET if args.target is None else args.target
     if not 0 < target <= 1:
@@ -947,7 +947,7 @@ def cmd_size(args) -> int:
     else:
         cores = _counts(args.cores, "--cores") if args.cores else list(ws.DEFAULT_CORES)
         candidates = ws.grid(cores, _counts(args.gpus, "--gpus"))
-    runs = [load_run(d) for d in args.run_dirs]
+    runs = [load_measured(d) for d in args.run_dirs]
     workloads = [w for r in runs for w in ws.workloads(r)]
     if not workloads:
         groups = [a for r in runs for a in r.meta.get("analysis", {}).get("groups", [])]

@@ -275,7 +275,15 @@ def _read_meta(file: Path) -> dict:
             f"{file.parent} was written with run-folder schema {version}; this pipeprof "
             f"({__version__}) reads schema {SCHEMA_VERSION} and older: upgrade pipeprof to report it"
         )
+    for key in _OBJECT_FIELDS:  # a hand-edited or foreign run.json: named here, not an AttributeError later
+        if key in meta and not isinstance(meta[key], dict):
+            got = "null" if meta[key] is None else type(meta[key]).__name__
+            raise ValueError(f'{file}: the field "{key}" is {got}, expected a JSON object')
     return meta
+
+
+# run.json's fields that every reader takes as objects wherever they are present
+_OBJECT_FIELDS = ("config", "machine")
 
 
 def _read_table(file: Path, expected: bool, problems: list, lost: str) -> pd.DataFrame:
@@ -290,6 +298,17 @@ def _read_table(file: Path, expected: bool, problems: list, lost: str) -> pd.Dat
     except Exception as exc:  # pyarrow raises its own types for a truncated or foreign file
         problems.append(f"{file}: cannot be read ({type(exc).__name__}: {exc}): {lost}")
         return pd.DataFrame()
+
+
+def load_measured(path: str | Path) -> Run:
+    """:func:`load_run` for a reader that works on the run's trials (compare, size, merge, a regression
+    check): a trial table that is missing or cannot be read is a ValueError naming the file and why,
+    not an empty table that reads as a run with no trials."""
+    run = load_run(path)
+    lost = [p for p in run.problems if Path(p.split(":", 1)[0]).name == TRIALS]
+    if lost:
+        raise ValueError(lost[0])
+    return run
 
 
 def upgrade(meta: dict, trials: pd.DataFrame) -> dict:
