@@ -1,0 +1,45 @@
+"""The default console is one screen; --full keeps every trial's note; a reason is said once per group."""
+
+import io
+from collections import Counter
+
+import pytest
+from rich.console import Console
+
+
+def _screen(run, width: int) -> list[str]:
+    from pipeprof.report.console import render_console
+
+    buf = io.StringIO()
+    render_console(run, Console(file=buf, width=width, color_system=None))
+    return buf.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [120, 80])
+def test_the_default_console_is_one_screen_and_says_a_reason_once(cpu_run_dir, width):
+    from pipeprof.results import load_run
+
+    run = load_run(cpu_run_dir)
+    lines = _screen(run, width)
+    assert len(lines) <= 25, "\n".join(lines)
+    repeated = [r for r, n in Counter(a.get("why_not_tried") for a in _actions(run)).items() if r and n > 1]
+    text = "\n".join(lines)
+    assert all(text.count(r) == 1 for r in repeated)
+
+
+def _actions(run):
+    from pipeprof.report.summary import group_answers
+
+    return [x for a in group_answers(run) for x in a.actions if not x.get("tried")]
+
+
+def test_the_noise_line_counts_the_trials_flags_and_full_keeps_every_note(cpu_run_dir):
+    from pipeprof.report.console import noise_line, render_text
+    from pipeprof.results import load_run
+
+    run = load_run(cpu_run_dir)
+    wide = int(run.trials["unstable"].astype("boolean").fillna(False).sum())
+    assert f"{wide} of " in noise_line(run)
+    full = render_text(run)
+    flagged = run.trials[run.trials["unstable"].astype("boolean").fillna(False)]
+    assert all(t in full for t in flagged["trial_id"])
