@@ -88,3 +88,11 @@ def test_no_printed_interval_of_the_measured_run_has_a_negative_rate_or_share(me
     for text in measured_texts:
         bad = [m.group(0) for m in NEGATIVE.finditer(re.sub(r"[+-]\d[\d.]*% to [+-]\d", "", text))]
         assert not bad, bad
+
+
+def test_a_rate_whose_whole_interval_is_above_its_bound_contradicts_it():
+    from pipeprof.report.summary import above_bound
+
+    assert above_bound(44.0, 18.5)  # the loop's low end above the step alone: the bound did not hold
+    assert not above_bound(18.0, 18.5)  # the interval reaches the bound: no contradiction
+    assert not above_bound(None, 18.5) and not above_bound(44.0, float("nan"))

@@ -322,6 +322,8 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
     sat = busy.against(share * ev.cores) if busy is not None else NO
     if ev.workers > 0 and sat != NO and (device != "cuda" or slowed):
         alone = f", at {rate.mid / step:.0%} of its rate alone" if _known(step) else ""
+        if _known(step) and rate.low > step:  # faster than the step alone, beyond its interval: a bound not holding
+            alone = f", faster than the step measured alone ({step:,.3g} samples/s): that bound did not hold here"
         text = f"the step shares the cores with {ev.workers} workers{alone}: {_busy_text(ev)}"
         if sat == YES:
             return "cores", [], text

@@ -433,18 +433,34 @@ def render_console(run, console=None, answer: bool = True, full: bool = False) -
     console.print(f"run folder: {run.path}", highlight=False)
 
 
+def _short_action(a: dict) -> str:
+    """An action in one line for the first screen: what to change and what it gave (measured) or would give
+    (predicted); its basis and caveats are in ``--full``."""
+    if a.get("tried") and a.get("measured"):
+        verdict = "verified" if a.get("verified") else "not shown to help"
+        return (
+            f"{a['action']}: measured {a['measured_samples_per_s']:,.1f} vs {a['baseline_samples_per_s']:,.1f} "
+            f"samples/s ({a['measured_gain_frac']:+.0%}, {verdict})"
+        )
+    if a.get("tried"):
+        return f"{a['action']}: its action trial ended {a.get('status')}"
+    return f"{a['action']}: {a['predicted_samples_per_s']:,.1f} samples/s predicted ({a['gain_frac']:+.0%}, not tried)"
+
+
 def action_summary_lines(a: Answer, top: int = 3) -> list[str]:
-    """One group's actions for the first screen: the top ``top`` with a measured or predicted gain, one line
-    each, then one line per reason for the rest not tried ("7 changes not tried: <reason>"): a reason said once
-    per group, never once per row. The full list stays in :func:`recommendation_lines`."""
+    """One group's actions for the first screen: the top ``top`` tried or predicted to help beyond the measured
+    noise, one line each, then one line per reason for the rest ("7 changes not tried: <reason>"): a reason said
+    once per group, never once per row. The full list stays in :func:`recommendation_lines`."""
     shown, folded = [], {}
     for x in a.actions:
-        with_gain = x.get("tried") or x.get("gain_frac") is not None
-        if with_gain and len(shown) < top and (line := _action_line("", x)):
-            shown.append(line.removeprefix(": "))
+        helps = x.get("tried") or (x.get("gain_frac") is not None and not x.get("within_noise"))
+        if helps and len(shown) < top:
+            shown.append(_short_action(x))
+        elif x.get("gain_frac") is not None and x.get("within_noise") and not x.get("tried"):
+            folded.setdefault("predicted within the measured noise", []).append(x)
         elif not x.get("tried"):
-            folded.setdefault(x.get("why_not_tried") or "not tried by default", []).append(x)
-    lines = [f"{line}" for line in shown]
+            folded.setdefault(x.get("why_not_tried") or "no gain predicted", []).append(x)
+    lines = list(shown)
     for why, xs in folded.items():
         n = len(xs)
         lines.append(f"{n} change{'' if n == 1 else 's'} not tried: {why}")
@@ -488,4 +504,4 @@ def render_compact(run, console, answer: bool = True) -> None:
         for line in action_summary_lines(a):
             console.print(f"→ {line}", markup=False, highlight=False)
     console.print(noise_line(run), markup=False, highlight=False)
-    console.print(f"run folder: {run.path} (everything else: pipeprof report {run.path} --full)", highlight=False)
+    console.print(f"run folder: {run.path} (the evidence: report.html, or pipeprof report RUN --full)", highlight=False)
