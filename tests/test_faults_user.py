@@ -13,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+import pytest
+
 
 def _pipeprof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -65,3 +68,60 @@ def test_report_names_run_json_and_a_null_config(cpu_run_dir, tmp_path):
     assert f'{run / "run.json"}: the field "config" is null, expected a JSON object' in out
     assert done.returncode in (0, 2)
     assert (run / "trials.parquet").is_file()  # the measurements stay
+
+
+QUICK_RUN = [
+    "measure.warmup_s=0.1",
+    "measure.warmup_max_s=0.5",
+    "measure.window_s=0.1",
+    "measure.window_batches=2",
+    "measure.windows=2",
+    "measure.max_windows=2",
+    "measure.cpu_reference_s=0",
+    "measure.max_trial_s=20",
+    "loader.batch_size=4",
+    "device=cpu",
+    "model.threads=1",
+    "stage_timing=false",
+    "name=t",
+]
+
+
+def test_a_zero_byte_jpeg_is_a_bad_sample_for_every_decoder(tiny_dataset, tmp_path):
+    """OpenCV 5 raises on an empty buffer (4.x returned None): the file is a bad sample counted and named, as
+    Pillow's path counts it, and the run answers instead of failing every trial."""
+    import cv2
+
+    from pipeprof.data.decode import DecodeError, get_decoder
+
+    for name in ("pil", "cv2"):  # the class: every decoder's failure is a DecodeError
+        with pytest.raises(DecodeError, match="cannot decode 0 bytes"):
+            get_decoder(name)(b"")
+    root = tmp_path / "data"
+    shutil.copytree(tiny_dataset, root)
+    (root / "class_000" / "empty.jpg").write_bytes(b"")
+    out = tmp_path / "out"
+    sets = [*QUICK_RUN, "data.kind=folder", f"data.path={root}", f"out_dir={out}", "data.max_bad_frac=0.5"]
+    sets += ["data.decoder=cv2", "trials=[cpu_pipeline]", "loader.num_workers=[0]", "augment.preset=light"]
+    done = _pipeprof("run", *[a for s in sets for a in ("--set", s)], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and "imdecode_" not in done.stderr
+    (folder,) = out.glob("t-*")
+    rows = pd.read_parquet(folder / "trials.parquet")
+    assert (rows["status"] == "ok").all() and cv2.__version__
+    assert all(r.bad_samples >= 1 and "empty.jpg" in r.bad_samples_first for r in rows.itertuples())
+
+
+def test_check_data_names_a_png_named_jpg(tiny_dataset, tmp_path, capsys):
+    """A PNG named .jpg decodes on the CPU but not on a JPEG-only GPU decoder (nvJPEG): the scan names it."""
+    from PIL import Image
+
+    from pipeprof.cli import main
+
+    root = tmp_path / "data"
+    shutil.copytree(tiny_dataset, root)
+    Image.new("RGB", (32, 24), (200, 10, 10)).save(root / "class_001" / "really_png.jpg", format="PNG")
+    assert main(["check-data", str(root)]) in (0, 1)
+    printed = capsys.readouterr().out
+    assert "1 named as another format" in printed
+    assert f"misnamed: {root / 'class_001' / 'really_png.jpg'}: PNG named .jpg" in printed

@@ -35,6 +35,7 @@ class CheckResult(NamedTuple):
     large: list
     max_pixels: int
     seconds: float
+    misnamed: list = []  # (path, format) of a readable image whose name says another format (a PNG named .jpg)
 
     def summary(self, examples: int = 20) -> dict:
         """Plain JSON for run.json: the counts and the first ``examples`` of each list."""
@@ -47,6 +48,8 @@ class CheckResult(NamedTuple):
             "large_first": [f"{p} ({px / 1e6:.0f} MP)" for p, px in self.large[:examples]],
             "max_pixels": self.max_pixels,
             "seconds": self.seconds,
+            "misnamed": len(self.misnamed),
+            "misnamed_first": [f"{p}: {fmt} named {os.path.splitext(p)[1]}" for p, fmt in self.misnamed[:examples]],
         }
 
     def lines(self) -> list[str]:
@@ -54,21 +57,42 @@ class CheckResult(NamedTuple):
         head = (
             f"checked {self.checked} of {self.files} files in {self.seconds:.1f} s: "
             f"{len(self.unreadable)} unreadable, {len(self.large)} above {self.max_pixels / 1e6:g} MP"
+            + (f", {len(self.misnamed)} named as another format" if self.misnamed else "")
         )
         return (
             [head]
             + [f"  unreadable: {p}: {why}" for p, why in self.unreadable]
             + [f"  large: {p} ({px / 1e6:.0f} MP)" for p, px in self.large]
+            + [
+                f"  misnamed: {p}: {fmt} named {os.path.splitext(p)[1]} (JPEG-only decoders such as nvJPEG refuse it)"
+                for p, fmt in self.misnamed
+            ]
         )
+
+
+# what a file's name says it holds, for the formats a name commonly claims (Pillow's format names)
+CLAIMED = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP", ".bmp": "BMP", ".tif": "TIFF"}
+
+
+def misnamed(path: str, fmt: Optional[str]) -> Optional[str]:
+    """The format ``fmt`` that Pillow read from the file's bytes where its name claims another, else None."""
+    claimed = CLAIMED.get(os.path.splitext(path)[1].lower())
+    return fmt if claimed and fmt and fmt != claimed else None
 
 
 def check_file(path: str) -> tuple[Optional[str], Optional[int]]:
     """(why the file is not a readable image or None, its pixels or None) from its header."""
+    why, pixels, _ = check_file_format(path)
+    return why, pixels
+
+
+def check_file_format(path: str) -> tuple[Optional[str], Optional[int], Optional[str]]:
+    """:func:`check_file`'s (why, pixels) and the format Pillow read from the bytes (None when unreadable)."""
     from PIL import Image
 
     kind = file_kind(path)
     if kind is not None:
-        return kind, None
+        return kind, None, None
     try:
         with warnings.catch_warnings():
             # a large image is reported by its size, not by Pillow's warning; one over twice Pillow's
@@ -78,10 +102,10 @@ def check_file(path: str) -> tuple[Optional[str], Optional[int]]:
                 width, height, fmt = img.width, img.height, img.format
                 img.verify()
         if fmt == "JPEG" and not _jpeg_ends(path):
-            return f"no JPEG end marker in its last {TAIL_BYTES} bytes: the file is truncated", width * height
-        return None, width * height
+            return f"no JPEG end marker in its last {TAIL_BYTES} bytes: the file is truncated", width * height, fmt
+        return None, width * height, fmt
     except Exception as exc:  # Pillow raises many types (and OSError for a file it cannot open)
-        return f"{type(exc).__name__}: {exc}", None
+        return f"{type(exc).__name__}: {exc}", None, None
 
 
 def _jpeg_ends(path: str) -> bool:
@@ -102,14 +126,16 @@ def check_paths(paths: list, limit: Optional[int] = None, max_pixels: int = 50_0
     """Scan up to ``limit`` of ``paths`` (all when None)."""
     t0 = time.perf_counter()
     chosen = spread(paths, limit)
-    unreadable, large = [], []
+    unreadable, large, wrong = [], [], []
     for path in chosen:
-        why, pixels = check_file(path)
+        why, pixels, fmt = check_file_format(path)
         if why is not None:
             unreadable.append((path, why))
+        elif misnamed(path, fmt):
+            wrong.append((path, fmt))
         if pixels is not None and pixels > max_pixels:
             large.append((path, pixels))
-    return CheckResult(len(paths), len(chosen), unreadable, large, max_pixels, time.perf_counter() - t0)
+    return CheckResult(len(paths), len(chosen), unreadable, large, max_pixels, time.perf_counter() - t0, wrong)
 
 
 def dataset_paths(root: str | os.PathLike) -> list[str]:

@@ -47,7 +47,10 @@ def decode_pil(data: bytes) -> np.ndarray:
 def decode_cv2(data: bytes) -> np.ndarray:
     import cv2
 
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # OpenCV 5 raises on an empty buffer where 4.x returned None: a bad sample either way
+        raise DecodeError(f"OpenCV cannot decode {len(data)} bytes: {str(exc).strip().splitlines()[-1]}") from exc
     if img is None:
         raise DecodeError(f"OpenCV cannot decode {len(data)} bytes")
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
