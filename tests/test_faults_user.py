@@ -8,9 +8,11 @@ regular file (``afile/sub``) is one that no user can create.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pandas as pd
@@ -125,3 +127,58 @@ def test_check_data_names_a_png_named_jpg(tiny_dataset, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "1 named as another format" in printed
     assert f"misnamed: {root / 'class_001' / 'really_png.jpg'}: PNG named .jpg" in printed
+
+
+WORKER_RAISES = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Broken(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if i == 9:
+            raise ValueError("sample 9 is broken: " + "x" * 600)  # BROKEN_LINE
+        return torch.zeros(3)
+
+
+for batch in DataLoader(Broken(), batch_size=4, num_workers=1):
+    pass
+"""
+
+
+def test_the_users_exception_in_a_worker_keeps_their_frame_type_and_whole_message(tmp_path):
+    """The DataLoader re-raises a worker's exception in the main process: run.json and the console name the
+    user's line in the worker, its type and its whole message (not pipeprof's hook frame, not cut at 500)."""
+    script = tmp_path / "train.py"
+    script.write_text(WORKER_RAISES)
+    line = WORKER_RAISES.splitlines().index(next(x for x in WORKER_RAISES.splitlines() if "BROKEN_LINE" in x)) + 1
+    done = _pipeprof("watch", "--out-dir", str(tmp_path / "out"), "--", sys.executable, str(script), cwd=tmp_path)
+    assert done.returncode != 0  # the job's own failure stays its failure
+    assert "Traceback" in done.stderr and "sample 9 is broken" in done.stderr  # the user's traceback as Python prints
+    (folder,) = (tmp_path / "out").glob("*")
+    (exc,) = json.loads((folder / "run.json").read_text())["exceptions"]
+    assert exc["type"] == "ValueError" and exc["message"] == "sample 9 is broken: " + "x" * 600
+    assert exc["where"] == f"{script}:{line}"
+    assert "pipeprof" not in exc["where"] and "pipeprof" not in (exc["raised_at"] or "")
+    assert "the job raised ValueError: sample 9 is broken" in done.stdout + done.stderr
+    assert f"{script}:{line}" in done.stdout + done.stderr
+
+
+def test_exception_facts_read_a_workers_traceback_from_the_message():
+    from pipeprof.watch.sites import exception_facts
+
+    text = (
+        "Caught KeyError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "/site-packages/torch/utils/data/_utils/worker.py", line 349, in _worker_loop\n'
+        "    data = fetcher.fetch(index)\n"
+        '  File "/home/me/data.py", line 12, in __getitem__\n    return self.items[i]\n'
+        "KeyError: 'img_9'\n"
+    )
+    facts = exception_facts("KeyError", text, [("/home/me/train.py", 30), ("/site-packages/torch/x.py", 5)])
+    assert facts["where"] == "/home/me/data.py:12" and facts["message"] == "'img_9'" and facts["text"] == text
+    stdlib = os.path.join(sysconfig.get_paths()["stdlib"], "runpy.py")  # this interpreter's standard library
+    plain = exception_facts("RuntimeError", "boom", [("/home/me/train.py", 30), (stdlib, 2)])
+    assert plain["where"] == "/home/me/train.py:30" and plain["message"] == "boom" and plain["text"] is None

@@ -416,20 +416,10 @@ class Watch:
     def exception(self, kind, value, tb) -> None:
         """An uncaught exception: what and where, so the run folder can say why the job ended early."""
         if self.hello:
-            frames = traceback.extract_tb(tb) if tb is not None else []
-            torch_dir = os.path.dirname(self.torch.__file__) if self.torch is not None else "\0"
-            mine = [f for f in frames if not f.filename.startswith(torch_dir)]  # the user's innermost line
-            where = (mine or frames)[-1] if frames else None
-            self.client.send(
-                {
-                    "k": "exc",
-                    "type": kind.__name__,
-                    "message": str(value)[:500],
-                    "t": clock(),
-                    "where": f"{where.filename}:{where.lineno}" if where else None,
-                    "raised_at": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
-                }
-            )
+            frames = [(f.filename, f.lineno) for f in traceback.extract_tb(tb)] if tb is not None else []
+            # the user's frame, type and whole message (sites.exception_facts), never pipeprof's hook frame
+            facts = sites.exception_facts(kind.__name__, str(value), frames)
+            self.client.send({"k": "exc", "t": clock(), **facts})
             self.send_rows(clock(), final=True)
             self.client.flush()
 

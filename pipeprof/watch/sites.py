@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import linecache
 import os
+import re
 import sys
 import sysconfig
 
@@ -156,3 +157,33 @@ def knob_words(loader: dict, current: int, pick: int) -> str | None:
     if knob and knob.get("expression") not in (None, str(current)):
         return f"{knob['keyword']}={knob['expression']} (now {current}) -> {knob['keyword']}={pick}"
     return None
+
+
+# the frames of a traceback as Python prints it (a DataLoader re-raises a worker's exception with its traceback
+# as this text inside the message, after "Original Traceback (most recent call last):")
+_TB_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$', re.M)
+_ORIGINAL = "Original Traceback (most recent call last):"
+
+
+def exception_facts(kind: str, message: str, frames: list[tuple[str, int]]) -> dict:
+    """What the user reads of their own exception: its type, its message whole, and their innermost frame
+    (``file:line``, never an installed package's or pipeprof's). ``frames``: the (file, line) of the traceback
+    that reached the process, outermost first. Where the message carries a worker's traceback (the DataLoader
+    re-raises a worker's exception in the main process), the worker's frames come after the main process's and
+    the user's own message is the last line of that traceback."""
+    own = message
+    if _ORIGINAL in message:
+        inner = message.split(_ORIGINAL, 1)[1]
+        frames = frames + [(m["file"], int(m["line"])) for m in _TB_FRAME.finditer(inner)]
+        last = [x for x in inner.strip().splitlines() if x.strip()]
+        if last and not last[-1].startswith(" "):
+            own = last[-1].split(": ", 1)[1] if last[-1].startswith(f"{kind}: ") else last[-1]
+    mine = [f for f in frames if not is_library(f[0])]
+    where = (mine or frames)[-1] if frames else None
+    return {
+        "type": kind,
+        "message": own,
+        "where": f"{where[0]}:{where[1]}" if where else None,
+        "raised_at": f"{frames[-1][0]}:{frames[-1][1]}" if frames else None,
+        "text": message if own != message else None,  # the whole text with the worker's traceback, kept
+    }
