@@ -182,3 +182,34 @@ def test_exception_facts_read_a_workers_traceback_from_the_message():
     stdlib = os.path.join(sysconfig.get_paths()["stdlib"], "runpy.py")  # this interpreter's standard library
     plain = exception_facts("RuntimeError", "boom", [("/home/me/train.py", 30), (stdlib, 2)])
     assert plain["where"] == "/home/me/train.py:30" and plain["message"] == "boom" and plain["text"] is None
+
+
+OWN_ITER = """
+import torch
+from torch.utils.data import DataLoader
+
+
+class Batches(DataLoader):
+    def __iter__(self):  # batches built here, never through the base iterator
+        for i in range(0, len(self.dataset), self.batch_size):
+            yield torch.stack([self.dataset[j] for j in range(i, min(i + self.batch_size, len(self.dataset)))])
+
+
+loader = Batches([torch.zeros(3)] * 60, batch_size=4)  # BUILT_HERE
+taken = sum(1 for _ in loader)
+print("batches", taken)
+"""
+
+
+def test_a_loader_whose_own_iter_bypasses_the_timed_iterator_is_named_with_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(OWN_ITER)
+    line = next(k for k, x in enumerate(OWN_ITER.splitlines(), 1) if "BUILT_HERE" in x)
+    done = _pipeprof("watch", "--out-dir", str(tmp_path / "out"), "--", sys.executable, str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "batches 15" in said and "no DataLoader returned a batch" not in said
+    assert f"Batches built at {script}:{line}: no batch timed: its class defines its own __iter__" in said
+    (folder,) = (tmp_path / "out").glob("*")
+    (loader,) = json.loads((folder / "run.json").read_text())["loaders"].values()
+    assert loader["settings"]["own_iter"] is True and loader["settings"]["loader_class"].endswith("Batches")

@@ -168,7 +168,16 @@ def settings(loader) -> dict:
         "batch_sampler": _qualname(loader.batch_sampler) if loader.batch_size is None else None,
         "collate_fn": _qualname(loader.collate_fn),
         "worker_init_fn": _qualname(loader.worker_init_fn),
+        "loader_class": _qualname(loader),
+        # a subclass's own __iter__ may build batches without the base iterator, whose __next__ is what is timed
+        "own_iter": _own_iter(type(loader)),
     }
+
+
+def _own_iter(cls) -> bool:
+    """True where ``cls`` (a DataLoader subclass) defines its own ``__iter__`` instead of DataLoader's."""
+    base = next((c for c in cls.__mro__ if c.__name__ == "DataLoader" and c.__module__.startswith("torch.")), None)
+    return base is not None and cls.__iter__ is not base.__iter__
 
 
 def user_site(loader, torch_dir: str) -> dict:

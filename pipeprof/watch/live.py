@@ -67,7 +67,7 @@ def summary(run, tune: Optional[dict]) -> list[str]:
     for exc in meta.get("exceptions", []):
         lines.append(f"  the job raised {exc['type']}: {exc['message']} (rank {exc.get('rank')}, {exc.get('where')})")
     if run.trials.empty:
-        lines.append("  no DataLoader returned a batch in any process of the job: nothing to say about its input")
+        lines += untimed_lines(meta.get("loaders") or {})
     verdicts = {v["trial_id"]: v for v in (meta.get("analysis") or {}).get("verdicts", [])}
     for _, r in run.trials[run.trials["kind"] == "end_to_end"].iterrows() if len(run.trials) else ():
         lines += _row_lines(r, verdicts.get(r["trial_id"], {}))
@@ -76,6 +76,26 @@ def summary(run, tune: Optional[dict]) -> list[str]:
             lines.append(f"  {label}: slowest rank {info['slowest_rank']['rank']}: {info['slowest_rank']['why']}")
     lines += tune_lines(tune)
     return lines + [f"run folder: {run.path}"]
+
+
+def untimed_lines(loaders: dict) -> list[str]:
+    """Why nothing could be timed: no loader was built, or each one built (``loaders``: run.json's records)
+    handed out no batch through the base iterator whose ``__next__`` pipeprof times."""
+    if not loaders:
+        return ["  no DataLoader was built in any process of the job: nothing to say about its input"]
+    lines = []
+    for label, info in loaders.items():
+        s = info.get("settings") or {}
+        what = f"{s.get('loader_class') or 'DataLoader'} built at {info.get('path') or label}:{info.get('line') or ''}"
+        if s.get("own_iter"):
+            why = (
+                "its class defines its own __iter__, whose batches did not pass through the DataLoader iterator "
+                "pipeprof times; iterate a plain DataLoader (or return super().__iter__()) to have it timed"
+            )
+        else:
+            why = "it handed out no batch while the job was watched"
+        lines.append(f"  {label}: {what.rstrip(':')}: no batch timed: {why}")
+    return lines
 
 
 def _row_lines(r: pd.Series, v: dict) -> list[str]:
