@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pipeprof.analysis import analyse
-from pipeprof.results import Run, load_run, new_run_dir
+from pipeprof.results import Run, check_out_dir, load_run, new_run_dir
 from pipeprof.trials.columns import combine_ranks
 
 from .runner import judge
@@ -32,6 +32,7 @@ def differences(a: dict, b: dict, path: tuple = ()) -> list[str]:
 
 def merge_runs(paths: list[str], out_dir: str) -> Run:
     """A new run folder in ``out_dir`` joining the nodes' folders; ValueError when their configs differ."""
+    check_out_dir(out_dir)  # every writer of a run folder checks its folder first, as `run` and `watch` do
     runs = [load_run(p) for p in paths]
     first = runs[0]
     for other in runs[1:]:
