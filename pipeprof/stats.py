@@ -145,3 +145,9 @@ def ratio_ci95(
     half = _t(n, level) * math.sqrt(var)
     log = math.log(mn / mb)
     return mn / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1
+
+
+def signed_pct(x: float) -> str:
+    """A signed change as a whole percentage ("+12%", "-3%"); one that rounds to zero is "+0%", never "-0%"."""
+    text = f"{x:+.0%}"
+    return "+0%" if text == "-0%" else text

@@ -130,7 +130,7 @@ def test_report_on_a_damaged_run_folder_names_the_file_shows_the_rest_and_exits_
         "delete trials.parquet": trials.unlink,
         "truncate trials.parquet": lambda: trials.write_bytes(trials.read_bytes()[:200]),
     }[damage]()
-    code = main(["report", str(run)])
+    code = main(["report", str(run), "--full"])
     out, err = capfd.readouterr()
     assert code == 2 and f"pipeprof report: {run}/{names}" in err and "Traceback" not in err
     assert shown in out  # what could be read is reported

@@ -154,7 +154,10 @@ def test_summarize_rates_matches_hand_computation():
     s = summarize_rates([90.0, 100.0, 110.0])
     assert s["samples_per_s"] == 100.0 and s["samples_per_s_mean"] == 100.0
     assert s["samples_per_s_cv"] == pytest.approx(0.1)
-    assert s["samples_per_s_ci95_low"] == pytest.approx(100 - 4.303 * 10 / 3**0.5)
+    rel = 4.303 * 10 / 3**0.5 / 100  # the t interval's half-width, relative to the mean
+    # a rate's interval is multiplicative (stats.rate_bounds): mean / e^rel to mean * e^rel, never below 0
+    assert s["samples_per_s_ci95_low"] == pytest.approx(100 * math.exp(-rel))
+    assert s["samples_per_s_ci95_high"] == pytest.approx(100 * math.exp(rel))
     assert (s["samples_per_s_min"], s["samples_per_s_max"]) == (90.0, 110.0)
 
 

@@ -79,9 +79,9 @@ def test_answer_sentences_carry_the_stored_numbers(run, page):
     answer = section(page.read_text(), "answer")
     groups = run.meta["analysis"]["groups"]
     curves = pd.DataFrame(run.meta["analysis"]["curves"])
-    pattern = re.compile(
-        r"with (\d+) workers? training runs at ([\d,.]+) ± ([\d,.]+) samples/s; the step on the "
-        r"CPU alone takes ([\d,.]+); set num_workers=(\d+)\."
+    pattern = re.compile(  # the interval as "± h", or as its two ends where it is wide (summary._interval)
+        r"with (\d+) workers? training runs at ([\d,.]+)(?: ± ([\d,.]+)| \(([\d,.]+)–([\d,.]+)\)) samples/s; "
+        r"the step on the CPU alone takes ([\d,.]+) samples/s(?:, below[^;]*)?; set num_workers=(\d+)\."
     )
     found = [
         (m, html_label)
@@ -96,10 +96,14 @@ def test_answer_sentences_carry_the_stored_numbers(run, page):
         ].iloc[0]
         where = {"files": "files warm", "memory": "memory"}[g.key["source"]]
         assert label == f"mobilenet_v3_small {g.key['precision']} · light · batch 4 · {where}"
-        assert int(m.group(1)) == int(m.group(5)) == g.workers
+        assert int(m.group(1)) == int(m.group(7)) == g.workers
         assert printed_equals(m.group(2), g.samples_per_s)
-        assert printed_equals(m.group(3), (row["samples_per_s_ci95_high"] - row["samples_per_s_ci95_low"]) / 2)
-        assert printed_equals(m.group(4), row["step_bound_samples_per_s"])
+        lo, hi = row["samples_per_s_ci95_low"], row["samples_per_s_ci95_high"]
+        if m.group(3) is not None:
+            assert printed_equals(m.group(3), (hi - lo) / 2)
+        else:
+            assert printed_equals(m.group(4), lo) and printed_equals(m.group(5), hi)
+        assert printed_equals(m.group(6), row["step_bound_samples_per_s"])
 
 
 def test_actions_and_review_table_are_the_stored_figures(run, page):

@@ -477,7 +477,7 @@ def test_faster_storage_action_predicted_from_the_unthrottled_pair(throttle_demo
 
 @pytest.mark.alone
 def test_report_shows_storage_settings_and_notes(throttle_demo, capsys):
-    assert main(["report", str(throttle_demo.path)]) == 0
+    assert main(["report", str(throttle_demo.path), "--full"]) == 0
     out = capsys.readouterr().out
     assert "throttled-files-10MBps warm (emulated)" in out and "faster storage" in out
 

@@ -107,8 +107,10 @@ def test_user_dataloader_factory_profiled_end_to_end(tmp_path):
     assert (loader_rows["batch_size"] == 8).all() and loader_rows["pin_memory"].isna().all()
     # one pass is 6 batches: every trial outlived several epochs of the user's loader
     assert (loader_rows["loader_restarts"] > 0).all()
-    # the probe's factory(0), then one loader per trial: cpu_pipeline and end_to_end at 1
-    assert calls.count(1) == 2 and set(calls) == {0, 1}
+    # the probe's factory(0), then one loader per trial: cpu_pipeline and end_to_end at 1, and the answer's pair
+    # trial (the pick against its rival in alternation) one more at 1 where it ran
+    pair = len((run.meta.get("pair_trials") or {}).get("rows", []))
+    assert calls.count(1) == 2 + pair and set(calls) == {0, 1}
     assert run.meta["dataset"] == {"kind": "user", "form": "loader"}
     assert "user's DataLoader" in run.meta["worker_policy"]
 

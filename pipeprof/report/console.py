@@ -13,6 +13,7 @@ import pandas as pd
 
 from pipeprof.analysis import groups
 from pipeprof.answer import Answer, CoresNeeded
+from pipeprof.stats import signed_pct
 
 from .summary import answer_lines, at_trial_words, gain_interval, gpu_count, group_answers, shape
 
@@ -80,7 +81,8 @@ def _cell(value, fmt: str) -> str:
     try:
         if fmt == "si":
             return si(float(value))
-        return fmt.format(int(value) if fmt == "{:d}" else value)
+        text = fmt.format(int(value) if fmt == "{:d}" else value)
+        return "+0%" if text == "-0%" else text  # a signed change that rounds to zero has no sign
     except (TypeError, ValueError):
         return str(value)
 
@@ -248,7 +250,7 @@ def _action_line(head: str, a: dict) -> str | None:
     tried = f"; a prediction, not tried: {a['why_not_tried']}" if a.get("why_not_tried") else ""
     return (
         f"{head}: {a['action']} → {a['predicted_samples_per_s']:,.1f} samples/s predicted "
-        f"({a['gain_frac']:+.0%}{noise}; {a['basis']}{tried})"
+        f"({signed_pct(a['gain_frac'])}{noise}; {a['basis']}{tried})"
     )
 
 
@@ -262,10 +264,13 @@ def _measured_line(head: str, a: dict) -> str:
         f"; unstable: {a['unstable_reason']}" if a.get("unstable") else ""
     )
     rebased = at_trial_words(a.get("gain_frac"), a.get("predicted_gain_at_trial_frac"))
-    predicted = f"; predicted {a['gain_frac']:+.0%}{rebased} ({a['basis']})" if a.get("gain_frac") is not None else ""
+    predicted = (
+        f"; predicted {signed_pct(a['gain_frac'])}{rebased} ({a['basis']})" if a.get("gain_frac") is not None else ""
+    )
     return (
         f"{head}: {a['action']} → measured {a['measured_samples_per_s']:,.1f} vs "
-        f"{a['baseline_samples_per_s']:,.1f} samples/s ({a['measured_gain_frac']:+.0%}{ci}: {verdict}){predicted}"
+        f"{a['baseline_samples_per_s']:,.1f} samples/s ({signed_pct(a['measured_gain_frac'])}{ci}: {verdict})"
+        f"{predicted}"
         f"{_worker_cost(a)}"
     )
 
@@ -278,7 +283,7 @@ def _worker_cost(a: dict) -> str:
         return ""
     return (
         f"; outside the measured interval: in the trial a sample cost the workers {now:,.0f} µs against "
-        f"{was:,.0f} µs ({now / was - 1:+.0%})"
+        f"{was:,.0f} µs ({signed_pct(now / was - 1)})"
     )
 
 
@@ -407,7 +412,7 @@ def render_console(run, console=None, answer: bool = True, full: bool = False) -
     from rich.table import Table
 
     console = console or Console(width=None if Console().is_terminal else 140)
-    if not full:
+    if not full and run.meta.get("analysis"):  # no analysis stored (a damaged or unfinished run): the tables are all
         return render_compact(run, console, answer)
     if run.unfinished():
         console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
@@ -440,11 +445,12 @@ def _short_action(a: dict) -> str:
         verdict = "verified" if a.get("verified") else "not shown to help"
         return (
             f"{a['action']}: measured {a['measured_samples_per_s']:,.1f} vs {a['baseline_samples_per_s']:,.1f} "
-            f"samples/s ({a['measured_gain_frac']:+.0%}, {verdict})"
+            f"samples/s ({signed_pct(a['measured_gain_frac'])}, {verdict})"
         )
     if a.get("tried"):
         return f"{a['action']}: its action trial ended {a.get('status')}"
-    return f"{a['action']}: {a['predicted_samples_per_s']:,.1f} samples/s predicted ({a['gain_frac']:+.0%}, not tried)"
+    predicted = f"{a['predicted_samples_per_s']:,.1f} samples/s predicted"
+    return f"{a['action']}: {predicted} ({signed_pct(a['gain_frac'])}, not tried)"
 
 
 def action_summary_lines(a: Answer, top: int = 3) -> list[str]:
@@ -464,6 +470,23 @@ def action_summary_lines(a: Answer, top: int = 3) -> list[str]:
     for why, xs in folded.items():
         n = len(xs)
         lines.append(f"{n} change{'' if n == 1 else 's'} not tried: {why}")
+    return lines
+
+
+def data_summary_lines(analysis: dict) -> list[str]:
+    """The dataset's faults on the first screen, one line each kind: the bad samples skipped and the outsize
+    images met, over how many trials, with the first paths of one trial (each trial's in ``--full``)."""
+    lines = []
+    for key, what in (
+        ("bad_samples", "sample(s) that could not be read or decoded skipped"),
+        ("large_images", "outsize image(s) above data.max_pixels met"),
+    ):
+        rows = analysis.get(key) or []
+        if rows:
+            most = max(int(r.get(key) or 0) for r in rows)
+            lines.append(
+                f"data: up to {most} {what} in each of {len(rows)} trial(s); first: {rows[0].get(key + '_first')}"
+            )
     return lines
 
 
@@ -503,5 +526,7 @@ def render_compact(run, console, answer: bool = True) -> None:
     for a in group_answers(run):
         for line in action_summary_lines(a):
             console.print(f"→ {line}", markup=False, highlight=False)
+    for line in data_summary_lines(run.meta.get("analysis", {})):
+        console.print(line, markup=False, highlight=False)
     console.print(noise_line(run), markup=False, highlight=False)
     console.print(f"run folder: {run.path} (the evidence: report.html, or pipeprof report RUN --full)", highlight=False)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from pipeprof.stats import signed_pct
+
 from . import figures as F
 from .console import legend, recommendation_lines, reference_line, sections
 from .summary import (
@@ -137,7 +139,7 @@ def _action_row(a) -> list:
         else (
             "–"
             if a.gain_frac is None
-            else f"{a.gain_frac:+.0%}"
+            else f"{signed_pct(a.gain_frac)}"
             + at_trial_words(a.gain_frac, a.gain_at_trial)
             + (" (within noise)" if a.within_noise else "")
         )
@@ -145,7 +147,7 @@ def _action_row(a) -> list:
     if a.measured:
         measured = f"{rate(a.measured_samples_per_s)} ({rate(a.baseline_samples_per_s)})"
         ci = gain_interval(*a.measured_gain_ci95, a.ci_level) or "one pair: no interval"
-        gain = f"{a.measured_gain_frac:+.0%} ({ci})"
+        gain = f"{signed_pct(a.measured_gain_frac)} ({ci})"
         verified = ("yes" if a.verified else "no") + (" (unstable)" if a.unstable else "")
         note = "; ".join(x for x in (a.basis, f"unstable: {a.unstable}" if a.unstable else "") if x)
     elif a.tried:

@@ -17,6 +17,7 @@ from pipeprof.analysis import GROUP_KEYS, ok
 from pipeprof.analysis.bounds import matching
 from pipeprof.answer import Answer
 from pipeprof.schema import DEFAULT_GPU_DECODER, OVERLAP_WORDS, on_gpu_pipeline, overlap_mode
+from pipeprof.stats import signed_pct
 
 VERDICT_WORDS = {
     "cpu-bound": "CPU-bound",
@@ -283,7 +284,7 @@ def at_trial_words(gain: Optional[float], at: Optional[float]) -> str:
     """', +48% at the trial's baseline' where an absolute prediction reads otherwise there (else '')."""
     if gain is None or at is None or round(at, 2) == round(gain, 2):
         return ""
-    return f", {at:+.0%} at the trial's baseline"
+    return f", {signed_pct(at)} at the trial's baseline"
 
 
 def actions(run) -> list[Action]:
@@ -317,7 +318,7 @@ def actions(run) -> list[Action]:
 def gain_interval(low: Optional[float], high: Optional[float], level: float = 0.95) -> str:
     """'95% interval +3% to +9%' ('98.3% interval' where it holds for three trials together), or '' when it was
     not measured (one pair of windows)."""
-    return "" if low is None or high is None else f"{100 * level:.3g}% interval {low:+.0%} to {high:+.0%}"
+    return "" if low is None or high is None else f"{100 * level:.3g}% interval {signed_pct(low)} to {signed_pct(high)}"
 
 
 def best_action_line(a: Answer) -> str:
@@ -330,11 +331,11 @@ def best_action_line(a: Answer) -> str:
         best.get("measured_gain_ci95_low"), best.get("measured_gain_ci95_high"), best.get("ci_level") or 0.95
     )
     figures = (
-        f"{best['measured_gain_frac']:+.0%}{f' ({ci})' if ci else ''}: {rate(best['measured_samples_per_s'])}"
+        f"{signed_pct(best['measured_gain_frac'])}{f' ({ci})' if ci else ''}: {rate(best['measured_samples_per_s'])}"
         f" against {rate(best['baseline_samples_per_s'])} samples/s, alternating windows at "
         f"{best.get('num_workers')} worker{'' if best.get('num_workers') == 1 else 's'}"
     )
-    predicted = f"; predicted {best['gain_frac']:+.0%}" if best.get("gain_frac") is not None else ""
+    predicted = f"; predicted {signed_pct(best['gain_frac'])}" if best.get("gain_frac") is not None else ""
     if best.get("verified"):
         return f"Best measured change: {best['action']}, {figures}{predicted}."
     return f"No action tried was shown to help; the best measured, {best['action']}, {figures}{predicted}."

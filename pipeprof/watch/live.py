@@ -13,6 +13,7 @@ import bisect
 from typing import TYPE_CHECKING, Optional
 
 from pipeprof.answer import CoresNeeded
+from pipeprof.stats import signed_pct
 
 if TYPE_CHECKING:  # pandas is slow to import: the watch imports it after the job has started
     import pandas as pd
@@ -168,7 +169,7 @@ def tune_lines(tune: Optional[dict]) -> list[str]:
         out.append(
             f"    note: at the loop's own count ({check['num_workers']}) the model predicts "
             f"{_rate(check['predicted_samples_per_s'])} against the {_rate(check['watched_samples_per_s'])} watched "
-            f"({check['error_frac']:+.0%}): its other counts' predictions may be off by as much"
+            f"({signed_pct(check['error_frac'])}): its other counts' predictions may be off by as much"
         )
     if tune.get("curve_note"):
         out.append(f"    note: {tune['curve_note']}")

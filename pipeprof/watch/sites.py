@@ -114,9 +114,20 @@ def _parsers(frame) -> list:
         frame = frame.f_back
     if not found:  # a parser built in a function that has returned (timm's train.py keeps it global)
         import gc
+        import warnings
 
-        found = [o for o in gc.get_objects() if isinstance(o, argparse.ArgumentParser)]
+        # the job's output stays its own: isinstance on a deprecated module attribute (torch's reduce_op) warns
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = [o for o in gc.get_objects() if type(o) is argparse.ArgumentParser or _parser(o, argparse)]
     return found
+
+
+def _parser(o, argparse) -> bool:
+    try:
+        return isinstance(o, argparse.ArgumentParser)
+    except Exception:  # an object whose __class__ lookup raises (a lazy proxy): not a parser
+        return False
 
 
 def describe(frame, library) -> dict:
