@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from test_user_faults import QUICK
+
 
 def _pipeprof(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -72,23 +74,6 @@ def test_report_names_run_json_and_a_null_config(cpu_run_dir, tmp_path):
     assert (run / "trials.parquet").is_file()  # the measurements stay
 
 
-QUICK_RUN = [
-    "measure.warmup_s=0.1",
-    "measure.warmup_max_s=0.5",
-    "measure.window_s=0.1",
-    "measure.window_batches=2",
-    "measure.windows=2",
-    "measure.max_windows=2",
-    "measure.cpu_reference_s=0",
-    "measure.max_trial_s=20",
-    "loader.batch_size=4",
-    "device=cpu",
-    "model.threads=1",
-    "stage_timing=false",
-    "name=t",
-]
-
-
 def test_a_zero_byte_jpeg_is_a_bad_sample_for_every_decoder(tiny_dataset, tmp_path):
     """OpenCV 5 raises on an empty buffer (4.x returned None): the file is a bad sample counted and named, as
     Pillow's path counts it, and the run answers instead of failing every trial."""
@@ -103,7 +88,7 @@ def test_a_zero_byte_jpeg_is_a_bad_sample_for_every_decoder(tiny_dataset, tmp_pa
     shutil.copytree(tiny_dataset, root)
     (root / "class_000" / "empty.jpg").write_bytes(b"")
     out = tmp_path / "out"
-    sets = [*QUICK_RUN, "data.kind=folder", f"data.path={root}", f"out_dir={out}", "data.max_bad_frac=0.5"]
+    sets = [*QUICK, "data.kind=folder", f"data.path={root}", f"out_dir={out}", "data.max_bad_frac=0.5"]
     sets += ["data.decoder=cv2", "trials=[cpu_pipeline]", "loader.num_workers=[0]", "augment.preset=light"]
     done = _pipeprof("run", *[a for s in sets for a in ("--set", s)], cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

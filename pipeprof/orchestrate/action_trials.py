@@ -173,6 +173,22 @@ def spec_of(row: pd.Series) -> TrialSpec:
     return TrialSpec(**values)
 
 
+def _context(plan_, monitor, models: dict, loss_fn) -> TrialContext:
+    """The trials' context for the plan's settings under ``monitor`` (the action trials' and the pair's)."""
+    cfg = plan_.cfg
+    return TrialContext.from_config(
+        cfg,
+        torch.device(cfg.device),
+        monitor,
+        dict(plan_.sources),
+        int(plan_.machine["cores"]["usable"]),
+        user_dataset=plan_.user_dataset,
+        user_loader=plan_.user_loader,
+        loss_fn=loss_fn,
+        models=models,
+    )
+
+
 def _run(
     run, plan_, todo: list, groups: list, bases: list, models: dict, loss_fn, log, budget: Budget
 ) -> tuple[dict, bool]:
@@ -181,17 +197,7 @@ def _run(
     the budget leaves a trial's worth after it), and the order set again."""
     cfg, out = plan_.cfg, {}
     with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
-        ctx = TrialContext.from_config(
-            cfg,
-            torch.device(cfg.device),
-            monitor,
-            dict(plan_.sources),
-            int(plan_.machine["cores"]["usable"]),
-            user_dataset=plan_.user_dataset,
-            user_loader=plan_.user_loader,
-            loss_fn=loss_fn,
-            models=models,
-        )
+        ctx = _context(plan_, monitor, models, loss_fn)
         try:
             if budget.left() >= MIN_ACTION_S:
                 todo = _predict_gpu_pipeline(run, ctx, todo, groups, bases, monitor, log, budget)
@@ -416,17 +422,7 @@ def confirm_answers(run, plan_, models: dict, loss_fn, log: Callable[[str], None
     run.meta["timed_regions"][PAIR_KIND] = PAIR_TIMED_REGION
     cfg = plan_.cfg
     with Monitor(hz=cfg.monitor_hz, gpu=cfg.device == "cuda") as monitor:
-        ctx = TrialContext.from_config(
-            cfg,
-            torch.device(cfg.device),
-            monitor,
-            dict(plan_.sources),
-            int(plan_.machine["cores"]["usable"]),
-            user_dataset=plan_.user_dataset,
-            user_loader=plan_.user_loader,
-            loss_fn=loss_fn,
-            models=models,
-        )
+        ctx = _context(plan_, monitor, models, loss_fn)
         ctx = replace(
             ctx,
             measure=ctx.measure.model_copy(
