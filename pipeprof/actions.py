@@ -11,7 +11,7 @@ faster storage). Its entry says everything the rest of the package asks of it:
   trial says what it does);
 - how its variant is built for an action trial: ``variant`` names a builder of ``trials.variants`` (None:
   pipeprof cannot make the change itself, and ``cannot`` says why), and ``params`` what that variant sets;
-  ``on_user``: it has a builder of its id in ``data.user_pipeline`` for a user's own dataset (``watch --tune``: the
+  ``on_user``: it has a builder of its id in ``data.user_actions`` for a user's own dataset (``watch --tune``: the
   change made to the dataset a watched DataLoader was built with, tried in the pause);
 - when it applies and why not: ``scope`` (what pipeline it needs), ``needs_cuda``, ``needs_workers``,
   ``cpu_side`` and ``rule`` (its own reason, if any), read by :func:`plan` in one order for every action.
@@ -56,7 +56,7 @@ class Facts(NamedTuple):
         None  # the loader's (config loader.prefetch_factor); None: a user's DataLoader's own
     )
     only: Optional[tuple] = None  # config ``actions`` as a list: only these action ids are tried
-    # a user's dataset as ``data.user_pipeline.inspect`` read it (watch --tune): builder -> {"why_not": ...}
+    # a user's dataset as ``data.user_actions.inspect`` read it (watch --tune): builder -> {"why_not": ...}
     user: Optional[dict] = None
 
 
@@ -86,7 +86,7 @@ class Action:
         False  # what the loader hands over changes (bytes, uint8): the float32 hand-off's limit is not its
     )
     cannot: Optional[str] = None  # why a predicted action stays a prediction
-    on_user: bool = False  # it has a form on a user's own dataset: data.user_pipeline's builder of its id
+    on_user: bool = False  # it has a form on a user's own dataset: data.user_actions' builder of its id
     user_label: Optional[str] = None  # its words for a user's dataset (the label's are pipeprof's pipeline's)
 
 

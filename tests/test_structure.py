@@ -52,7 +52,15 @@ LAYERS = {
         "data.gpu_kernels",
     ],
     3: ["data.augment", "data.gpu_augment"],
-    4: ["data.dataset", "data.prepare", "data.encoded", "data.user_pipeline", "data.ray_engine"],
+    4: [
+        "data.dataset",
+        "data.prepare",
+        "data.encoded",
+        "data.user_pipeline",
+        "data.user_gpu_pipeline",
+        "data.user_actions",
+        "data.ray_engine",
+    ],
     # measure/: the instruments
     5: ["measure", "measure.windows", "measure.loader"],
     6: ["measure.step"],

@@ -1,5 +1,6 @@
-"""A user's own Dataset read for the changes ``watch --tune`` tries (``data.user_pipeline``) and planned by the
-actions registry: on real torchvision ImageFolders of real JPEGs and real albumentations pipelines."""
+"""A user's own Dataset read for the changes ``watch --tune`` tries (``data.user_pipeline``, ``data.user_actions``,
+``data.user_gpu_pipeline``) and planned by the actions registry: on real torchvision ImageFolders of real JPEGs and
+real albumentations pipelines."""
 
 import pytest
 import torch
@@ -8,6 +9,8 @@ from torchvision.transforms import v2
 
 from pipeprof import actions
 from pipeprof.answer import Answer
+from pipeprof.data import user_actions as ua
+from pipeprof.data import user_gpu_pipeline as ugp
 from pipeprof.data import user_pipeline as up
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -92,7 +95,7 @@ def test_v2_in_its_documented_order_toimage_first_has_a_uint8_form(folder):
     steps = [v2.ToImage(), v2.RandomResizedCrop(32), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
     ds = datasets.ImageFolder(folder, v2.Compose(steps))
     _uint8_form_is_the_users_batch(ds)
-    _, words = up.gpu_transforms(ds.transform)
+    _, words = ugp.gpu_transforms(ds.transform)
     assert "ToImage -> (decoded as uint8 CHW)" in words and "ToDtype -> (its scale in Normalize)" in words
     no_scale = v2.Compose([v2.RandomResizedCrop(32), v2.ToDtype(torch.float32), v2.Normalize(MEAN, STD)])
     assert "not ToTensor (or a scaling ToDtype)" in up.tail(no_scale)[1]
@@ -135,7 +138,7 @@ def _decoded_steps():
 def test_images_that_come_as_uint8_tensors_have_a_uint8_form_and_float_ones_are_refused(folder):
     ds = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]))
     _uint8_form_is_the_users_batch(ds)
-    assert "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)" in up.snippet("uint8", "x", ds)
+    assert "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)" in ua.snippet("uint8", "x", ds)
     scaled = Decoded(folder, v2.Compose([*_decoded_steps(), v2.Normalize(MEAN, STD)]), scaled=True)
     with pytest.raises(ValueError, match="its first sample fails: the images reach Normalize as torch.float32"):
         up.uint8(scaled)
@@ -149,10 +152,10 @@ def test_targets_worked_out_from_the_files_folder_are_read_through_the_class_lis
     files, why = up.files_of(ds)
     assert why is None and "through `Decoded.classes`" in files.where
     assert [t for _, t in files.samples] == [ds[i][1] for i in range(len(ds))]
-    found = up.inspect(ds, cuda=True)
+    found = ua.inspect(ds, cuda=True)
     assert found["gpu_pipeline"]["why_not"] is None and found["uint8"]["why_not"] is None
     assert "it decodes with torchvision.io" in found["decoder"]["why_not"]  # not a Pillow or OpenCV decode to swap
-    encoded, labels = up.collate_bytes([up.gpu_pipeline(ds).dataset[i] for i in range(3)])
+    encoded, labels = ugp.collate_bytes([ugp.gpu_pipeline(ds).dataset[i] for i in range(3)])
     assert labels.tolist() == [ds[i][1] for i in range(3)]
     # a class list in another order than the folders' answers other targets: not read through it
     ds.classes = ds.classes[::-1]
@@ -178,12 +181,12 @@ def test_the_gpu_path_maps_torchvision_transforms_and_runs_them_on_a_device(fold
             transforms.Normalize(MEAN, STD),
         ],
     )
-    stored, words = up.gpu_transforms(ds.transform)
+    stored, words = ugp.gpu_transforms(ds.transform)
     names = [t["__class_fullname__"] for t in stored]
     assert names == ["RandomResizedCrop", "HorizontalFlip", "ColorJitter", "Normalize"], words
     assert stored[2]["brightness"] == pytest.approx([0.8, 1.2]) and stored[3]["max_pixel_value"] == 255.0
-    variant = up.gpu_pipeline(ds)
-    encoded, labels = up.collate_bytes([variant.dataset[i] for i in range(4)])
+    variant = ugp.gpu_pipeline(ds)
+    encoded, labels = ugp.collate_bytes([variant.dataset[i] for i in range(4)])
     assert encoded["encoded"].dtype == torch.uint8 and encoded["encoded"].dim() == 1  # one tensor a batch
     files = [open(ds.samples[i][0], "rb").read() for i in range(4)]
     assert encoded["lengths"].tolist() == [len(f) for f in files] and bytes(encoded["encoded"]) == b"".join(files)
@@ -194,22 +197,22 @@ def test_the_gpu_path_maps_torchvision_transforms_and_runs_them_on_a_device(fold
 
 
 def test_inspect_names_the_transform_without_a_counterpart_and_the_missing_gpu(folder):
-    mine = up.inspect(_v1(folder, [MyCrop(), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]), cuda=True)
+    mine = ua.inspect(_v1(folder, [MyCrop(), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]), cuda=True)
     assert mine["gpu_pipeline"]["why_not"].startswith("transform `MyCrop` has no GPU counterpart")
     assert mine["uint8"]["why_not"] is None and mine["decoder"]["why_not"] is None
-    mapped = up.inspect(_v1(folder, [transforms.RandomResizedCrop(32), transforms.ToTensor()]), cuda=False)
+    mapped = ua.inspect(_v1(folder, [transforms.RandomResizedCrop(32), transforms.ToTensor()]), cuda=False)
     assert mapped["gpu_pipeline"]["why_not"].startswith("no CUDA in this job (the transform maps: RandomResizedCrop")
     assert "ends with ToTensor, not Normalize" in mapped["uint8"]["why_not"]
 
 
 def test_a_dataset_without_a_file_list_or_that_does_more_than_decode_is_refused_with_why(folder):
     tensors = torch.utils.data.TensorDataset(torch.zeros(4, 3, 8, 8), torch.zeros(4))
-    found = up.inspect(tensors, cuda=True)
+    found = ua.inspect(tensors, cuda=True)
     assert "has no file list" in found["gpu_pipeline"]["why_not"] and "has no file list" in found["decoder"]["why_not"]
     from PIL import Image
 
     grey = datasets.ImageFolder(folder, transforms.ToTensor(), loader=lambda p: Image.open(p).convert("L"))
-    why = up.inspect(grey, cuda=True)["decoder"]["why_not"]
+    why = ua.inspect(grey, cuda=True)["decoder"]["why_not"]
     assert "does more than decode a file" in why and "`samples`" in why and "Pillow" in why
 
 
@@ -247,7 +250,7 @@ def test_a_file_list_dataset_is_read_by_watching_its_own_getitem(folder):
     files, why = up.files_of(ds)
     assert why is None and (files.decoder, files.form, files.call, files.folder) == ("cv2", "rgb", "image", False)
     assert files.samples == list(zip(ds.paths, ds.labels)) and "`FileList.paths`" in files.where
-    found = up.inspect(ds, cuda=True)
+    found = ua.inspect(ds, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     assert (found["decoder"]["was"], found["decoder"]["to"]) == ("cv2", "pil")
     assert (
@@ -262,17 +265,17 @@ def test_a_file_list_dataset_is_read_by_watching_its_own_getitem(folder):
         assert theirs[1] == mine[1] and theirs[0].shape == mine[0].shape
         assert abs(theirs[0].astype(float) - mine[0].astype(float)).mean() < 2.0  # two JPEG decoders
     # the GPU path reads the listed files' bytes, with the listed targets
-    encoded, labels = up.collate_bytes([up.gpu_pipeline(ds).dataset[i] for i in range(3)])
+    encoded, labels = ugp.collate_bytes([ugp.gpu_pipeline(ds).dataset[i] for i in range(3)])
     assert bytes(encoded["encoded"]) == b"".join(open(p, "rb").read() for p in ds.paths[:3])
     assert labels.tolist() == ds.labels[:3]
 
 
 def test_a_file_list_dataset_that_crops_or_keeps_bgr_is_read_as_it_is(folder):
-    why = up.inspect(FileList(folder, _albumentations(), crop=True), cuda=True)["gpu_pipeline"]["why_not"]
+    why = ua.inspect(FileList(folder, _albumentations(), crop=True), cuda=True)["gpu_pipeline"]["why_not"]
     assert "does more than decode a file" in why and "`paths`" in why and "OpenCV" in why
     bgr = FileList(folder, _albumentations(), rgb=False)
     assert up.files_of(bgr)[0].form == "bgr"
-    found = up.inspect(bgr, cuda=True)
+    found = ua.inspect(bgr, cuda=True)
     assert "BGR" in found["gpu_pipeline"]["why_not"] and found["decoder"]["why_not"] is None
     plain = FileList(folder, lambda image: {"image": image}, rgb=False)
     assert abs(up.decoder(plain).dataset[1][0].astype(float) - plain[1][0].astype(float)).mean() < 2.0
@@ -289,12 +292,12 @@ def _answer(side="input", resource="unattributed") -> Answer:
 
 
 def test_the_registry_plans_the_users_pipeline_changes_from_what_the_pause_read(folder):
-    user = up.inspect(_v1(folder, [MyCrop(), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]), cuda=True)
+    user = ua.inspect(_v1(folder, [MyCrop(), transforms.ToTensor(), transforms.Normalize(MEAN, STD)]), cuda=True)
     facts = actions.Facts("cuda", "loader", prefetch_factor=2, user=user)
     planned = {p.id: p for p in actions.plan(_answer(), {"num_workers": 2, "pin_memory": True}, facts)}
     assert planned["uint8"].why_not is None and planned["decoder"].why_not is None
     assert "decode with OpenCV instead of Pillow" in planned["decoder"].action
-    other = up.inspect(FileList(folder, _albumentations()), cuda=True)
+    other = ua.inspect(FileList(folder, _albumentations()), cuda=True)
     flipped = actions.plan(_answer(), {"num_workers": 2}, actions.Facts("cuda", "loader", user=other))
     assert [p.params for p in flipped if p.id == "decoder"] == [{"decoder": "pil"}]
     assert "decode with Pillow instead of OpenCV" in next(p.action for p in flipped if p.id == "decoder")
@@ -314,11 +317,11 @@ def test_the_users_pipeline_on_cuda_matches_its_cpu_form(folder):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     ds = _imagenet_style(folder)
-    variant = up.gpu_pipeline(ds, seed=5)
-    encoded, _ = up.collate_bytes([variant.dataset[i] for i in range(4)])
+    variant = ugp.gpu_pipeline(ds, seed=5)
+    encoded, _ = ugp.collate_bytes([variant.dataset[i] for i in range(4)])
     on_gpu = variant.on_device(encoded, "cuda")
     assert on_gpu.device.type == "cuda" and on_gpu.shape == (4, 3, 64, 64)
-    on_cpu = up.gpu_pipeline(ds, seed=5).on_device(encoded, "cpu")  # the same draws; two JPEG decoders
+    on_cpu = ugp.gpu_pipeline(ds, seed=5).on_device(encoded, "cpu")  # the same draws; two JPEG decoders
     assert (on_gpu.cpu() - on_cpu).abs().mean() < 0.05
     u8 = up.uint8(ds)
     batch = torch.stack([u8.dataset[i][0] for i in range(4)])
@@ -327,7 +330,7 @@ def test_the_users_pipeline_on_cuda_matches_its_cpu_form(folder):
 
 def test_each_action_with_a_user_form_has_its_builder_and_no_builder_is_orphaned():
     from pipeprof.actions import ACTIONS
-    from pipeprof.data.user_pipeline import BUILDERS
+    from pipeprof.data.user_actions import BUILDERS
 
     assert {a.id for a in ACTIONS.values() if a.on_user} == set(BUILDERS)
 
@@ -354,7 +357,7 @@ def test_dict_items_are_read_and_rebuilt_with_their_keys(folder):
     ds = DictItems(folder, transforms.Compose([transforms.CenterCrop(32), transforms.PILToTensor()]))
     files, why = up.files_of(ds)
     assert why is None and (files.decoder, files.form, files.keys) == ("pil", "pil", ("pixels", "label"))
-    assert "not dicts of pixels, label" in up.snippet("gpu_pipeline", "train.py:9", ds, files)
+    assert "not dicts of pixels, label" in ua.snippet("gpu_pipeline", "train.py:9", ds, files)
     other = up.decoder(ds).dataset
     mine, theirs = ds[2], other[2]
     assert set(theirs) == {"pixels", "label"} and int(theirs["label"]) == int(mine["label"])
@@ -404,13 +407,13 @@ def test_a_grey_picture_reads_in_either_channel_order_and_does_not_split_a_bgr_d
 def test_a_subset_is_read_through_to_its_dataset_and_its_variants_pick_the_same_indices(folder):
     full = _imagenet_style(folder)
     train, _ = torch.utils.data.random_split(full, [6, len(full) - 6], generator=torch.Generator().manual_seed(0))
-    found = up.inspect(train, cuda=True)
+    found = ua.inspect(train, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     u8 = up.uint8(train).dataset
     assert isinstance(u8, torch.utils.data.Subset) and list(u8.indices) == list(train.indices)
     assert u8[0][0].dtype == torch.uint8 and u8[0][1] == train[0][1]
     assert found["decoder"]["snippet"].count("train_set.dataset.loader = cv2_loader") == 1
-    gpu = up.gpu_pipeline(train).dataset
+    gpu = ugp.gpu_pipeline(train).dataset
     first = train.indices[0]
     assert bytes(gpu[0][0]) == open(full.samples[first][0], "rb").read() and gpu[0][1] == full.samples[first][1]
 
@@ -453,7 +456,7 @@ def test_a_transform_under_its_own_attribute_name_is_found_and_replaced_there(fo
     tf = _imagenet_style(folder).transform
     ds = OwnNames(folder, tf)
     assert up.transform_attr(ds) == ("tf", None)
-    found = up.inspect(ds, cuda=False)
+    found = ua.inspect(ds, cuda=False)
     assert found["uint8"]["why_not"] is None and "`OwnNames.tf`" in found["uint8"]["snippet"]
     assert found["decoder"]["why_not"] is None and found["decoder"]["was"] == "pil"
     variant = up.uint8(ds)
@@ -463,14 +466,14 @@ def test_a_transform_under_its_own_attribute_name_is_found_and_replaced_there(fo
     got = torch.stack([variant.dataset[i][0] for i in range(3)])
     assert got.dtype == torch.uint8 and ds.tf is tf  # the copy's `tf` changed, the user's not
     assert torch.allclose(variant.on_device(got, "cpu"), want, atol=1e-5)
-    two = up.inspect(OwnNames(folder, tf, both=True), cuda=False)
+    two = ua.inspect(OwnNames(folder, tf, both=True), cuda=False)
     assert "several transforms (`tf`, `val_tf`)" in two["uint8"]["why_not"]
     assert "several transforms" in two["decoder"]["why_not"]
 
 
 def test_an_iterable_dataset_gets_uint8_and_says_why_its_files_are_not_listed(folder):
     ds = Streamed(folder, _imagenet_style(folder).transform)
-    found = up.inspect(ds, cuda=True)
+    found = ua.inspect(ds, cuda=True)
     assert found["uint8"]["why_not"] is None
     assert "IterableDataset" in found["decoder"]["why_not"] and "IterableDataset" in found["gpu_pipeline"]["why_not"]
     images = torch.stack([x for x, _ in up.uint8(ds).dataset])
@@ -483,7 +486,7 @@ def test_a_concat_dataset_is_changed_in_each_of_its_datasets_where_one_loader_ca
     folder_part = _imagenet_style(folder)
     own_part = OwnNames(folder, folder_part.transform)
     both = torch.utils.data.ConcatDataset([folder_part, own_part])
-    found = up.inspect(both, cuda=True)
+    found = ua.inspect(both, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     assert found["uint8"]["snippet"].startswith("# train_set is a ConcatDataset: make the change in each")
     assert "for part in train_set.datasets:\n    part.loader = cv2_loader" in found["decoder"]["snippet"]
@@ -497,10 +500,10 @@ def test_a_concat_dataset_is_changed_in_each_of_its_datasets_where_one_loader_ca
     assert got.dtype == torch.uint8 and torch.allclose(u8.on_device(got[None], "cpu")[0], want, atol=1e-5)
     decoded = up.decoder(both).dataset.datasets
     assert decoded[0].loader is up.cv2_loader and type(decoded[1]).__name__ == "Decoded"  # each by its own way
-    gpu = up.gpu_pipeline(both).dataset
+    gpu = ugp.gpu_pipeline(both).dataset
     assert bytes(gpu[last][0]) == open(own_part.files[-1], "rb").read() and gpu[last][1] == own_part.targets[-1]
     other = _v1(folder, [transforms.CenterCrop(32), transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.5] * 3)])
-    why = up.inspect(torch.utils.data.ConcatDataset([folder_part, other]), cuda=True)["uint8"]["why_not"]
+    why = ua.inspect(torch.utils.data.ConcatDataset([folder_part, other]), cuda=True)["uint8"]["why_not"]
     assert "would need different work on each batch" in why
 
 
@@ -509,10 +512,10 @@ def test_resize_of_the_shorter_side_and_a_plain_crop_map_to_the_gpu_and_give_tor
 
     tail = [transforms.ToTensor(), transforms.Normalize(MEAN, STD)]
     ds = _v1(folder, [transforms.Resize(40), transforms.CenterCrop(32), *tail])
-    stored, words = up.gpu_transforms(ds.transform)
+    stored, words = ugp.gpu_transforms(ds.transform)
     assert [t["__class_fullname__"] for t in stored] == ["SmallestMaxSize", "CenterCrop", "Normalize"], words
-    variant = up.gpu_pipeline(ds)
-    encoded, _ = up.collate_bytes([variant.dataset[i] for i in range(4)])
+    variant = ugp.gpu_pipeline(ds)
+    encoded, _ = ugp.collate_bytes([variant.dataset[i] for i in range(4)])
     got, want = variant.on_device(encoded, "cpu"), torch.stack([ds[i][0] for i in range(4)])
     assert got.shape == want.shape == (4, 3, 32, 32)
     # Pillow's antialiased resize against the tensor one (0.0003 levels of 255 apart on average, 1 at most)
@@ -530,11 +533,11 @@ def test_resize_of_the_shorter_side_and_a_plain_crop_map_to_the_gpu_and_give_tor
         == (alb.shape[:2])
         == (64, 91)
     )
-    crop = up.gpu_transforms(transforms.Compose([transforms.RandomCrop(24), *tail]))[0]
+    crop = ugp.gpu_transforms(transforms.Compose([transforms.RandomCrop(24), *tail]))[0]
     assert crop[0] == {"__class_fullname__": "RandomCrop", "height": 24, "width": 24}
-    padded = up.gpu_transforms(transforms.Compose([transforms.RandomCrop(24, padding=4), *tail]))
+    padded = ugp.gpu_transforms(transforms.Compose([transforms.RandomCrop(24, padding=4), *tail]))
     assert padded[0] is None and "RandomCrop with padding" in padded[1]
-    capped = up.gpu_transforms(transforms.Compose([transforms.Resize(24, max_size=30), *tail]))
+    capped = ugp.gpu_transforms(transforms.Compose([transforms.Resize(24, max_size=30), *tail]))
     assert capped[0] is None and "max_size=30" in capped[1]
 
 
@@ -565,7 +568,7 @@ def test_files_and_labels_in_a_dataframe_and_a_transform_under_transforms_are_fo
     files, why = up.files_of(ds)
     assert why is None and "`CsvImages.df['path']`" in files.where and files.keys == ("image", "label")
     assert files.samples == list(zip(ds.df["path"], ds.df["label"]))
-    found = up.inspect(ds, cuda=True)
+    found = ua.inspect(ds, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     variant = up.uint8(ds)
     torch.manual_seed(3)
@@ -608,7 +611,7 @@ class Converting(PresetTrain):
 def test_a_class_that_only_hands_its_image_to_a_compose_is_read_through(folder):
     ds = datasets.ImageFolder(folder, PresetTrain(48))
     assert up.transform_attr(ds) == ("transform.transforms", None) and up.transform_of(ds) is ds.transform.transforms
-    found = up.inspect(ds, cuda=True)
+    found = ua.inspect(ds, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     assert "`ImageFolder.transform.transforms`" in found["uint8"]["snippet"]
     variant = up.uint8(ds)
@@ -618,9 +621,9 @@ def test_a_class_that_only_hands_its_image_to_a_compose_is_read_through(folder):
     torch.manual_seed(4)
     got = torch.stack([variant.dataset[i][0] for i in range(3)])
     assert got.dtype == torch.uint8 and torch.allclose(variant.on_device(got, "cpu"), want, atol=1e-5)
-    stored, words = up.gpu_transforms(up.transform_of(ds))
+    stored, words = ugp.gpu_transforms(up.transform_of(ds))
     assert [t["__class_fullname__"] for t in stored] == ["RandomResizedCrop", "HorizontalFlip", "Normalize"], words
-    why = up.inspect(datasets.ImageFolder(folder, Converting(48)), cuda=True)["uint8"]["why_not"]
+    why = ua.inspect(datasets.ImageFolder(folder, Converting(48)), cuda=True)["uint8"]["why_not"]
     assert why == "the dataset's transform is not a torchvision or albumentations Compose"
 
 
@@ -630,18 +633,18 @@ def test_timms_training_transform_gets_uint8_and_the_gpu_path_and_a_scalar_mean_
     from timm.data import create_transform
 
     ds = datasets.ImageFolder(folder, create_transform(48, is_training=True, color_jitter=0.4))
-    found = up.inspect(ds, cuda=True)
+    found = ua.inspect(ds, cuda=True)
     assert all(found[k]["why_not"] is None for k in ("uint8", "gpu_pipeline", "decoder")), found
     assert "mean = torch.tensor([0.485, 0.456, 0.406], device=device)" in found["uint8"]["snippet"]
     _uint8_form_is_the_users_batch(ds)
-    stored, words = up.gpu_transforms(ds.transform)
+    stored, words = ugp.gpu_transforms(ds.transform)
     names = [t["__class_fullname__"] for t in stored]
     assert names == ["RandomResizedCrop", "HorizontalFlip", "ColorJitter", "Normalize"], words
     assert stored[0]["scale"] == [0.08, 1.0] and stored[3]["mean"] == pytest.approx(MEAN)
-    encoded, _ = up.collate_bytes([up.gpu_pipeline(ds).dataset[i] for i in range(3)])
-    assert up.gpu_pipeline(ds).on_device(encoded, "cpu").shape == (3, 3, 48, 48)
+    encoded, _ = ugp.collate_bytes([ugp.gpu_pipeline(ds).dataset[i] for i in range(3)])
+    assert ugp.gpu_pipeline(ds).on_device(encoded, "cpu").shape == (3, 3, 48, 48)
     drawn = datasets.ImageFolder(folder, create_transform(48, is_training=True, interpolation="random"))
-    assert "interpolation drawn at random per image" in up.inspect(drawn, cuda=True)["gpu_pipeline"]["why_not"]
+    assert "interpolation drawn at random per image" in ua.inspect(drawn, cuda=True)["gpu_pipeline"]["why_not"]
     import albumentations as A
 
     scalar = A.Compose([A.HorizontalFlip(), A.Normalize(mean=0.5, std=0.25), A.ToTensorV2()])

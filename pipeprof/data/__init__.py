@@ -16,8 +16,11 @@
 - ``prepare``, ``cache``: building the sources of a run; page-cache state and whether data fits
 - ``check``:     ``pipeprof check-data``, unreadable or outsize images found from their headers
 - ``user_samples``: a user's Dataset checked on its first sample and batch (form, dtype, layout, size)
-- ``user_pipeline``: a user's Dataset read for the changes ``watch --tune`` tries on it (uint8 batches, the
-  GPU path through ``gpu_augment``'s table, the other decoder), each built as a changed copy
+- ``user_pipeline``: a user's Dataset read for the changes ``watch --tune`` tries on it (its transform, its
+  files), and the changes made to a copy of it there (uint8 batches, the other decoder)
+- ``user_gpu_pipeline``: the GPU path on a user's Dataset: its files' bytes through the workers, decoded and
+  augmented on the GPU through ``gpu_augment``'s table
+- ``user_actions``: those changes by action id: what each says on a dataset and what to write for it
 - ``ray_engine``: the pipeline on Ray Data's CPU actors (``data.engine: ray``); the only module that imports ray
 
 May import: the nouns at the top of the package (``config``, ``env``, ``presets``, ``schema``).

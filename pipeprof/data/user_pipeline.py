@@ -1,30 +1,26 @@
-"""A user's own Dataset, read for the changes pipeprof can make to it and try in ``pipeprof watch --tune``.
+"""A user's own Dataset, read for what ``pipeprof watch --tune`` can change in it, and the changes made there.
 
-:func:`inspect` looks at the dataset object a watched DataLoader was built with and says, for each pipeline
-action of ``pipeprof.actions`` that has a user form (``Action.on_user``), whether it can be built here and why
-not. What it reads, and nothing else:
+What it reads, and nothing else:
 
 - the dataset's ``transform``: a torchvision ``Compose`` (v1 or v2) or an albumentations ``Compose``, and its
   steps by class name, or a class of the user's that only hands its image on to one (torchvision's references'
   ``ClassificationPresetTrain``: ``return self.transforms(img)``, read from its source);
-- where its images come from: a torchvision ``DatasetFolder`` / ``ImageFolder`` (``samples``: path and
-  target; ``loader``: torchvision's own ``default_loader`` / ``pil_loader``).
+- where its images come from (:func:`files_of`): a torchvision ``DatasetFolder`` / ``ImageFolder`` (``samples``:
+  path and target; ``loader``: torchvision's own ``default_loader`` / ``pil_loader``), or any other dataset by
+  watching its own ``__getitem__`` on a few samples.
 
-The builders each return a :class:`UserVariant` (a shallow copy of the dataset with one thing changed, the
-collate it needs, and what the training process does to a batch on the job's device before the step), which
-the pause measures against the user's own loader (``watch.pause``), and which a user can write into their
-script as the action's snippet (:func:`snippet`) says:
+The builders here each return a :class:`UserVariant` (a shallow copy of the dataset with one thing changed, the
+collate it needs, and what the training process does to a batch on the job's device before the step):
 
 - ``uint8``: the transform without its float conversion and Normalize (ToTensor + Normalize, ToImage +
   ToDtype + Normalize, albumentations' Normalize before ToTensorV2), the batch converted and normalised on
   the device (4x fewer bytes through the hand-off, no float work in the workers);
-- ``gpu_pipeline``: workers read the files' bytes only; the batch is decoded (nvJPEG) and augmented on the GPU by
-  ``data.gpu_augment.GpuPipeline``, the transform's steps mapped to its table (:data:`TO_TABLE`);
 - ``decoder``: OpenCV's decoder instead of Pillow's where the dataset loads through torchvision's loader
   (the image handed to the transform is still a PIL image, so the transform is unchanged).
 
-To map another torchvision transform to the GPU: a function ``fn(t) -> dict`` (albumentations' stored form of
-the counterpart ``gpu_augment.TORCHVISION`` knows) in :data:`TO_TABLE` under the class name.
+The GPU path (workers read the files' bytes; the batch decoded and augmented on the GPU) is
+``data.user_gpu_pipeline``, built on what this module reads; ``data.user_actions`` holds the builders by action
+id, what each says on a dataset (``inspect``) and what to write (``snippet``).
 """
 
 from __future__ import annotations
@@ -56,12 +52,12 @@ def steps_of(transform) -> list:
     at the end left out (it only unwraps a tensor subclass, which nothing after it reads)."""
     inner = getattr(transform, "transforms", None)
     steps = list(inner) if isinstance(inner, (list, tuple)) else [transform]
-    while len(steps) > 1 and _name(steps[-1]) == "ToPureTensor":
+    while len(steps) > 1 and step_name(steps[-1]) == "ToPureTensor":
         steps.pop()
     return steps
 
 
-def _name(t) -> str:
+def step_name(t) -> str:
     """The class name a step is read by: its own, or that of the torchvision / albumentations class it extends
     (a user's ``class MyNormalize(transforms.Normalize)`` is a Normalize)."""
     for c in type(t).__mro__:
@@ -94,7 +90,7 @@ class Tail(NamedTuple):
 def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
     """(the uint8 form's parts, None) or (None, why the transform has none)."""
     fam, steps = family(transform), steps_of(transform)
-    names = [_name(t) for t in steps]
+    names = [step_name(t) for t in steps]
     if fam is None:
         return None, "the dataset's transform is not a torchvision or albumentations Compose"
     if fam == "albumentations":
@@ -121,7 +117,7 @@ def tail(transform) -> tuple[Optional[Tail], Optional[str]]:
 def tensors_in(transform) -> bool:
     """Whether a torchvision transform that ends in a scaling ToDtype + Normalize is handed tensors (no ToImage
     or PILToTensor before it): its uint8 form ends where its steps end, on the images as they came."""
-    names = [_name(t) for t in steps_of(transform)]
+    names = [step_name(t) for t in steps_of(transform)]
     return names[-2:] == ["ToDtype", "Normalize"] and not any(n in ("ToImage", "PILToTensor") for n in names[:-2])
 
 
@@ -156,7 +152,7 @@ def normaliser(t: Tail) -> Callable:
     return on_device
 
 
-def _subset_aware(build: Callable[..., UserVariant]) -> Callable[..., UserVariant]:
+def subset_aware(build: Callable[..., UserVariant]) -> Callable[..., UserVariant]:
     """``build`` through the datasets that wrap others: a ``torch.utils.data.Subset`` (``random_split``'s result)
     is built on the dataset it picks from, the variant picking the same indices; a ``ConcatDataset`` on each of
     its datasets (each read for its own files and transform), the variant their concatenation, where their
@@ -294,7 +290,7 @@ def _compose_like(transform, steps: list):
     return type(transform)(steps)
 
 
-@_subset_aware
+@subset_aware
 def uint8(dataset) -> UserVariant:
     attr, why = transform_attr(dataset)
     transform = _get(dataset, attr) if attr else None
@@ -312,151 +308,15 @@ def uint8(dataset) -> UserVariant:
     return UserVariant(variant, None, normaliser(found), key)
 
 
-# ---- the GPU path: files read as bytes, decoded and augmented on the device ----------------------
-
-
-def _size(size) -> list[int]:
-    return [int(size), int(size)] if isinstance(size, int) else [int(s) for s in (list(size) * 2)[:2]]
-
-
-def _interp(t) -> int:
-    mode = str(getattr(t, "interpolation", "bilinear")).lower()  # InterpolationMode.BILINEAR / 'bilinear'
-    return 0 if "nearest" in mode else 2 if "bicubic" in mode else 1
-
-
-def _bounds(v, centre: float = 1.0) -> list[float]:
-    if v is None:
-        return [centre, centre]
-    return [float(v[0]), float(v[1])] if isinstance(v, (list, tuple)) else [centre - float(v), centre + float(v)]
-
-
-def _rrc(t) -> dict:
-    """torchvision's RandomResizedCrop, or timm's RandomResizedCropAndInterpolation (the same crop drawn the same
-    way, its interpolation one mode or, with ``interpolation='random'``, one of several drawn per image)."""
-    if isinstance(t.interpolation, (list, tuple)):
-        raise LookupError(
-            "an interpolation drawn at random per image has no GPU counterpart (one mode maps: interpolation="
-            "'bilinear' or 'bicubic')"
-        )
-    return {
-        "__class_fullname__": "RandomResizedCrop",
-        "size": _size(t.size),
-        "scale": list(t.scale),
-        "ratio": list(t.ratio),
-        "interpolation": _interp(t),
-    }
-
-
-def _center(t) -> dict:
-    h, w = _size(t.size)
-    return {"__class_fullname__": "CenterCrop", "height": h, "width": w}
-
-
-def _resize(t) -> dict:
-    size = t.size if isinstance(t.size, (list, tuple)) else [t.size]
-    if len(size) == 1:  # the shorter side to that size, torchvision's rounding of the longer
-        if getattr(t, "max_size", None) is not None:
-            raise LookupError(f"Resize with max_size={t.max_size} (the longer side capped) has no GPU counterpart")
-        return {
-            "__class_fullname__": "SmallestMaxSize",
-            "max_size": int(size[0]),
-            "interpolation": _interp(t),
-            "long_side": "floor",
-        }
-    return {"__class_fullname__": "Resize", "height": int(size[0]), "width": int(size[1]), "interpolation": _interp(t)}
-
-
-def _crop(t) -> dict:
-    """torchvision's RandomCrop without padding (with it, torchvision pads each side by the shortfall, not the
-    table's centred padding)."""
-    if getattr(t, "padding", None) or getattr(t, "pad_if_needed", False):
-        raise LookupError("RandomCrop with padding or pad_if_needed has no GPU counterpart (only the plain crop maps)")
-    h, w = _size(t.size)
-    return {"__class_fullname__": "RandomCrop", "height": h, "width": w}
-
-
-def _jitter(t) -> dict:
-    return {
-        "__class_fullname__": "ColorJitter",
-        "brightness": _bounds(t.brightness),
-        "contrast": _bounds(t.contrast),
-        "saturation": _bounds(t.saturation),
-        "hue": _bounds(t.hue, 0.0),
-    }
-
-
-#: torchvision class name -> its counterpart in the GPU pipeline's table (albumentations' stored form); the
-#: conversions (ToTensor, ToImage, ToDtype, PILToTensor) and Normalize are read by :func:`gpu_transforms`
-TO_TABLE: dict[str, Callable[[Any], dict]] = {
-    "RandomResizedCrop": _rrc,
-    "RandomResizedCropAndInterpolation": _rrc,  # timm's (``timm.data.create_transform``'s training crop)
-    "RandomHorizontalFlip": lambda t: {"__class_fullname__": "HorizontalFlip", "p": float(t.p)},
-    "RandomVerticalFlip": lambda t: {"__class_fullname__": "VerticalFlip", "p": float(t.p)},
-    "CenterCrop": _center,
-    "RandomCrop": _crop,
-    "Resize": _resize,
-    "ColorJitter": _jitter,
-}
+#: the conversions to a tensor a transform's end is read through (:func:`tail`, and the GPU path's mapping)
 CONVERSIONS = {"ToTensor": 255.0, "PILToTensor": None, "ToImage": None, "ToDtype": "scale"}
 
 
 def conversion_scale(t, scale: Optional[float]) -> Optional[float]:
     """The pixel value 1.0 stands for after conversion ``t`` (one of :data:`CONVERSIONS`), ``scale`` before it:
     ToTensor divides by 255; ToDtype does where it scales; the others leave it as it was."""
-    conv = CONVERSIONS[_name(t)]
+    conv = CONVERSIONS[step_name(t)]
     return 255.0 if conv == "scale" and getattr(t, "scale", False) else conv if isinstance(conv, float) else scale
-
-
-MAPPED = [*TO_TABLE, "Normalize", *CONVERSIONS]
-
-
-def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
-    """(the GPU pipeline's transforms, the mapping in words) or (None, why not)."""
-    fam = family(transform)
-    if fam == "albumentations":
-        import albumentations as A
-
-        stored = A.to_dict(transform)["transform"]["transforms"]
-        from .gpu_augment import TORCHVISION
-
-        missing = [t["__class_fullname__"].rsplit(".", 1)[-1] for t in stored]
-        missing = [n for n in missing if n not in TORCHVISION]
-        if missing:
-            return None, f"transform `{missing[0]}` has no GPU counterpart (mapped: {', '.join(TORCHVISION)})"
-        return stored, " -> ".join(t["__class_fullname__"].rsplit(".", 1)[-1] for t in stored) + " (same names)"
-    if fam != "torchvision":
-        return None, "the dataset's transform is not a torchvision or albumentations Compose"
-    out, words, scale = [], [], 1.0
-    for t in steps_of(transform):
-        name = _name(t)
-        if name in CONVERSIONS:
-            before, scale = scale, conversion_scale(t, scale)
-            words.append(f"{name} -> " + ("(decoded as uint8 CHW)" if scale == before else "(its scale in Normalize)"))
-        elif name == "Normalize":
-            out.append(
-                {
-                    "__class_fullname__": "Normalize",
-                    "mean": channels(t.mean),
-                    "std": channels(t.std),
-                    "max_pixel_value": scale,
-                }
-            )
-            words.append("Normalize -> Normalize")
-            scale = None  # normalised: nothing left to scale
-        elif name in TO_TABLE:
-            try:
-                out.append(TO_TABLE[name](t))
-            except LookupError as exc:
-                return None, f"transform `{name}`: {exc}"
-            words.append(f"{name} -> {out[-1]['__class_fullname__']}")
-        else:
-            return (
-                None,
-                f"transform `{name}` has no GPU counterpart (mapped: {', '.join(MAPPED)})",
-            )
-    if scale not in (None, 1.0):  # ToTensor without Normalize: floats in [0, 1]
-        out.append({"__class_fullname__": "Normalize", "mean": [0.0] * 3, "std": [1.0] * 3, "max_pixel_value": scale})
-    return out, "; ".join(words)
 
 
 # ---- where a dataset's images come from: its files, its decoder, what its transform is handed ------------
@@ -799,60 +659,6 @@ def files_of(dataset) -> tuple[Optional[Files], Optional[str]]:
     return _probe(dataset)
 
 
-class FileBytes(torch.utils.data.Dataset):
-    """The files of a DatasetFolder's ``samples`` as raw bytes (uint8 tensors) and their targets."""
-
-    def __init__(self, samples: list, target_transform=None):
-        self.samples, self.target_transform = samples, target_transform
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i):
-        path, target = self.samples[i]
-        with open(path, "rb") as f:
-            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
-        return data, self.target_transform(target) if self.target_transform is not None else target
-
-
-def collate_bytes(batch: list) -> tuple[dict, torch.Tensor]:
-    """A batch of (bytes, target) as (``data.encoded.packed``: the bytes as one tensor, the targets stacked): a
-    worker hands each tensor over through a shared-memory segment and a file descriptor of its own, and the
-    pin-memory thread pins each, so a list of them cost more than decoding the batch on the GPU."""
-    from .encoded import packed
-
-    return packed([b for b, _ in batch]), torch.as_tensor([t for _, t in batch])
-
-
-@_subset_aware
-def gpu_pipeline(dataset, seed: int = 0, files: Optional[Files] = None) -> UserVariant:
-    files, why = (files, None) if files is not None else files_of(dataset)
-    if files is None:
-        raise ValueError(why)
-    if not all(str(p).endswith(JPEG) for p, _ in files.samples[:64]):
-        raise ValueError("its files are not all JPEGs (the GPU decoder reads JPEG)")
-    if files.form == "bgr":
-        raise ValueError(
-            "its transform is handed BGR images (OpenCV's order, not converted to RGB): the GPU decoder gives RGB"
-        )
-    transforms, words = gpu_transforms(transform_of(dataset))
-    if transforms is None:
-        raise ValueError(words)
-    from .encoded import unpacked
-    from .gpu_augment import GpuPipeline
-
-    pipes: dict = {}
-
-    def on_device(packed: dict, device) -> torch.Tensor:
-        key = str(device)
-        if key not in pipes:
-            pipes[key] = GpuPipeline(transforms, device, seed, preset="the dataset's transform")
-        return pipes[key](unpacked(packed))
-
-    target_transform = getattr(dataset, "target_transform", None) if files.folder else None  # else: as returned
-    return UserVariant(FileBytes(files.samples, target_transform), collate_bytes, on_device, transforms)
-
-
 # ---- the other decoder -------------------------------------------------------------------------
 
 
@@ -898,7 +704,7 @@ class Decoded(torch.utils.data.Dataset):
         return out, target
 
 
-@_subset_aware
+@subset_aware
 def decoder(dataset, files: Optional[Files] = None) -> UserVariant:
     files, why = (files, None) if files is not None else files_of(dataset)
     if files is None:
@@ -911,136 +717,3 @@ def decoder(dataset, files: Optional[Files] = None) -> UserVariant:
         out.loader = cv2_loader
         return UserVariant(out)
     return UserVariant(Decoded(files, other, transform_of(dataset)))
-
-
-#: action id -> builder of its variant on a user's dataset (the actions with ``Action.on_user``)
-BUILDERS: dict[str, Callable[..., UserVariant]] = {"uint8": uint8, "gpu_pipeline": gpu_pipeline, "decoder": decoder}
-ON_FILES = {"gpu_pipeline", "decoder"}  # the builders that read the dataset's files (``files=``: read once)
-
-
-def inspect(dataset, cuda: bool) -> dict:
-    """For each builder: ``{"why_not": None or the reason, "snippet": what to write}`` on this dataset; the GPU
-    path's ``mapping`` (its transform in the GPU table's words) and the decoder's ``was`` (what the dataset
-    decodes with) and ``to``; the GPU path is refused without CUDA, its mapping still shown (what would run). The
-    dataset's files are read once (:func:`files_of`) for the builders that need them. A ``Subset`` is read through
-    to the dataset it picks from (its transform, its files); its variants pick the same indices. A
-    ``ConcatDataset``'s first dataset stands for the others in the words; its variants are built on each."""
-    try:
-        files, files_why = files_of(inner(dataset))
-    except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read this way: its reason, uint8 still tried
-        files, files_why = None, f"its files could not be read: {type(exc).__name__}: {exc}"
-    out = {}
-    for key, build in BUILDERS.items():
-        try:
-            if key in ON_FILES:
-                if files is None:
-                    raise ValueError(files_why)
-                build(dataset, files=files)
-            else:
-                build(dataset)
-            why = None
-        except (ValueError, LookupError, ImportError) as exc:
-            why = str(exc)
-        out[key] = {"why_not": why, "snippet": snippet(key, "{site}", dataset, files) if why is None else None}
-    attr, why = transform_attr(inner(dataset))
-    mapped, words = gpu_transforms(_get(inner(dataset), attr)) if attr else (None, why)
-    out["gpu_pipeline"]["mapping"] = words if mapped is not None else None
-    if out["gpu_pipeline"]["why_not"] is None and not cuda:
-        out["gpu_pipeline"]["why_not"] = f"no CUDA in this job (the transform maps: {words})"
-    if files is not None:
-        out["decoder"] |= {"was": files.decoder, "to": other_decoder(files), "files": files.where}
-    return out
-
-
-def snippet(action: str, site: str, dataset, files: Optional[Files] = None) -> Optional[str]:
-    """What to write in the user's script for ``action``: the line to change and the code, as measured (for a
-    ``Subset``, the dataset it picks from; for a ``ConcatDataset``, each of its datasets: the GPU path's builder
-    takes either as it is)."""
-    if isinstance(dataset, torch.utils.data.ConcatDataset):
-        note = "# train_set is a ConcatDataset: make the change in each of its datasets (train_set.datasets)\n"
-        text = _snippet(action, site, inner(dataset), files, "for part in train_set.datasets:\n    part.loader = {}")
-    elif isinstance(dataset, torch.utils.data.Subset):  # the change is to the dataset the Subset picks from
-        note = (
-            "# train_set is a Subset: change the dataset it picks from (train_set.dataset), which the other parts of\n"
-            "# its random_split share (give them a dataset of their own where they must not change)\n"
-        )
-        text = _snippet(action, site, inner(dataset), files, "train_set.dataset.loader = {}")
-    else:
-        note, text = "", _snippet(action, site, dataset, files)
-    return text if text is None or action == "gpu_pipeline" else note + text
-
-
-def _snippet(
-    action: str, site: str, dataset, files: Optional[Files], set_loader: str = "train_set.loader = {}"
-) -> Optional[str]:
-    """:func:`snippet` for the dataset itself; ``set_loader``: the statement that gives the user's dataset (or the
-    datasets it wraps) another image loader, ``{}`` the loader."""
-    if action == "uint8":
-        attr, _ = transform_attr(dataset)
-        found, _ = tail(_get(dataset, attr)) if attr else (None, None)
-        if found is None:
-            return None
-        alb = family(_get(dataset, attr)) == "albumentations"
-        drop = (
-            "Normalize (keep ToTensorV2)"
-            if alb
-            else "v2.ToDtype and v2.Normalize (its images are uint8 tensors before them)"
-            if tensors_in(_get(dataset, attr))
-            else "the float conversion and Normalize (end with transforms.PILToTensor(), or v2.ToImage())"
-        )
-        mean, std = ([round(v, 4) for v in vs] for vs in (found.mean, found.std))
-        return (
-            f"# the dataset's transform (`{type(dataset).__name__}.{attr}`, its DataLoader: {site}): drop {drop}\n"
-            f"mean = torch.tensor({mean}, device=device).view(1, -1, 1, 1) * {found.scale:g}\n"
-            f"std = torch.tensor({std}, device=device).view(1, -1, 1, 1) * {found.scale:g}\n"
-            "# in the loop, where the batch goes to the device:\n"
-            "images = images.to(device, non_blocking=True).float().sub_(mean).div_(std)"
-        )
-    if action == "gpu_pipeline":
-        files = files if files is not None else files_of(dataset)[0]
-        keys = files.keys if files is not None else None
-        loop = (
-            f"for images, labels in train_loader:  # (bytes, labels) pairs, not dicts of {', '.join(keys)}\n    "
-            if keys
-            else ""
-        )
-        return (
-            f"# the DataLoader at {site}: workers read bytes, the GPU decodes and augments (as measured)\n"
-            "from pipeprof.data.user_pipeline import gpu_pipeline\n"
-            "variant = gpu_pipeline(train_set)\n"
-            "train_loader = DataLoader(variant.dataset, collate_fn=variant.collate, ...same arguments...)\n"
-            f"# in the loop:\n{loop}"
-            "images = variant.on_device(images, device)"
-        )
-    if action == "decoder":
-        files = files if files is not None else files_of(dataset)[0]
-        if files is None or other_decoder(files) is None:
-            return None
-        if files.folder:
-            return (
-                f"# the dataset of the DataLoader at {site}: decode with OpenCV\n"
-                "from pipeprof.data.user_pipeline import cv2_loader\n" + set_loader.format("cv2_loader")
-            )
-        cls = type(dataset).__name__
-        if other_decoder(files) == "cv2":
-            code = (
-                "img = cv2.imread(path)"
-                if files.form == "bgr"
-                else "img = cv2.cvtColor(cv2.imread(path), cv2.COLOR_BGR2RGB)"
-            )
-            code += {
-                "pil": "\nimg = Image.fromarray(img)",
-                "chw": "\nimg = torch.from_numpy(img).permute(2, 0, 1)",
-            }.get(files.form, "")
-        else:
-            code = 'img = Image.open(path).convert("RGB")'
-            code += {
-                "rgb": "\nimg = np.asarray(img)",
-                "bgr": "\nimg = np.asarray(img)[:, :, ::-1]",
-                "chw": "\nimg = torch.from_numpy(np.asarray(img)).permute(2, 0, 1)",
-            }.get(files.form, "")
-        return (
-            f"# in `{cls}.__getitem__` (the dataset of the DataLoader at {site}), where it reads file `path`: decode "
-            f"with {DECODER_NAMES[other_decoder(files)]} instead of {DECODER_NAMES[files.decoder]}\n{code}"
-        )
-    return None

@@ -11,7 +11,7 @@ In the watched processes (stdlib only until a pause):
 - ``pause``:    ``--tune`` inside the process: the loop paused at a step boundary (the job's workers stopped),
   copies of the loader timed alone with ``measure.windows`` at the worker counts the parent asks for, and
   its hand-off over one prebuilt sample
-- ``pause_actions``: the actions tried in the pause: changed copies of the loader (``data.user_pipeline``,
+- ``pause_actions``: the actions tried in the pause: changed copies of the loader (``data.user_actions``,
   the DataLoader's knobs), each read alone with the user's loader read before and after it
 
 In ``pipeprof watch`` itself:

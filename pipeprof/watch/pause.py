@@ -215,9 +215,9 @@ def _passes(loader):
 
 
 def _inspect(loader) -> dict:
-    """What ``data.user_pipeline`` can change in the loader's dataset (per action), or why it cannot look."""
+    """What ``data.user_actions`` can change in the loader's dataset (per action), or why it cannot look."""
     try:
-        from pipeprof.data.user_pipeline import inspect as look
+        from pipeprof.data.user_actions import inspect as look
 
         return look(loader.dataset, torch.cuda.is_available())
     except Exception as exc:  # noqa: BLE001 - a dataset we cannot read is a reason, not a failed pause

@@ -16,7 +16,7 @@ far wider than the gain (docs/measured.md, "``pipeprof watch --tune`` with actio
 windows take the median over many rounds in the same time.
 
 A side is built from the user's own DataLoader arguments (``pause.rebuild``): a knob's variant with other
-keywords, a pipeline's variant (``data.user_pipeline``) with a changed copy of the dataset and, where it
+keywords, a pipeline's variant (``data.user_actions``) with a changed copy of the dataset and, where it
 needs one, its collate. The user's loader and its iterator are never touched.
 """
 
@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 import torch
 
-from pipeprof.data.user_pipeline import BUILDERS
+from pipeprof.data.user_actions import BUILDERS
 from pipeprof.measure.step import DeviceClock
 
 

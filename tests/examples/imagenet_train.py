@@ -48,7 +48,7 @@ def loader_and_prep(args, normalize, device):
         std = torch.tensor(normalize.std, device=device).view(1, -1, 1, 1) * 255
         prep = lambda images: images.to(device, non_blocking=True).float().sub_(mean).div_(std)  # noqa: E731
     if args.gpu_decode:
-        from pipeprof.data.user_pipeline import gpu_pipeline
+        from pipeprof.data.user_gpu_pipeline import gpu_pipeline
 
         variant = gpu_pipeline(
             datasets.ImageFolder(args.data, transforms.Compose(crop + [transforms.ToTensor(), normalize]))
