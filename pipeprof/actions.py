@@ -159,7 +159,7 @@ ACTIONS: dict[str, Action] = {
             predict="gpu_pipeline",
             variant="pipeline_as",
             # staged: decode and augment in threads of their own beside the step, the faster overlap with nvJPEG in
-            # the runs that measured both side by side (docs/measured.md, "The 1×H100 box, 2026-12-06, a later start")
+            # the runs that measured both side by side (docs/measured.md, "The overlap modes side by side")
             params=lambda row, facts: {
                 "augment_device": "cuda",
                 "augment_overlap": True,

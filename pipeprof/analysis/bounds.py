@@ -294,7 +294,7 @@ def worker_cores(trials: pd.DataFrame, rows: np.ndarray, usable: float) -> np.nd
     cores (its measured CPU in that trial), what it left; NaN for a count past the cores (oversubscription, not
     more cores: left out as the curve's envelope leaves it out). The x of the curve that answers "how many cores"
     (the what-if, cores per GPU, the size table): read as counts, workers beside a busy receiving thread put the
-    measuring machine's own cores under what it ran (docs/measured.md, the sizing check on the 1×H200 box).
+    measuring machine's own cores under what it ran (docs/measured.md, "The size table against CPU masks").
     Never above the count, and non-decreasing along it."""
     t = trials.iloc[rows]
     w = t["num_workers"].to_numpy(float)

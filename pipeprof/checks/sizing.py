@@ -13,7 +13,7 @@ before any SMT sibling, as the scheduler places workers on the unrestricted mach
 Each run is a separate ``python -m pipeprof run`` process writing its own run folder.
 
 Why a bracket beside each mask: the all-cores run and a masked run are minutes apart on shared cores, which move
-more than the prediction errs (docs/measured.md, the sizing check on the 1×H200 box). Right before each masked run,
+more than the prediction errs (docs/measured.md, "The size table against CPU masks"). Right before each masked run,
 an unmasked run measures the same workloads end to end at the all-cores run's own worker count nearest the mask
 (:func:`bracket_count`): the same setting, minutes later. Its ratio to the all-cores run's figure (:func:`moves`) is
 how far the machine moved for that very workload, and the prediction scaled by it is the error the model owns
@@ -311,8 +311,9 @@ def split(predicted: dict, main_s: float, got: Optional[pd.Series]) -> dict:
     (cores the model gave / cores the workers got) x (CPU per sample in the mask / the model's): the first is the
     model's own accounting of cores, the second each sample costing more or less CPU than the curve said (a
     machine that moved, or work that costs more on fewer cores; on shared cores it moves more than the target
-    within minutes: docs/measured.md, the 1×H100 box): it says which factor an error comes from, and corrects
-    nothing. NaN where the prediction binds on the GPU or hand-off, or the mask's CPU was not read."""
+    within minutes: docs/measured.md, "The size table's error in its two factors"): it says which factor an error
+    comes from, and corrects nothing. NaN where the prediction binds on the GPU or hand-off, or the mask's CPU was
+    not read."""
     nan = float("nan")
     out = {k: nan for k in ("worker_cores_model", "worker_cores_got", "cpu_ms_model", "cpu_ms_got")}
     rate = predicted["samples_per_s"]

@@ -216,7 +216,8 @@ class Overlapped(Plain):
         if self.device.type == "cuda" and self.device.index is None:  # streams and set_device need the index
             self.device = torch.device("cuda", torch.cuda.current_device())
         # the producer's stream at the default priority: at the device's highest, its decode still spanned the
-        # step beside it and the rate did not move (docs/measured.md, "The 1×H200 box, 2026-12-05, second start")
+        # step beside it and the rate did not move (docs/measured.md, "The GPU pipeline beside the step: where its
+        # time goes")
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         # staged: the decoding thread's stream (the augmenting thread keeps ``stream``), and the one decoded batch
         # between them: the decoder runs at most one batch ahead of the augment

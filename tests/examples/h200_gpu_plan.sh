@@ -12,7 +12,7 @@
 #   sizing-masks [CORES]  the same table against runs inside CPU masks, one mask a call (default 4; then 8, then
 #                 12): end-to-end only, at all cores and all but one, after an unmasked bracket run of the same
 #                 workloads that reads how far the machine moved since the 16-core run; two masks with their
-#                 brackets ran past the call's limit (docs/measured.md, the 1xH100 box); reusing the first
+#                 brackets ran past the call's limit; reusing the first
 #                 part's 16-core run: copy its folder from that call's
 #                 OUT/runs/sizing-all-* into .plan/ (git-ignored by /.plan/ in .git/info/exclude) and carry .plan
 #   sizing-pairs [PRESET]  the 16-core run of one preset (default standard) at 4, 8, 12 and 16 workers with masked
