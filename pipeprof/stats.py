@@ -151,3 +151,12 @@ def signed_pct(x: float) -> str:
     """A signed change as a whole percentage ("+12%", "-3%"); one that rounds to zero is "+0%", never "-0%"."""
     text = f"{x:+.0%}"
     return "+0%" if text == "-0%" else text
+
+
+def workers_text(n) -> str:
+    """A worker count with its noun in number: "0 workers", "1 worker", "2 workers" (a float count is read as a
+    whole one: tables store counts as floats)."""
+    if n is None or n != n:
+        return "– workers"
+    n = int(n)
+    return f"{n} worker" if n == 1 else f"{n} workers"

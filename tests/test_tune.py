@@ -159,6 +159,26 @@ def test_with_no_verified_action_the_answer_names_the_likeliest_with_both_readin
     assert tune_mod.as_good(None, tried) == []
 
 
+def test_the_changes_not_tried_are_folded_by_their_reason():
+    """Two changes held back by one reason are one line naming both; a change with a reason of its own keeps
+    its line; the reason is printed once."""
+    from pipeprof.watch.live import action_lines
+
+    own = "a user's own dataset: its storage and decoding are its own"
+    tune = {
+        "actions_at_workers": 4,
+        "actions": [
+            {"id": "memory", "action": "cache the dataset in RAM", "why_not": own},
+            {"id": "in_order", "action": "in_order=False", "why_not": "--tune-max-s 120 s ran out"},
+            {"id": "shards", "action": "pack the files into tar shards", "why_not": own},
+        ],
+    }
+    lines = action_lines(tune)
+    assert f"    2 changes not tried (memory, shards): {own}" in lines
+    assert "    in_order=False: not tried: --tune-max-s 120 s ran out" in lines
+    assert sum(own in line for line in lines) == 1
+
+
 def test_the_model_is_checked_against_the_loop_at_its_own_count():
     """Predicted 788 (760-815) where the loop, at that count, ran 692 (673-710): +14%, apart beyond both intervals
     and the 10% bound; at 2 workers, not measured at the loop's own count, there is nothing to check."""

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.actions import ACTIONS, FINDING
+from pipeprof.stats import workers_text
 
 from .bounds import _known, cpu_curve, ok, predict, stage_cost_s, waits_on_storage
 from .verdict import SATURATED
@@ -444,7 +445,7 @@ def _measured_swaps(ev: Evidence) -> list[Candidate]:
             continue
         predicted, io_t = swap
         basis = (
-            f"storage_fetch {io_t:,.0f} vs {io_now:,.0f} samples/s measured at {int(row['num_workers'])} workers"
+            f"storage_fetch {io_t:,.0f} vs {io_now:,.0f} samples/s measured at {workers_text(row['num_workers'])}"
             f" ({label} vs {row['source']}), with {label}'s measured pipeline rate"
         )
         kind = _swap_kind(f, me, io_t, io_now)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from pipeprof.stats import workers_text
+
 from .bounds import ok, waits_on_storage
 
 COLD_STATES = ("cold", "cold-system")
@@ -50,7 +52,8 @@ def epoch_estimates(trials: pd.DataFrame, samples: int, fits: bool) -> list[dict
             "fits_in_page_cache": fits,
         }
         text = (
-            f"{label}, storage alone at {e['num_workers']} workers: first epoch (cold) ≈ {e['first_epoch_s']:.3g} s, "
+            f"{label}, storage alone at {workers_text(e['num_workers'])}: first epoch (cold) ≈ "
+            f"{e['first_epoch_s']:.3g} s, "
             f"later epochs ({'warm' if fits else 'cold again: the dataset does not fit in the page cache'}) ≈ "
             f"{e['later_epoch_s']:.3g} s for {samples} samples"
         )
@@ -70,7 +73,7 @@ def epoch_estimates(trials: pd.DataFrame, samples: int, fits: bool) -> list[dict
                     "train_later_epoch_s": samples / later,
                 }
                 text += (
-                    f"; training at {int(top['num_workers'])} workers ≈ {samples / first:.3g} s first, "
+                    f"; training at {workers_text(top['num_workers'])} ≈ {samples / first:.3g} s first, "
                     f"{samples / later:.3g} s later"
                 )
         e["text"] = text

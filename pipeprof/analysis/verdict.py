@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.schema import OVERLAPPED, overlap_mode
+from pipeprof.stats import workers_text
 
 from .bounds import (
     BALANCED,
@@ -243,7 +244,7 @@ def _cores(ev: Evidence) -> Reading:
         return Reading(
             "cores",
             full,
-            f"the {ev.workers} workers compute {computing.text()} of their time and, with "
+            f"the {workers_text(ev.workers)} compute {computing.text()} of their time and, with "
             f"the training process, fill the {ev.cores:g} usable cores ({_busy_text(ev)})",
         )
     return Reading("cores", state, _busy_text(ev))
@@ -268,7 +269,7 @@ def _workers(ev: Evidence) -> Reading:
     if busy is None:
         return Reading("workers", NO, "workers' CPU not measured", False)
     state = busy.against(WORKERS_BUSY) if _room(ev) else NO  # no room: the cores bind, not the count
-    return Reading("workers", state, f"the {ev.workers} workers compute {busy.text()} of their time")
+    return Reading("workers", state, f"the {workers_text(ev.workers)} compute {busy.text()} of their time")
 
 
 def readings(ev: Evidence, bounds: dict, row: pd.Series) -> list[Reading]:
@@ -324,7 +325,7 @@ def step_resource(ev: Evidence, bounds: dict, row: pd.Series, device: str) -> tu
         alone = f", at {rate.mid / step:.0%} of its rate alone" if _known(step) else ""
         if _known(step) and rate.low > step:  # faster than the step alone, beyond its interval: a bound not holding
             alone = f", faster than the step measured alone ({step:,.3g} samples/s): that bound did not hold here"
-        text = f"the step shares the cores with {ev.workers} workers{alone}: {_busy_text(ev)}"
+        text = f"the step shares the cores with {workers_text(ev.workers)}{alone}: {_busy_text(ev)}"
         if sat == YES:
             return "cores", [], text
         return ("gpu" if device == "cuda" else "step"), ["cores"], f"{text} (within its interval of saturation)"

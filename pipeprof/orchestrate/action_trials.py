@@ -32,6 +32,7 @@ from pipeprof.data.prepare import packed_shards
 from pipeprof.data.sources import source_class
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
+from pipeprof.stats import workers_text
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION, action_trial
 from pipeprof.trials.heap import release
@@ -213,7 +214,7 @@ def _run(
                 spec = together[0][1]
                 log(
                     f"action trial {n}/{len(trials)}: {' and '.join(p.action for *_, p in together)}, against the "
-                    f"baseline at {spec.num_workers} workers"
+                    f"baseline at {workers_text(spec.num_workers)}"
                 )
                 share = left_s if len(together) == SHARED_BY else share_of(left_s, n, len(trials))
                 capped = replace(
@@ -258,7 +259,7 @@ def _predict_gpu_pipeline(
         beside = replace(spec, kind="cpu_pipeline", model=None, precision=None, mode=None, **gpu)
         stand_in_s = spec.batch_size / step  # the step's own time a batch, from its ceiling
         log(
-            f"the GPU pipeline at {beside.num_workers} workers (they read bytes), beside a stand-in for the step "
+            f"the GPU pipeline at {workers_text(beside.num_workers)} (they read bytes), beside a stand-in for the step "
             f"({stand_in_s * 1e3:.1f} ms a batch), to predict its action"
         )
         capped = replace(

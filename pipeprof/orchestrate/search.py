@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple, Optional
 from pipeprof.analysis.advice import NEAR_BEST, TIE_FLOOR
 from pipeprof.config import default_workers
 from pipeprof.schema import TrialKind
+from pipeprof.stats import workers_text
 from pipeprof.trials import KINDS, TrialSpec, spec_key
 
 from .sweep import expand, run_one
@@ -231,7 +232,7 @@ def _measure_at(run, specs: dict, w: int, per_worker: float, storage_done: bool,
             skipped.append(
                 {
                     "trial": f"storage_fetch at other worker counts ({fetch.source})",
-                    "reason": f"raw reads ran {got['samples_per_s']:,.0f} samples/s at {w} workers, over "
+                    "reason": f"raw reads ran {got['samples_per_s']:,.0f} samples/s at {workers_text(w)}, over "
                     f"{STORAGE_FAST:g}x the pipeline's one-worker rate x workers: storage cannot bind",
                 }
             )
@@ -382,7 +383,7 @@ def _record_group(
     upper = smallest_good(points) if points else 0
     record["skipped"] += [
         {
-            "trial": f"end_to_end at {w} workers ({label})",
+            "trial": f"end_to_end at {workers_text(w)} ({label})",
             "reason": stopped if stopped and floor < w < upper else _why_not(w, floor, per, points),
         }
         for w in sorted({*default_workers(cores), *([cut["workers"]] if cut else [])})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from pipeprof.analysis.compare import Comparison
+from pipeprof.stats import workers_text
 
 from . import figures as F
 from .console import reference_line
@@ -104,7 +105,7 @@ def _changes(c: Comparison) -> list[str]:
         out.append(
             f"`{a['run']}` ({a['setting']} {a['to']}): the baseline's action trial measured "
             f"{_pct(a['trial_gain'])} (95% interval {_pct(a['trial_low'])} to {_pct(a['trial_high'])}) at "
-            f"{_cell(a['num_workers'])} workers; the rerun's end-to-end trial there: {_pct(a['rerun_gain'])}, "
+            f"{workers_text(a['num_workers'])}; the rerun's end-to-end trial there: {_pct(a['rerun_gain'])}, "
             f"{agree}"
         )
     return out

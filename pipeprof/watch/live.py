@@ -13,7 +13,7 @@ import bisect
 from typing import TYPE_CHECKING, Optional
 
 from pipeprof.answer import CoresNeeded
-from pipeprof.stats import signed_pct
+from pipeprof.stats import signed_pct, workers_text
 
 if TYPE_CHECKING:  # pandas is slow to import: the watch imports it after the job has started
     import pandas as pd
@@ -52,7 +52,7 @@ def line(session, since: float, now: float) -> list[str]:
         out.append(
             f"pipeprof watch {now - session.t_start:5.0f}s  {label}: {_rate(samples / span)} samples/s, "
             f"data wait {_pct(wait)}, GPU {'–' if gpu is None else f'{gpu:.0f}%'}, workers' CPU "
-            f"{'–' if cpu is None else f'{cpu:.0f}%'} ({count} workers)"
+            f"{'–' if cpu is None else f'{cpu:.0f}%'} ({workers_text(count)})"
         )
     return out
 
@@ -100,7 +100,7 @@ def untimed_lines(loaders: dict) -> list[str]:
 
 
 def _row_lines(r: pd.Series, v: dict) -> list[str]:
-    head = f"  {r['loader']} rank {r['rank']} ({r['num_workers']} workers, batch {r['batch_size']}, {r['mode']})"
+    head = f"  {r['loader']} rank {r['rank']} ({workers_text(r['num_workers'])}, batch {r['batch_size']}, {r['mode']})"
     if r["status"] != "ok":
         return [f"{head}: {r.get('error')}"]
     low, high = r.get("samples_per_s_ci95_low"), r.get("samples_per_s_ci95_high")
@@ -208,9 +208,10 @@ def action_lines(tune: dict) -> list[str]:
     )
     out = [
         f"  actions at num_workers={tune.get('actions_at_workers')} (each alone, your loader measured before and "
-        f"after them; end to end: the step with each change's device time added, its host time not modelled"
+        f"after them; end to end: the step with each change's GPU time added, its host time not modelled"
         f"{together}):"
     ]
+    folded: dict[str, list[dict]] = {}  # a reason said once for the changes it holds back
     for a in listed:
         if a.get("measured") and a.get("action_gain_ci95_low") is not None:
             out.append(
@@ -221,7 +222,13 @@ def action_lines(tune: dict) -> list[str]:
             )
         else:
             why = a.get("why_not") or a.get("skipped") or a.get("error") or a.get("unstable_reason") or "no pair ran"
-            out.append(f"    {a['action']}: not tried: {why}")
+            folded.setdefault(why, []).append(a)
+    for why, held in folded.items():
+        if len(held) == 1:
+            out.append(f"    {held[0]['action']}: not tried: {why}")
+        else:
+            names = ", ".join(a.get("id") or a["action"] for a in held)
+            out.append(f"    {len(held)} changes not tried ({names}): {why}")
     best = next((a for a in listed if a.get("id") == tune.get("best_action")), None)
     if best is None:
         # an interval that straddles no gain names both readings: the likeliest change, and that it may not help
