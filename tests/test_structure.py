@@ -136,6 +136,8 @@ LAYERS = {
         "checks.watch_overhead",
         "checks.action_known",
         "checks.regress",
+        "cli_args",
+        "cli_checks",
         "cli",
         "",
         "__main__",
