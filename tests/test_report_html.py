@@ -120,6 +120,19 @@ def test_actions_and_review_table_are_the_stored_figures(run, page):
     assert printed_equals(cells["bf16"][-1].rstrip("×"), ceilings["bf16"] / ceilings["fp32"])
 
 
+def test_the_page_reads_in_the_first_screens_order_with_each_reason_once(page):
+    """The answer, the curve, what would help, then the evidence (figures, trials, notes, details); in "What would
+    help" the rows one reason held back are one row, so no reason repeats within a group."""
+    html = page.read_text()
+    at = [html.index(mark) for mark in ('id="answer"', "<h2>The curve</h2>", "What would help", "<h2>Figures</h2>")]
+    assert at == sorted(at) and html.index("<h2>Trials</h2>") > at[-1]
+    rows = [
+        re.findall(r"<td[^>]*>([^<]*)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", section(html, "table-actions"))
+    ]
+    held = [(r[0], r[-1]) for r in rows if r and r[-1].startswith("not tried: ")]
+    assert len(held) == len(set(held))
+
+
 def test_nothing_is_fetched(page):
     html = page.read_text()
     # an SVG's xmlns names a namespace; it is never fetched
@@ -195,6 +208,7 @@ def test_report_renders_in_a_real_browser(page, tmp_path):
         assert tab.locator("#answer").is_visible()
         assert "set num_workers=" in tab.locator("#answer").inner_text()
         assert tab.locator("#fig-curve-0 svg").bounding_box()["width"] > 400
+        tab.screenshot(path=str(tmp_path / "first-screen.png"))  # what a reader sees before scrolling
         tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert errors == []

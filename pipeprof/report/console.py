@@ -502,6 +502,17 @@ def noise_line(run) -> str:
     return f"noise: {moved}; {wide} of {total} trials wide (95% interval over ±5%){cause}"
 
 
+def curve_tables(run) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Each group's curve for the first screen and the top of report.html: (title, headers, rows), without the
+    "!" column (its marks point at footnotes shown in ``--full``)."""
+    device = _device(run)
+    out = []
+    for key, curve in groups(pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))):
+        headers, rows = table(curve, curve_columns(device), [])
+        out.append((_group_title(key, curve, device), headers[:-1], [r[:-1] for r in rows]))
+    return out
+
+
 def render_compact(run, console, answer: bool = True) -> None:
     """The first screen: the answer, the curve tables, each group's top actions (the rest folded, one line a
     reason), one noise line and the run folder. The evidence (isolated bounds, footnotes, legend, every action)
@@ -513,11 +524,8 @@ def render_compact(run, console, answer: bool = True) -> None:
         console.print(run.unfinished(), style="yellow", markup=False, highlight=False, soft_wrap=True)
     if answer:
         print_answer(run, console)
-    device = _device(run)
-    for key, curve in groups(pd.DataFrame(run.meta.get("analysis", {}).get("curves", []))):
-        headers, rows = table(curve, curve_columns(device), [])
-        headers, rows = headers[:-1], [r[:-1] for r in rows]  # the "!" marks point at footnotes shown in --full
-        t = Table(title=_group_title(key, curve, device), box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for title, headers, rows in curve_tables(run):
+        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
         for h in headers:
             t.add_column(h, justify="left" if h in TEXT_HEADERS else "right", overflow="ellipsis", no_wrap=True)
         for row in rows:

@@ -18,7 +18,7 @@ import yaml
 from pipeprof.stats import signed_pct
 
 from . import figures as F
-from .console import legend, recommendation_lines, reference_line, sections
+from .console import curve_tables, legend, recommendation_lines, reference_line, sections
 from .summary import (
     actions,
     answers,
@@ -158,8 +158,44 @@ def _action_row(a) -> list:
     return [a.group, a.action, rate(a.predicted_samples_per_s), predicted, measured, gain, verified, note]
 
 
+def _held_back(a) -> str | None:
+    """Why a row of "What would help" folds into its group's line of the same reason (the first screen's rule,
+    ``console.action_summary_lines``); None for a row shown whole: tried, predicted to help beyond the noise, or a
+    finding (no gain to predict, nothing to try: "the GPU is the limit")."""
+    if a.tried or (a.gain_frac is not None and not a.within_noise):
+        return None
+    if a.gain_frac is not None:
+        return "predicted within the measured noise"
+    return a.why_not_tried
+
+
+def _action_rows(run) -> list[list]:
+    """The rows of "What would help": each shown whole, then per group and reason one row for those it held
+    back, naming them ("7 changes: …") with the reason once."""
+    rows, folded = [], {}
+    for a in actions(run):
+        why = _held_back(a)
+        if why is None:
+            rows.append(_action_row(a))
+        else:
+            folded.setdefault((a.group, why), []).append(a.action)
+    for (group, why), names in folded.items():
+        what = names[0] if len(names) == 1 else f"{len(names)} changes: " + "; ".join(names)
+        rows.append([group, what, "–", "–", "–", "–", "–", f"not tried: {why}"])
+    return rows
+
+
+def _curve(run) -> str:
+    """Each group's curve as the first screen prints it (``console.curve_tables``), under the answer."""
+    parts = [
+        f"<h3>{esc(title)}</h3>" + table_html(headers, rows, text_cols=frozenset({"verdict"}))
+        for title, headers, rows in curve_tables(run)
+    ]
+    return "<h2>The curve</h2>" + "".join(parts) if parts else ""
+
+
 def _actions(run) -> str:
-    rows = [_action_row(a) for a in actions(run)]
+    rows = _action_rows(run)
     if not rows:
         return ""
     return (
@@ -169,7 +205,8 @@ def _actions(run) -> str:
         '("within noise": not larger than the trial\'s own 95% interval). Measured: an action trial, the change '
         "and its baseline in alternating windows on one step at the recommended worker count; verified: the whole "
         "interval of the gain lies above zero (95%, or for k trials of a group each at 1 - 5%/k, so that all hold "
-        "together and the best of them is not named on chance). A row not tried stays a prediction and says why.</p>"
+        "together and the best of them is not named on chance). A row not tried stays a prediction and says why; "
+        "the rows one reason held back are one row, that reason said once.</p>"
     )
 
 
@@ -353,6 +390,7 @@ def render_html(run) -> str:
     body = [
         _header(run),
         _answer(run),
+        _curve(run),
         _actions(run),
         _review(run),
         "<h2>Figures</h2>",
