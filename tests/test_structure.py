@@ -121,6 +121,7 @@ LAYERS = {
         "watch.records",
         "watch.procs",
         "watch.tune",
+        "watch.framework_snippets",
         "watch.answer",
         "watch.folder",
         "watch.live",

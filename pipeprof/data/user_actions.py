@@ -8,8 +8,8 @@ what to write for it. The builders are ``data.user_pipeline``'s (``uint8``, ``de
 ``data.user_gpu_pipeline``'s (``gpu_pipeline``).
 
 To add an action's user form: a builder ``fn(dataset, ...) -> UserVariant`` in :data:`BUILDERS` under the
-action's id (with ``files=`` and its id in :data:`ON_FILES` where it reads the dataset's files), its words in
-:func:`snippet`, and ``on_user=True`` on the action.
+action's id (taking ``files=``, its id in :data:`ON_FILES`, where it reads the dataset's files; else ``collate=``,
+the loader's), its words in :func:`snippet`, and ``on_user=True`` on the action.
 """
 
 from __future__ import annotations
@@ -38,16 +38,20 @@ from .user_pipeline import (
 
 #: action id -> builder of its variant on a user's dataset (the actions with ``Action.on_user``)
 BUILDERS: dict[str, Callable[..., UserVariant]] = {"uint8": uint8, "gpu_pipeline": gpu_pipeline, "decoder": decoder}
+#: the packages whose dataset classes a snippet does not ask the user to edit (timm's ImageDataset)
+LIBRARY_DATASETS = ("timm.",)
 ON_FILES = {"gpu_pipeline", "decoder"}  # the builders that read the dataset's files (``files=``: read once)
 
 
-def inspect(dataset, cuda: bool) -> dict:
-    """For each builder: ``{"why_not": None or the reason, "snippet": what to write}`` on this dataset; the GPU
-    path's ``mapping`` (its transform in the GPU table's words) and the decoder's ``was`` (what the dataset
-    decodes with) and ``to``; the GPU path is refused without CUDA, its mapping still shown (what would run). The
-    dataset's files are read once (:func:`files_of`) for the builders that need them. A ``Subset`` is read through
-    to the dataset it picks from (its transform, its files); its variants pick the same indices. A
-    ``ConcatDataset``'s first dataset stands for the others in the words; its variants are built on each."""
+def inspect(dataset, cuda: bool, collate: Optional[Callable] = None) -> dict:
+    """For each builder: ``{"why_not": None or the reason, "snippet": what to write}`` on this dataset (``collate``:
+    its loader's, which says whether its batches are uint8 already: ``user_pipeline.uint8_already``); the GPU
+    path's ``mapping`` (its transform in the GPU table's words), uint8's ``normalise`` (the mean, std and scale
+    the device normalises by) and the decoder's ``was`` (what the dataset decodes with) and ``to``; the GPU path
+    is refused without CUDA, its mapping still shown (what would run). The dataset's files are read once
+    (:func:`files_of`) for the builders that need them. A ``Subset`` is read through to the dataset it picks from
+    (its transform, its files); its variants pick the same indices. A ``ConcatDataset``'s first dataset stands for
+    the others in the words; its variants are built on each."""
     try:
         files, files_why = files_of(inner(dataset))
     except Exception as exc:  # noqa: BLE001 - a dataset that cannot be read this way: its reason, uint8 still tried
@@ -60,7 +64,7 @@ def inspect(dataset, cuda: bool) -> dict:
                     raise ValueError(files_why)
                 build(dataset, files=files)
             else:
-                build(dataset)
+                build(dataset, collate=collate)
             why = None
         except (ValueError, LookupError, ImportError) as exc:
             why = str(exc)
@@ -72,6 +76,9 @@ def inspect(dataset, cuda: bool) -> dict:
         out["gpu_pipeline"]["why_not"] = f"no CUDA in this job (the transform maps: {words})"
     if files is not None:
         out["decoder"] |= {"was": files.decoder, "to": other_decoder(files), "files": files.where}
+    found = tail(transform_of(inner(dataset)))[0] if out["uint8"]["why_not"] is None else None
+    if found is not None:  # the normalisation the device does instead (a framework's snippet writes it)
+        out["uint8"]["normalise"] = {"mean": found.mean, "std": found.std, "scale": found.scale}
     return out
 
 
@@ -160,6 +167,13 @@ def _decoder_snippet(site: str, dataset, files: Optional[Files], set_loader: str
             "from pipeprof.data.user_pipeline import cv2_loader\n" + set_loader.format("cv2_loader")
         )
     cls = type(dataset).__name__
+    if type(dataset).__module__.startswith(LIBRARY_DATASETS):  # its __getitem__ is not the user's to edit
+        return (
+            f"# the dataset of the DataLoader at {site} is {type(dataset).__module__.split('.')[0]}'s `{cls}`: "
+            f"a copy of it that decodes with {DECODER_NAMES[other_decoder(files)]} instead of "
+            f"{DECODER_NAMES[files.decoder]}\n# (its files and targets, its own transform; as measured)\n"
+            "from pipeprof.data.user_pipeline import decoder\ntrain_set = decoder(train_set).dataset"
+        )
     if other_decoder(files) == "cv2":
         code = (
             "img = cv2.imread(path)"

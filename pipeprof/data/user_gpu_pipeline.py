@@ -25,6 +25,7 @@ from .user_pipeline import (
     conversion_scale,
     family,
     files_of,
+    said,
     step_name,
     steps_of,
     subset_aware,
@@ -39,8 +40,16 @@ def _size(size) -> list[int]:
 
 
 def _interp(t) -> int:
-    mode = str(getattr(t, "interpolation", "bilinear")).lower()  # InterpolationMode.BILINEAR / 'bilinear'
+    return _code(getattr(t, "interpolation", "bilinear"))
+
+
+def _code(mode) -> int:
+    """An interpolation mode (InterpolationMode.BILINEAR / 'bilinear') as the table's code (OpenCV's numbering)."""
+    mode = str(mode).lower()
     return 0 if "nearest" in mode else 2 if "bicubic" in mode else 1
+
+
+INTERPOLATIONS = {0: "nearest", 1: "bilinear", 2: "bicubic"}
 
 
 def _bounds(v, centre: float = 1.0) -> list[float]:
@@ -51,19 +60,32 @@ def _bounds(v, centre: float = 1.0) -> list[float]:
 
 def _rrc(t) -> dict:
     """torchvision's RandomResizedCrop, or timm's RandomResizedCropAndInterpolation (the same crop drawn the same
-    way, its interpolation one mode or, with ``interpolation='random'``, one of several drawn per image)."""
-    if isinstance(t.interpolation, (list, tuple)):
-        raise LookupError(
-            "an interpolation drawn at random per image has no GPU counterpart (one mode maps: interpolation="
-            "'bilinear' or 'bicubic')"
-        )
+    way, its interpolation one mode or, with ``interpolation='random'``, one of several drawn per image: then
+    :func:`_drawn`'s one for every image)."""
+    drawn = _drawn(t)
     return {
         "__class_fullname__": "RandomResizedCrop",
         "size": _size(t.size),
         "scale": list(t.scale),
         "ratio": list(t.ratio),
-        "interpolation": _interp(t),
+        "interpolation": drawn[0] if drawn else _interp(t),
     }
+
+
+def _drawn(t) -> Optional[tuple[int, str]]:
+    """(the code, the words) where a crop draws its interpolation per image (timm's ``interpolation='random'``:
+    bilinear or bicubic): the GPU's crop resizes the whole batch in one mode, bilinear where it is among those
+    drawn (the one the batched crop runs; any other runs image by image), else the first; None for one mode."""
+    modes = getattr(t, "interpolation", None)
+    if not isinstance(modes, (list, tuple)) or not modes:
+        return None
+    codes = [_code(m) for m in modes]
+    code = 1 if 1 in codes else codes[0]
+    names = " or ".join(INTERPOLATIONS[c] for c in codes)
+    return code, (
+        f"interpolation='random' (each image's drawn: {names}) -> {INTERPOLATIONS[code]} for every image"
+        + (" (the one the GPU's crop runs on the whole batch)" if code == 1 else "")
+    )
 
 
 def _center(t) -> dict:
@@ -142,7 +164,8 @@ def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
         name = step_name(t)
         if name in CONVERSIONS:
             before, scale = scale, conversion_scale(t, scale)
-            words.append(f"{name} -> " + ("(decoded as uint8 CHW)" if scale == before else "(its scale in Normalize)"))
+            what = "(decoded as uint8 CHW)" if scale == before else "(its scale in Normalize)"
+            words.append(f"{said(t)} -> {what}")
         elif name == "Normalize":
             out.append(
                 {
@@ -159,7 +182,8 @@ def gpu_transforms(transform) -> tuple[Optional[list[dict]], str]:
                 out.append(TO_TABLE[name](t))
             except LookupError as exc:
                 return None, f"transform `{name}`: {exc}"
-            words.append(f"{name} -> {out[-1]['__class_fullname__']}")
+            drawn = _drawn(t)
+            words.append(f"{name} -> {out[-1]['__class_fullname__']}" + (f", {drawn[1]}" if drawn else ""))
         else:
             return (
                 None,

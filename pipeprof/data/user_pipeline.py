@@ -57,13 +57,29 @@ def steps_of(transform) -> list:
     return steps
 
 
+#: timm's conversions (``timm.data.transforms``) by the torchvision step whose work each does: MaybePILToTensor
+#: and ToNumpy hand on the image's uint8 values CHW (ToNumpy as an ndarray), as PILToTensor does; timm's own
+#: ToTensor casts them to float unscaled, as a v2 ToDtype without ``scale`` does. (MaybeToTensor extends
+#: torchvision's ToTensor, and is read through its class.)
+TIMM_AS = {"MaybePILToTensor": "PILToTensor", "ToNumpy": "PILToTensor", "ToTensor": "ToDtype"}
+
+
 def step_name(t) -> str:
     """The class name a step is read by: its own, or that of the torchvision / albumentations class it extends
-    (a user's ``class MyNormalize(transforms.Normalize)`` is a Normalize)."""
+    (a user's ``class MyNormalize(transforms.Normalize)`` is a Normalize), or the one a timm conversion stands for
+    (:data:`TIMM_AS`)."""
     for c in type(t).__mro__:
         if c.__module__.startswith(("torchvision", "albumentations")):
             return c.__name__
+    if type(t).__module__.startswith("timm.") and type(t).__name__ in TIMM_AS:
+        return TIMM_AS[type(t).__name__]
     return type(t).__name__
+
+
+def said(t) -> str:
+    """A step's name in the words a user reads: :func:`step_name`, with a timm conversion's own name first."""
+    name, own = step_name(t), type(t).__name__
+    return f"timm's {own} (as {name})" if type(t).__module__.startswith("timm.") and name != own else name
 
 
 def family(transform) -> Optional[str]:
@@ -290,13 +306,38 @@ def _compose_like(transform, steps: list):
     return type(transform)(steps)
 
 
+def uint8_already(dataset, collate: Optional[Callable] = None) -> Optional[str]:
+    """Why the uint8 change has nothing to move where the loader's batches are uint8 already (timm's
+    ``fast_collate`` stacks its transform's uint8 images, normalised on the device by its ``PrefetchLoader``):
+    the images of a batch of the dataset's first sample through the loader's collate (``default_collate`` where
+    none is given); None where they are not uint8, or no batch could be made here."""
+    from torch.utils.data import default_collate
+
+    try:
+        batch = (collate or default_collate)([dataset[0]])
+    except Exception:  # noqa: BLE001 - an item or a collate that fails here: the transform's own reason stands
+        return None
+    images = batch[0] if isinstance(batch, (list, tuple)) else batch
+    if isinstance(batch, dict):
+        images = next((v for v in batch.values() if isinstance(v, torch.Tensor)), None)
+    if not (isinstance(images, torch.Tensor) and images.dtype == torch.uint8):
+        return None
+    by = f"`{getattr(collate, '__module__', '')}.{getattr(collate, '__qualname__', type(collate).__name__)}`"
+    return (
+        f"its batches are uint8 already ({by if collate else 'the default collate'} hands over uint8 images of "
+        f"{'x'.join(str(d) for d in images.shape[1:])}): nothing to convert or normalise is left in its workers"
+    )
+
+
 @subset_aware
-def uint8(dataset) -> UserVariant:
+def uint8(dataset, collate: Optional[Callable] = None) -> UserVariant:
+    """The uint8 change (the module's docstring); ``collate``: the loader's, which says whether its batches are
+    uint8 already (:func:`uint8_already`, read only where the transform has no float end to drop)."""
     attr, why = transform_attr(dataset)
     transform = _get(dataset, attr) if attr else None
     found, why = tail(transform) if attr else (None, why)
     if found is None:
-        raise ValueError(why)
+        raise ValueError(uint8_already(dataset, collate) or why)
     kept = found.kept if family(transform) == "albumentations" else [*found.kept, ToUint8CHW()]
     key = {"mean": found.mean, "std": found.std, "scale": found.scale}  # the normalisation on the device
     variant = _with_transform(dataset, _compose_like(transform, kept))
@@ -455,12 +496,16 @@ def _path(v) -> bool:
 
 def _columns(attrs: dict):
     """(name, value) for each attribute, a pandas DataFrame's columns and a Series as lists of their own
-    (``df['path']``): a dataset read from a CSV holds its files and labels there, not in a list."""
+    (``df['path']``): a dataset read from a CSV holds its files and labels there, not in a list; and the
+    ``samples`` list of an object that holds one (timm's ``ImageDataset`` keeps its files in its reader's:
+    ``reader.samples``, (path, target) pairs)."""
     for name, v in attrs.items():
         if type(v).__module__.startswith("pandas") and hasattr(v, "columns"):
             yield from ((f"{name}[{c!r}]", v[c].to_list()) for c in v.columns)
         elif type(v).__module__.startswith("pandas") and hasattr(v, "to_list"):
             yield name, v.to_list()
+        elif not isinstance(v, (list, tuple)) and isinstance(getattr(v, "samples", None), list):
+            yield f"{name}.samples", v.samples
         else:
             yield name, v
 

@@ -21,6 +21,8 @@ In ``pipeprof watch`` itself:
 - ``procs``:    CPU per process of the job (a rank's training process, a loader's workers)
 - ``tune``:     which worker counts the pause measures (``orchestrate.search``) and the recommendation
   (``analysis.predict``, ``recommend_workers``, ``cores_needed``)
+- ``framework_snippets``: a tried action's code in the terms of the framework the loader came from (timm's
+  ``create_loader``, Lightning's ``train_dataloader`` and batch hooks)
 - ``answer``:   the analysis of the rows with ``analysis.analyse`` per loader, the slowest rank
 - ``folder``:   the run folder of kind ``watch`` (rows, batches, timeline, run.json)
 - ``live``:     the live line and the closing summary; ``page``: report.html with the watch's answer on top

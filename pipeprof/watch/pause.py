@@ -219,7 +219,7 @@ def _inspect(loader) -> dict:
     try:
         from pipeprof.data.user_actions import inspect as look
 
-        return look(loader.dataset, torch.cuda.is_available())
+        return look(loader.dataset, torch.cuda.is_available(), loader.collate_fn)  # its collate: uint8 batches?
     except Exception as exc:  # noqa: BLE001 - a dataset we cannot read is a reason, not a failed pause
         return {"error": f"{type(exc).__name__}: {exc}"}
 

@@ -635,10 +635,13 @@ class Session:
         """Each tried action's code to write: the user pipeline's snippet, or the DataLoader keyword."""
         from pipeprof.actions import ACTIONS
 
+        from .framework_snippets import in_framework
+
         loader = self.store.loaders[label]
         site = f"{loader.get('path')}:{loader.get('line')}"
         for entry in tried:
             snip = (user.get(entry["id"]) or {}).get("snippet") if ACTIONS[entry["id"]].on_user else None
+            snip = in_framework(entry["id"], loader, snip, user)  # timm's, Lightning's terms where they built it
             entry["snippet"] = (
                 snip.replace("{site}", site) if snip else tuning_module().knob_snippet(site, entry.get("params") or {})
             )
