@@ -59,18 +59,27 @@ def monitor_columns(timeline: pd.DataFrame, trial: str, spans: list) -> dict:
     return {k: v for k, v in found.items() if not k.startswith(("main_", "workers_", "rss_", "run_cores"))}
 
 
+def windows_end(session):
+    """Where the loaders' last windows may run to (``records.windows``' ``end``): the watch's end where it cut a
+    running loop (its window, a signal) or the job failed (an exception, an exit status not 0: a stall before it
+    is the rate the loop got); None where the job ended by itself: its loop had ended, and what ran after its
+    last batch (its teardown, the interpreter's exit, the watch's drain) is not the loop's time (a 0.8 s
+    Accelerate loop read 362 samples/s against its own clock's 700, its last window run on to the job's exit)."""
+    if session.ended_by == "command exited" and session.exit_status == 0 and not session.store.exceptions:
+        return None
+    return session.t_end
+
+
 def loader_rows(session, label: str, loader: dict) -> list[dict]:
     """The end_to_end rows of one loader (one per rank) and its step row."""
     store, rows, per_rank = session.store, [], {}
     s = loader.get("settings", {})
-    skip = warmup_batches(s)
+    skip, end = warmup_batches(s), windows_end(session)
     for cid in sorted({c for c, lab in store.batches if lab == label}, key=store.rank):
         batches = [b for b in store.batches[(cid, label)] if b.t_ret <= session.t_end]
         proc = store.procs.get(cid, {})
         ident = loader_identity(label, loader, store.rank(cid), int(proc.get("world", 1)), batches)
-        wins = windows(
-            batches, session.o.window_s, s.get("num_workers") or 1, skip, s.get("batch_size") or 1, session.t_end
-        )
+        wins = windows(batches, session.o.window_s, s.get("num_workers") or 1, skip, s.get("batch_size") or 1, end)
         row = loader_row(ident, wins, len(batches), skip, session.ci_target)
         spans = [seg for w in wins for seg in w.segments]  # each pass's own time: not what ran between
         row |= monitor_columns(session.timeline, "watch", spans) | cpu_columns(

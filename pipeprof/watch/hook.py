@@ -280,6 +280,7 @@ class Watch:
                     "k": "loader_rebuilt",
                     "label": label,
                     "library_site": where["library_site"],
+                    "site": f"{where['path']}:{where['line']}",  # the user's line that led to it (prepare, train)
                     "settings": found,
                     "t": clock(),
                 }

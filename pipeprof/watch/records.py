@@ -126,6 +126,8 @@ class Store:
             self.procs[cid] = msg
         elif kind == "loader":
             self.loaders.setdefault(msg["label"], msg)
+        elif kind == "loader_rebuilt":  # a framework's re-creation of the user's loader: the first, kept beside it
+            self.loaders[msg["label"]].setdefault("rebuilt", {k: msg.get(k) for k in ("library_site", "site")})
         elif kind == "b":
             for label, p, t_call, t_ret, n, grad, gpu in msg["d"]:
                 self.batches[(cid, label)].append(Batch(p, t_call, t_ret, n, grad, gpu))

@@ -643,7 +643,9 @@ class Session:
             snip = (user.get(entry["id"]) or {}).get("snippet") if ACTIONS[entry["id"]].on_user else None
             snip = in_framework(entry["id"], loader, snip, user)  # timm's, Lightning's terms where they built it
             entry["snippet"] = (
-                snip.replace("{site}", site) if snip else tuning_module().knob_snippet(site, entry.get("params") or {})
+                snip.replace("{site}", site)
+                if snip
+                else tuning_module().knob_snippet(site, entry.get("params") or {}, loader)
             )
 
     def _left(self, t0: float, most: float) -> float:

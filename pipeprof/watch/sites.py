@@ -1,5 +1,7 @@
 """Where the user built a DataLoader: the first frame of their own code, the library frame beside it, and the
-knob as they set it (the argument of their own call; the command-line option that argument comes from).
+knob as they set it (the argument of their own call; the command-line option that argument comes from; for a
+framework that builds the loader from its own settings, :data:`FRAMEWORKS`, that setting: the HF Trainer's
+``dataloader_num_workers`` in ``TrainingArguments`` or ``--dataloader_num_workers``).
 
 Frameworks build or re-build the loader inside themselves (timm's ``create_loader``, Lightning adding its
 sampler, Accelerate's ``prepare``, the HF Trainer's ``get_train_dataloader``): a line inside an installed
@@ -17,6 +19,7 @@ import os
 import re
 import sys
 import sysconfig
+from typing import NamedTuple
 
 _PIPEPROF = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the pipeprof package
 
@@ -61,17 +64,60 @@ def user_frame(frame, skip=lambda f: False):
     return None, library
 
 
+class Framework(NamedTuple):
+    """A framework that builds the DataLoader from its own settings: the class the user sets them in
+    (``holder``), the attribute of the library frame's ``self`` that holds them (``attr``), and each DataLoader
+    keyword's field there (``fields``)."""
+
+    holder: str
+    attr: str
+    fields: dict
+
+
+#: the library file a framework builds its DataLoader in (as its path ends) -> its settings. To add one: the file
+#: whose frame is the library frame (:func:`user_frame`'s second) and the fields its DataLoader call reads.
+FRAMEWORKS = {
+    "transformers/trainer.py": Framework(  # Trainer._get_dataloader: DataLoader(dataset, **dataloader_params)
+        "TrainingArguments",
+        "args",
+        {
+            "num_workers": "dataloader_num_workers",
+            "pin_memory": "dataloader_pin_memory",
+            "persistent_workers": "dataloader_persistent_workers",
+            "prefetch_factor": "dataloader_prefetch_factor",
+            "in_order": "dataloader_in_order",
+            "drop_last": "dataloader_drop_last",
+        },
+    ),
+}
+
+
+def framework(file: str | None) -> Framework | None:
+    """The framework whose DataLoader is built in ``file`` (a path, or ``path:line``), or None."""
+    path = re.sub(r":\d+$", "", file or "").replace(os.sep, "/")
+    return next((f for k, f in FRAMEWORKS.items() if path.endswith("/" + k)), None)
+
+
+def _tree(source: str):
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _callee(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
 def call_argument(source: str, line: int, names: tuple[str, ...] = ("num_workers", "workers")):
     """(argument's expression as written, the call's first line, the keyword) for the call at ``line`` of
     ``source`` that passes one of ``names`` as a keyword: the innermost call spanning ``line`` that does (a call
     written over several lines counts on each of them). None where no such call spans the line or the source
     does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
+    tree = _tree(source)
     best = None
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if tree is not None else ():
         if not isinstance(node, ast.Call) or not (node.lineno <= line <= (node.end_lineno or node.lineno)):
             continue
         for kw in node.keywords:
@@ -82,6 +128,20 @@ def call_argument(source: str, line: int, names: tuple[str, ...] = ("num_workers
     return None if best is None else best[1:]
 
 
+def keyword_calls(source: str, holder: str, keyword: str) -> list[tuple[str | None, int, bool]]:
+    """The calls of ``source`` that pass ``keyword`` or are calls of ``holder`` (``TrainingArguments(...)``), in
+    line order: (the keyword's expression as written, or None where the call does not pass it; the call's first
+    line; whether it is a call of ``holder``). Empty where the source does not parse."""
+    tree = _tree(source)
+    out = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Call):
+            arg = next((ast.unparse(k.value) for k in node.keywords if k.arg == keyword), None)
+            if arg is not None or _callee(node) == holder:
+                out.append((arg, node.lineno, _callee(node) == holder))
+    return sorted(out, key=lambda c: c[1])
+
+
 def option_for(expression: str, parsers) -> dict | None:
     """The command-line option whose value ``expression`` reads (``args.workers`` -> the action of dest
     ``workers``), from argparse parsers: {"dest", "flags", "flag"}, where ``flag`` is the one to write (the
@@ -90,6 +150,12 @@ def option_for(expression: str, parsers) -> dict | None:
     head, dot, dest = expression.rpartition(".")
     if not dot or not dest.isidentifier() or not head.replace(".", "").isidentifier():
         return None
+    return option_of(dest, parsers)
+
+
+def option_of(dest: str, parsers) -> dict | None:
+    """The command-line option of destination ``dest`` (``dataloader_num_workers``: HfArgumentParser's
+    ``--dataloader_num_workers``), as :func:`option_for` gives it; None where no parser has it."""
     for parser in parsers:
         for action in getattr(parser, "_actions", ()):
             if action.dest == dest and action.option_strings:
@@ -144,6 +210,9 @@ def describe(frame, library) -> dict:
         "option": None,
     }
     source = "".join(linecache.getlines(file, frame.f_globals))
+    known = framework(library.f_code.co_filename) if library is not None else None
+    if known is not None:  # the framework built it from its own settings: the knob is that setting
+        return out | framework_knob(known, source, frame, library)
     found = call_argument(source, line) if source else None
     if found is None:
         return out
@@ -158,16 +227,75 @@ def describe(frame, library) -> dict:
     return out
 
 
+def framework_knob(fw: Framework, source: str, frame, library) -> dict:
+    """``knob`` and ``option`` (as :func:`describe` records them) of a loader a framework built from its settings;
+    the value the framework holds is the library frame's ``self.<attr>`` (``Trainer.args``)."""
+    keyword = fw.fields["num_workers"]
+    parsers = _parsers(frame)
+    found = knob_source(keyword_calls(source, fw.holder, keyword) if source else [], option_of(keyword, parsers))
+    knob = found | {"keyword": keyword, "holder": fw.holder}
+    option = option_for(knob["expression"], parsers) if knob["expression"] else option_of(keyword, parsers)
+    if option is not None:
+        option["value"] = getattr(getattr(library.f_locals.get("self"), fw.attr, None), keyword, None)
+    return {"knob": knob, "option": option}
+
+
+def knob_source(calls: list[tuple[str | None, int, bool]], option: dict | None) -> dict:
+    """Where the user sets a framework's workers field (``dataloader_num_workers``), from their file's calls
+    (:func:`keyword_calls`) and the command-line option of the field's name (HfArgumentParser's, or None):
+    {"expression", "call_line"}. In this order: the class's own call that passes it (``TrainingArguments(...,
+    dataloader_num_workers=args.workers)``); the command line, where a parser has the option (a call passing it
+    elsewhere, ``parser.set_defaults``, is then only its default); another call passing it (a dict handed on);
+    the class's call that leaves it at its default (the expression None)."""
+    own = [(e, line) for e, line, mine in calls if mine and e is not None]
+    passing = [(e, line) for e, line, mine in calls if e is not None]
+    bare = [(e, line) for e, line, mine in calls if mine]
+    if own:
+        expression, line = own[0]
+    elif option is not None:
+        expression, line = None, None
+    else:
+        expression, line = (passing or bare or [(None, None)])[0]
+    return {"expression": expression, "call_line": line}
+
+
 def knob_words(loader: dict, current: int, pick: int) -> str | None:
     """The change in the user's terms: the command-line option where the count comes from one
-    (``-j 4 -> -j 14``), else the argument of their own call; None where neither was read."""
-    option, knob = loader.get("option"), loader.get("knob")
+    (``-j 4 -> -j 14``), else the argument of their own call, or the framework's field in the class that holds
+    it (``dataloader_num_workers=2 -> dataloader_num_workers=4 in TrainingArguments(...)``); None where neither
+    was read."""
+    option, knob = loader.get("option"), loader.get("knob") or {}
+    holder, keyword, was = knob.get("holder"), knob.get("keyword"), knob.get("expression")
     if option:
-        sets = f"{knob['keyword']}={knob['expression']}"
+        sets = f"{keyword}={was}" if was else f"{keyword} of {holder}"
         return f"{option['flag']} {current} -> {option['flag']} {pick} (the option {option['flags']} sets {sets})"
-    if knob and knob.get("expression") not in (None, str(current)):
-        return f"{knob['keyword']}={knob['expression']} (now {current}) -> {knob['keyword']}={pick}"
+    if holder:
+        if was is None:
+            return f"add {keyword}={pick} to {holder}(...) (now {current}, its default)"
+        now = f"{keyword}={was}" + ("" if was == str(current) else f" (now {current})")
+        return f"{now} -> {keyword}={pick} in {holder}(...)"
+    if knob and was not in (None, str(current)):
+        return f"{keyword}={was} (now {current}) -> {keyword}={pick}"
     return None
+
+
+def knob_line(loader: dict) -> int | None:
+    """The line of the user's file to change: their call that writes the framework's field where it is written
+    elsewhere than the site (``TrainingArguments(...)`` beside ``trainer.train()``), else the site's."""
+    knob = loader.get("knob") or {}
+    if knob.get("holder") and knob.get("call_line") and not loader.get("option"):
+        return knob["call_line"]
+    return loader.get("line")
+
+
+def knob_name(loader: dict, keyword: str = "num_workers") -> tuple[str, str]:
+    """(the field the user writes for a DataLoader ``keyword``, the class they write it in): the framework's
+    (``dataloader_persistent_workers``, ``TrainingArguments``) where one built the loader, else the keyword in
+    ``DataLoader``."""
+    known = framework(loader.get("library_site"))
+    if known is not None and keyword in known.fields:
+        return known.fields[keyword], known.holder
+    return keyword, "DataLoader"
 
 
 # the frames of a traceback as Python prints it (a DataLoader re-raises a worker's exception with its traceback

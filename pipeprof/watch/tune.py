@@ -310,15 +310,24 @@ def picked(found: dict) -> Optional[Recommendation]:
 
 
 def change_line(loader: dict, current: int, pick: Optional[int]) -> Optional[str]:
-    """The line of the user's code to change, in words."""
+    """The line of the user's code to change, in words: their own knob (``sites.knob_words``: the command-line
+    option, their call's argument, or the framework's field, ``dataloader_num_workers`` in ``TrainingArguments``),
+    at the line of their file that writes it (``sites.knob_line``), never a line inside the framework."""
     if pick is None or loader.get("path") is None:
         return None
     words = sites.knob_words(loader, current, pick) if pick != current else None
+    at = f"{loader['path']}:{sites.knob_line(loader)}"
     if words is not None:  # the user's own knob: the command-line option, or their call's argument
-        return f"{loader['path']}:{loader['line']}: {words}"
+        return f"{at}: {words}"
+    name, holder = sites.knob_name(loader)
     if pick == current:
-        return f"keep num_workers={current} in the DataLoader built at {loader['path']}:{loader['line']}"
-    return f"{loader['path']}:{loader['line']}: num_workers={current} -> num_workers={pick}"
+        built = f"the DataLoader built at {loader['path']}:{loader['line']}"
+        if holder == "DataLoader":
+            return f"keep num_workers={current} in {built}"
+        option = loader.get("option")
+        keep = f"{option['flag']} {current}" if option else f"{name}={current} in {holder}"
+        return f"keep {keep} ({name} of {holder}: {built})"
+    return f"{at}: {name}={current} -> {name}={pick}" + ("" if holder == "DataLoader" else f" in {holder}(...)")
 
 
 # ---- the curve's check, and the actions tried in the pause -----------------------------------------
@@ -519,6 +528,11 @@ def as_good(best: Optional[dict], tried: list[dict]) -> list[str]:
     ]
 
 
-def knob_snippet(site: str, params: dict) -> str:
-    words = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    return f"# the DataLoader at {site}\nDataLoader(..., {words})"
+def knob_snippet(site: str, params: dict, loader: Optional[dict] = None) -> str:
+    """An action's DataLoader keywords as the user writes them: in ``DataLoader(...)``, or in the framework's
+    class where one built the loader from its settings (``TrainingArguments(..., dataloader_pin_memory=True)``)."""
+    names = {k: sites.knob_name(loader or {}, k) for k in params}
+    holders = {h for _, h in names.values()}
+    holder = holders.pop() if len(holders) == 1 else "DataLoader"  # a keyword the framework has no field for
+    words = ", ".join(f"{names[k][0] if holder != 'DataLoader' else k}={v!r}" for k, v in params.items())
+    return f"# the DataLoader at {site}\n{holder}(..., {words})"
