@@ -646,6 +646,10 @@ def test_timms_training_transform_gets_uint8_and_the_gpu_path_and_a_scalar_mean_
     drawn = datasets.ImageFolder(folder, create_transform(48, is_training=True, interpolation="random"))
     found = ua.inspect(drawn, cuda=True)["gpu_pipeline"]  # bilinear or bicubic per image: bilinear for all, said
     assert found["why_not"] is None and "interpolation='random'" in found["mapping"]
+    # a mode the GPU's resize lacks is refused with its name, never timed as bilinear
+    lanczos = datasets.ImageFolder(folder, create_transform(48, is_training=True, interpolation="lanczos"))
+    found = ua.inspect(lanczos, cuda=True)["gpu_pipeline"]
+    assert "interpolation lanczos has no GPU counterpart" in found["why_not"]
     import albumentations as A
 
     scalar = A.Compose([A.HorizontalFlip(), A.Normalize(mean=0.5, std=0.25), A.ToTensorV2()])

@@ -45,8 +45,14 @@ def _interp(t) -> int:
 
 def _code(mode) -> int:
     """An interpolation mode (InterpolationMode.BILINEAR / 'bilinear') as the table's code (OpenCV's numbering)."""
+    if isinstance(mode, int) and mode in (0, 2, 3):  # PIL's Image.NEAREST, BILINEAR, BICUBIC
+        return {0: 0, 2: 1, 3: 2}[mode]
     mode = str(mode).lower()
-    return 0 if "nearest" in mode else 2 if "bicubic" in mode else 1
+    for code, name in INTERPOLATIONS.items():
+        if name in mode:
+            return code
+    # lanczos, box, hamming: the GPU's resize has none of them, and a silent bilinear would time another pipeline
+    raise LookupError(f"interpolation {mode.rsplit('.', 1)[-1]} has no GPU counterpart (nearest, bilinear, bicubic)")
 
 
 INTERPOLATIONS = {0: "nearest", 1: "bilinear", 2: "bicubic"}
