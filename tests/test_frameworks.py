@@ -29,6 +29,14 @@ def test_the_argument_of_a_multi_line_call_and_its_option_are_read():
     assert sites.call_argument(source, 1) == ("args.workers", 1, "num_workers")
     assert sites.call_argument(source, 4) == ("args.workers", 1, "num_workers")
     assert sites.call_argument("y = g(1)\n", 1) is None
+    # timm's train.py passes its loader's arguments as **common_loader_kwargs, built as a dict before the call:
+    # the argument is read from the last such assignment before it (the later one is not the call's)
+    splat = (
+        "kw = dict(num_workers=4)\nkw = dict(\n    batch_size=8,\n    num_workers=args.workers,\n)\n"
+        "loader = create_loader(\n    ds,\n    **kw,\n)\nkw = {'num_workers': 0}\n"
+    )
+    assert sites.call_argument(splat, 7) == ("args.workers", 6, "num_workers")
+    assert sites.call_argument("loader = f(**{})\n", 1) is None
     parser = argparse.ArgumentParser()
     parser.add_argument("-j", "--workers", type=int)
     assert sites.option_for("args.workers", [parser]) == {"dest": "workers", "flags": "-j/--workers", "flag": "-j"}

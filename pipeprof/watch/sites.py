@@ -121,11 +121,36 @@ def call_argument(source: str, line: int, names: tuple[str, ...] = ("num_workers
         if not isinstance(node, ast.Call) or not (node.lineno <= line <= (node.end_lineno or node.lineno)):
             continue
         for kw in node.keywords:
-            if kw.arg in names:
+            found = (ast.unparse(kw.value), kw.arg) if kw.arg in names else _splatted(tree, node, kw, names)
+            if found is not None:
                 span = (node.end_lineno or node.lineno) - node.lineno
                 if best is None or span < best[0]:
-                    best = (span, ast.unparse(kw.value), node.lineno, kw.arg)
+                    best = (span, found[0], node.lineno, found[1])
     return None if best is None else best[1:]
+
+
+def _splatted(tree, call: ast.Call, kw: ast.keyword, names: tuple[str, ...]):
+    """(expression, keyword) where ``kw`` is ``**name`` and ``name`` was last assigned before the call a
+    ``dict(num_workers=…)`` or ``{"num_workers": …}`` holding one of ``names`` (timm's train.py passes its loader
+    arguments as ``**common_loader_kwargs``); None otherwise."""
+    if kw.arg is not None or not isinstance(kw.value, ast.Name):
+        return None
+    found = None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and node.lineno < call.lineno):
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == kw.value.id for t in node.targets):
+            continue
+        v = node.value
+        pairs = []
+        if isinstance(v, ast.Call) and _callee(v) == "dict":
+            pairs = [(k.arg, k.value) for k in v.keywords if k.arg]
+        elif isinstance(v, ast.Dict):
+            pairs = [(k.value, x) for k, x in zip(v.keys, v.values) if isinstance(k, ast.Constant)]
+        hit = next(((ast.unparse(x), k) for k, x in pairs if k in names), None)
+        if hit is not None and (found is None or node.lineno > found[0]):
+            found = (node.lineno, hit)
+    return None if found is None else found[1]
 
 
 def keyword_calls(source: str, holder: str, keyword: str) -> list[tuple[str | None, int, bool]]:
