@@ -502,6 +502,28 @@ def noise_line(run) -> str:
     return f"noise: {moved}; {wide} of {total} trials wide (95% interval over ±5%){cause}"
 
 
+# the curve's columns a narrow screen gives up first, last to first: the count, the rate, the verdict, the wait
+# and the bounds stay; RAM, CPU/s and I/O/s (in --full and report.html) go first
+DROP_ORDER = ["RAM MB", "I/O/s", "CPU/s", "CV", "err", "pred/s", "CPU%", "GPU%", "GPU/s", "step/s", "wait"]
+
+
+def fit_columns(headers: list[str], rows: list[list[str]], width: int | None) -> tuple[list[str], list[list[str]]]:
+    """The columns of a table that fit ``width`` characters whole (rich's simple box: one space either side of
+    each cell, a blank divider between cells and at the edges), dropping them in :data:`DROP_ORDER`; a cut cell ("sample…") or a vanished count column tells a
+    reader nothing. ``width`` None: all of them."""
+    keep = list(range(len(headers)))
+
+    def need(cols) -> int:
+        cells = sum(max(len(headers[i]), *(len(r[i]) for r in rows)) + 2 for i in cols) if rows else 0
+        return cells + len(cols) + 1  # the box's blank dividers between columns and at both edges
+
+    for name in DROP_ORDER:
+        if width is None or need(keep) <= width:
+            break
+        keep = [i for i in keep if headers[i] != name]
+    return [headers[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
 def curve_tables(run) -> list[tuple[str, list[str], list[list[str]]]]:
     """Each group's curve for the first screen and the top of report.html: (title, headers, rows), without the
     "!" column (its marks point at footnotes shown in ``--full``)."""
@@ -525,6 +547,7 @@ def render_compact(run, console, answer: bool = True) -> None:
     if answer:
         print_answer(run, console)
     for title, headers, rows in curve_tables(run):
+        headers, rows = fit_columns(headers, rows, console.width)
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
         for h in headers:
             t.add_column(h, justify="left" if h in TEXT_HEADERS else "right", overflow="ellipsis", no_wrap=True)
