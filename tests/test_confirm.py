@@ -76,3 +76,52 @@ def test_the_confidence_line_reports_the_pair_or_the_drift():
         f"num_workers 0 or 2: within the machine's drift ({tied['words']})"
     )
     assert "re-draws of the windows" in confidence_line(_answer(None))  # one count measured: as before
+
+
+def test_the_pair_rows_ratio_is_the_picks_over_the_rivals_from_the_decision():
+    """The pick 2 workers (40-42 samples/s) against 0 (52-55): the decision's smaller over larger is 0's over 2's;
+    the row names the pick first, so its pair_ratio is the inverse, its interval the decision's ends flipped."""
+    from pipeprof.analysis.confidence import pair_columns
+
+    pick, rival = [40.0, 42.0, 41.0, 40.0], [52.0, 55.0, 54.0, 53.0]
+    p = pair_decision(2, 0, pick, rival)
+    logs = [math.log(a / b) for a, b in zip(pick, rival)]
+    mid, half = statistics.fmean(logs), t95(4) * statistics.stdev(logs) / 2
+    cols = pair_columns(p)
+    assert cols["pair_ratio"] == pytest.approx(math.exp(mid))
+    assert cols["pair_ratio_ci95_low"] == pytest.approx(math.exp(mid - half))
+    assert cols["pair_ratio_ci95_high"] == pytest.approx(math.exp(mid + half))
+    assert cols["pair_separated"] and cols["pair_workers"] == 0 and cols["pair_why"] == "faster"
+    same = pair_columns(pair_decision(0, 2, rival, pick))  # the pick the smaller count: the decision's own ratio
+    assert same["pair_ratio"] == pytest.approx(math.exp(-mid)) and same["pair_ratio_ci95_low"] == pytest.approx(
+        math.exp(-mid - half)
+    )
+    assert pair_columns(pair_decision(0, 2, [80.0], [40.0]))["pair_ratio_ci95_low"] is None  # one pair
+
+
+def test_the_pair_row_names_the_pick_first_and_carries_no_action_gain():
+    """action_trial names the rival (its variant) A and the pick B; the stored row has the pick's median, interval
+    and stage clocks unprefixed, the rival's as baseline_*, and none of the action-gain columns."""
+    from pipeprof.measure.windows import Paired, Window, summarize_rates
+    from pipeprof.orchestrate.action_trials import pair_row
+    from pipeprof.stats import rate_ci95
+    from pipeprof.trials.action_trial import paired_columns
+
+    rival, pick = [52.0, 55.0, 54.0, 53.0], [40.0, 42.0, 41.0, 40.0]
+    wins = [Window(float(i), float(i + 1), int(r), 1) for i, r in enumerate(rival + pick)]
+    paired = Paired(a=wins[:4], b=wins[4:], planned_pairs=4)
+    got = paired_columns(paired, 60.0, ci_target=0.01) | {"worker_us_per_sample": 900.0}
+    got |= {"baseline_worker_us_per_sample": 700.0, "stage_us_per_sample.decode": 500.0}
+    assert got["action_gain_frac"] is not None  # the rival's "gain" over the pick, as action_trial reads it
+    row = pair_row(got)
+    assert not {"action_gain_frac", "action_gain_ci95_low", "action_gain_ci95_high"} & set(row)
+    assert row["window_rates"] == pick and row["baseline_window_rates"] == rival
+    assert row["samples_per_s"] == statistics.median(pick) == summarize_rates(pick)["samples_per_s"]
+    assert (row["samples_per_s_ci95_low"], row["samples_per_s_ci95_high"]) == pytest.approx(rate_ci95(pick))
+    assert row["samples_per_s_mean"] == pytest.approx(statistics.fmean(pick))
+    assert row["baseline_samples_per_s"] == statistics.median(rival)
+    assert (row["baseline_ci95_low"], row["baseline_ci95_high"]) == pytest.approx(rate_ci95(rival))
+    assert row["worker_us_per_sample"] == 700.0 and row["baseline_worker_us_per_sample"] == 900.0
+    assert row["baseline_stage_us_per_sample.decode"] == 500.0 and "stage_us_per_sample.decode" not in row
+    assert row["pairs"] == 4 and row["windows"] == 8
+    assert "the ratio's 95% interval" in row["unstable_reason"] and "gain" not in row["unstable_reason"]

@@ -98,3 +98,77 @@ def test_a_rate_whose_whole_interval_is_above_its_bound_contradicts_it():
     assert above_bound(44.0, 18.5)  # the loop's low end above the step alone: the bound did not hold
     assert not above_bound(18.0, 18.5)  # the interval reaches the bound: no contradiction
     assert not above_bound(None, 18.5) and not above_bound(44.0, float("nan"))
+
+
+def _paired(new: list[float], old: list[float]):
+    """A real ``Paired`` of 1-s windows at these rates (samples/s), A the ``new`` side, B the ``old``."""
+    from pipeprof.measure.windows import Paired, Window
+
+    wins = [Window(float(i), float(i + 1), int(r), 1) for i, r in enumerate(new + old)]
+    return Paired(a=wins[: len(new)], b=wins[len(new) :], planned_pairs=len(new))
+
+
+def test_an_action_trials_gain_is_said_by_the_rule_of_ratios_never_below_minus_100_percent():
+    """Pairs 10 against 100 and 90 against 100 samples/s: gains -90% and -10%, mean -50%, sd 0.566, t(2) 12.706:
+    the trial stores -50% +- 508% (-558% to +458%), a new rate below 0. Said as the ratio 0.5's interval, less 1:
+    0.5 exp(-+5.08 / 0.5) - 1."""
+    from types import SimpleNamespace
+
+    from pipeprof.analysis.advice import gain_bounds
+    from pipeprof.orchestrate.action_trials import _said
+    from pipeprof.trials.action_trial import paired_columns
+
+    row = paired_columns(_paired([10.0, 90.0], [100.0, 100.0]), 60.0) | {"status": "ok"}
+    half = 12.706 * statistics.stdev([-0.9, -0.1]) / math.sqrt(2)
+    assert row["action_gain_frac"] == pytest.approx(-0.5) and row["action_gain_ci95_low"] == pytest.approx(-0.5 - half)
+    assert row["action_gain_ci95_low"] < -1  # what was printed before: "-558.2%"
+    lo, hi = 0.5 * math.exp(-half / 0.5) - 1, 0.5 * math.exp(half / 0.5) - 1
+    said = _said(SimpleNamespace(action="decode with pil"), row)
+    assert f"(95% interval {lo:+.1%} to {hi:+.1%})" in said and lo > -1
+    stored = (row["action_gain_frac"], row["action_gain_ci95_low"], row["action_gain_ci95_high"])
+    assert gain_bounds(*stored) == (pytest.approx(lo), pytest.approx(hi))
+
+
+def test_a_measured_overhead_never_reaches_100_percent():
+    """The stage clocks' cost per pair 90% and 10% (clocked 10 and 90 samples/s against 100): mean 50%, stored
+    50% +- 508% (-458% to +558%: a clocked rate below 0). The overhead check says it by the ratio clocked / off,
+    0.5 exp(-+5.08 / 0.5): 1 - 0.5 exp(5.08 / 0.5) to 1 - 0.5 exp(-5.08 / 0.5), below 100%; not resolved."""
+    import pandas as pd
+
+    from pipeprof.analysis.advice import stage_overhead
+
+    cost = _paired([10.0, 90.0], [100.0, 100.0]).cost()
+    half = 12.706 * statistics.stdev([0.9, 0.1]) / math.sqrt(2)
+    assert cost["cost_ci95_high"] == pytest.approx(0.5 + half) and cost["cost_ci95_high"] > 1  # as stored
+    twin = {
+        "kind": "cpu_pipeline",
+        "status": "ok",
+        "preset": "light",
+        "num_workers": 2,
+        "stage_timing": False,
+        "samples_per_s": 100.0,
+        "clocked_samples_per_s": 50.0,
+        "stage_clock_overhead_frac": cost["cost_frac"],
+        "stage_clock_overhead_ci95_low": cost["cost_ci95_low"],
+        "stage_clock_overhead_ci95_high": cost["cost_ci95_high"],
+    }
+    (o,) = stage_overhead(pd.DataFrame([twin]))
+    assert o["overhead_ci95_low"] == pytest.approx(1 - 0.5 * math.exp(half / 0.5))
+    assert o["overhead_ci95_high"] == pytest.approx(1 - 0.5 * math.exp(-half / 0.5)) and o["overhead_ci95_high"] < 1
+    assert o["overhead_frac"] == pytest.approx(0.5) and not o["resolved"]
+
+
+def test_a_masked_pairs_ratio_stays_above_0_and_the_models_error_keeps_its_interval():
+    """A masked pair's cost 50%, stored 50% +- 110% (-60% to +160%): its ratio, masked over all CPUs, read as
+    -60% to 160% before, and the model's error against it had no high end. By the rule of ratios the ratio is
+    0.5 exp(-+1.1 / 0.5), and the model's 0.4 errs by 0.4 / 0.5 exp(2.2) - 1 to 0.4 / 0.5 exp(-2.2) - 1."""
+    from pipeprof.analysis.workstation import error_bounds, masked_ratio_bounds
+
+    row = {"mask_cost_frac": 0.5, "mask_cost_ci95_low": -0.6, "mask_cost_ci95_high": 1.6}
+    assert 1 - row["mask_cost_ci95_high"] < 0  # the ratio's low end as it was read
+    low, high = masked_ratio_bounds(row)
+    assert low == pytest.approx(0.5 * math.exp(-2.2)) and high == pytest.approx(0.5 * math.exp(2.2)) and low > 0
+    err = error_bounds(0.4, low, high)
+    assert err["error_low"] == pytest.approx(0.4 / (0.5 * math.exp(2.2)) - 1) and err["error_low"] > -1
+    assert err["error_high"] == pytest.approx(0.4 / (0.5 * math.exp(-2.2)) - 1)
+    assert math.isnan(error_bounds(0.4, *masked_ratio_bounds({"mask_cost_frac": 0.5}))["error_low"])  # no interval

@@ -284,6 +284,25 @@ def pair_decision(pick: int, rival: int, pick_rates: list[float], rival_rates: l
     }
 
 
+def pair_columns(p: dict) -> dict:
+    """The pair trial's row's own figures from its decision (:func:`pair_decision`), the pick first as the row
+    names its sides: ``pair_ratio``, the pick's rate over the rival's (the geometric mean of its pairs), with its
+    95% interval (``pair_ratio_ci95_low/high``: the log ratios', above 0, the decision's own flipped where the pick
+    is the larger count); whether it separated the two (``pair_separated``), the count it answered
+    (``pair_workers``) and why (``pair_why``: "faster", "within 5%" or "drift")."""
+    ratio, lo, hi = (p.get(f"smaller_over_larger{s}") for s in ("", "_ci95_low", "_ci95_high"))
+    if p["pick"] > p["rival"]:  # the decision's ratio is the smaller count's over the larger's
+        ratio, lo, hi = (1 / x if x else None for x in (ratio, hi, lo))
+    return {
+        "pair_ratio": ratio,
+        "pair_ratio_ci95_low": lo,
+        "pair_ratio_ci95_high": hi,
+        "pair_separated": p["separated"],
+        "pair_workers": p["workers"],
+        "pair_why": p["why"],
+    }
+
+
 def pair_words(p: dict) -> str:
     """The pair trial in words: '0 against 2 workers in alternation: 1.31x (1.22-1.41)'."""
     ratio, lo, hi = (p.get(f"first_over_second{s}") for s in ("", "_ci95_low", "_ci95_high"))

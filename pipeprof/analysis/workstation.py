@@ -25,7 +25,7 @@ import pandas as pd
 
 from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, OVERLAP_TAGS, on_gpu_pipeline, overlap_mode
 
-from .advice import rate_at_workers, rate_for_cores
+from .advice import cost_bounds, rate_at_workers, rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok, worker_cores
 from .scaling import job_rates
 
@@ -285,8 +285,7 @@ def masked_pairs(run) -> pd.DataFrame:
         curve = model_ratio(w, n)
         cost = pair_cpu(r)
         model = curve if cost is None else model_ratio(at_cost(w, n, *cost), n)
-        ratio = 1 - float(r["mask_cost_frac"])
-        ends = [1 - float(r[k]) for k in ("mask_cost_ci95_high", "mask_cost_ci95_low") if pd.notna(r.get(k))]
+        ratio, (low, high) = 1 - float(r["mask_cost_frac"]), masked_ratio_bounds(r)
         rows.append(
             {
                 "workload": w.label,
@@ -295,6 +294,8 @@ def masked_pairs(run) -> pd.DataFrame:
                 "all_cpus_samples_per_s": float(r["samples_per_s"]),
                 "masked_samples_per_s": float(r["masked_samples_per_s"]),
                 "measured_ratio": ratio,
+                "measured_ratio_ci95_low": low,
+                "measured_ratio_ci95_high": high,
                 "model_ratio": model,
                 "basis": "curve" if cost is None else "pair",
                 "curve_ratio": curve,
@@ -303,13 +304,27 @@ def masked_pairs(run) -> pd.DataFrame:
                 "curve_worker_cpu_ms": 1e3 * n / rate_at_workers(n, w.ws, w.rates, w.cores).value,
                 "predicted_samples_per_s": float(r["samples_per_s"]) * model,
                 "error_frac": model / ratio - 1,
-                # the error's interval from the pairs' (the ratio's low end gives the error's high end)
-                "error_low": model / max(ends) - 1 if len(ends) == 2 else float("nan"),
-                "error_high": model / min(ends) - 1 if len(ends) == 2 and min(ends) > 0 else float("nan"),
+                **error_bounds(model, low, high),
                 "pairs": r.get("pairs"),
             }
         )
     return pd.DataFrame(rows)
+
+
+def masked_ratio_bounds(r) -> tuple[Optional[float], Optional[float]]:
+    """(low, high) of a pair's measured ratio, masked over all CPUs (1 - mask_cost): a ratio of rates, so by the
+    rule of ratios (``advice.cost_bounds``, ``stats.rate_bounds``), above 0."""
+    low, high = cost_bounds(r.get("mask_cost_frac"), r.get("mask_cost_ci95_low"), r.get("mask_cost_ci95_high"))
+    return (None, None) if low is None else (1 - high, 1 - low)
+
+
+def error_bounds(model: float, low: Optional[float], high: Optional[float]) -> dict:
+    """``error_low``/``error_high``: the interval of the model's error against a pair (``model`` / ratio - 1) from
+    the measured ratio's (``low``, ``high``, above 0: :func:`masked_ratio_bounds`): the ratio's high end gives the
+    error's low end, never below -100%; NaN where the pair has no interval."""
+    if low is None or high is None or not low > 0:
+        return {"error_low": float("nan"), "error_high": float("nan")}
+    return {"error_low": model / high - 1, "error_high": model / low - 1}
 
 
 def pair_cpu(r) -> Optional[tuple[float, float]]:

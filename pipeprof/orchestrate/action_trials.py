@@ -23,8 +23,9 @@ import torch
 
 from pipeprof.actions import ACTIONS, STORAGE, Facts, Planned, best_measured, combine, plan
 from pipeprof.analysis import GROUP_KEYS
+from pipeprof.analysis.advice import gain_bounds
 from pipeprof.analysis.bounds import curves, matching
-from pipeprof.analysis.confidence import PAIR_KIND, pair_decision, pair_words, rival_of
+from pipeprof.analysis.confidence import PAIR_KIND, pair_columns, pair_decision, pair_words, rival_of
 from pipeprof.analysis.gains import gpu_pipeline_prediction
 from pipeprof.answer import Answer
 from pipeprof.data.gpu_augment import NoCounterpart, for_preset
@@ -32,6 +33,7 @@ from pipeprof.data.prepare import packed_shards
 from pipeprof.data.sources import source_class
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
+from pipeprof.measure.windows import summarize_rates
 from pipeprof.stats import workers_text
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION, action_trial
@@ -376,8 +378,9 @@ def _said(p: Planned, row: dict) -> str:
         return f"  {p.action}: {row.get('status')}: {str(row.get('error'))[:200]}"
     if row.get("action_gain_frac") is None:
         return f"  {p.action}: no whole pair of windows fitted ({row.get('unstable_reason')})"
-    lo, hi = row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high")
-    ci = f" (95% interval {lo:+.1%} to {hi:+.1%})" if lo is not None and hi is not None else ""
+    # the trial stores its pairs' mean gain and symmetric interval: said by the rule of ratios, never below -100%
+    lo, hi = gain_bounds(row["action_gain_frac"], row.get("action_gain_ci95_low"), row.get("action_gain_ci95_high"))
+    ci = f" (95% interval {lo:+.1%} to {hi:+.1%})" if lo is not None else ""
     unstable = f"; unstable: {row['unstable_reason']}" if row.get("unstable") else ""
     return (
         f"  {p.action}: {row['samples_per_s']:,.1f} vs {row['baseline_samples_per_s']:,.1f} samples/s, "
@@ -400,7 +403,8 @@ PAIR_TIMED_REGION = (
     "after each switch; each side's step has the intra-op threads the sweep gave it at its count); windows of at "
     "least 1 s, 4 pairs planned and more up to 8 while the ratio's 95% CI is wider than ± measure.ci_target, none "
     "past 25 s from the trial's start; ratio = smaller count's rate / larger count's, per pair of windows, mean "
-    "and 95% CI; window_rates are the pick's windows, baseline_window_rates the rival's"
+    "and 95% CI; window_rates are the pick's windows, baseline_window_rates the rival's; pair_ratio = the pick's "
+    "rate over the rival's (the same pairs' geometric mean and 95% CI); no action gain"
 )
 
 
@@ -438,10 +442,11 @@ def confirm_answers(run, plan_, models: dict, loss_fn, log: Callable[[str], None
         for g, rows, rival in todo:
             log(f"pair trial: {g.workers} against {rival} workers in alternating windows")
             row = _pair_trial(ctx, spec_of(rows[rows["num_workers"] == g.workers].iloc[0]), rival, monitor)
-            record["rows"].append(row)
             if row["status"] != "ok":
+                record["rows"].append(row)
                 continue
             p = pair_decision(g.workers, rival, row["window_rates"], row["baseline_window_rates"])
+            record["rows"].append(row | pair_columns(p))  # the row says its ratio, as the decision read it
             p |= {"trial_id": row["trial_id"], "words": pair_words(p)}
             if p["workers"] != g.workers:  # the pair overrules the sweep's pick: the answer's rate is the new count's
                 at = rows[rows["num_workers"] == p["workers"]].iloc[0]
@@ -453,7 +458,7 @@ def confirm_answers(run, plan_, models: dict, loss_fn, log: Callable[[str], None
 
 def _pair_trial(ctx: TrialContext, spec: TrialSpec, rival: int, monitor) -> dict:
     """The pair trial's row: the pick's settings (kind ``pair``, ``action`` the rival), status, the paired
-    figures (``trials.action_trial.paired_columns``) and the monitor's summary."""
+    figures, the pick's first (:func:`pair_row`), and the monitor's summary."""
     pair = replace(spec, kind=PAIR_KIND, action=f"num_workers={rival}")
     row = pair.columns() | {"status": "ok", "error": None, "rival_workers": rival}
     t0 = time.perf_counter()
@@ -474,14 +479,7 @@ def _pair_trial(ctx: TrialContext, spec: TrialSpec, rival: int, monitor) -> dict
                 return action_trial(watched, pair, sides[0], sides[1])
 
         got = run_bounded(body, leash, 2 * ctx.measure.max_trial_s + SETUP_MARGIN_S, f"pair trial {pair.trial_id}")
-        # action_trial names the rival (its variant) A and the pick B: stored the pick first, as the row names it
-        row |= got | {
-            "window_rates": got["baseline_window_rates"],
-            "baseline_window_rates": got["window_rates"],
-            "samples_per_s": got["baseline_samples_per_s"],
-            "baseline_samples_per_s": got["samples_per_s"],
-            "timeline_trial_id": pair.trial_id,
-        }
+        row |= pair_row(got) | {"timeline_trial_id": pair.trial_id}
         seen = summarize(monitor.timeline(), pair.trial_id, row.get("t_measure_start_s"), row.get("t_measure_end_s"))
         row |= {k: v for k, v in seen.items() if row.get(k) is None}
     except KeyboardInterrupt:
@@ -492,3 +490,37 @@ def _pair_trial(ctx: TrialContext, spec: TrialSpec, rival: int, monitor) -> dict
         ctx.monitor.set_trial(None)
         release(ctx.device)
     return {k: _plain(v) for k, v in (row | {"trial_s": time.perf_counter() - t0}).items()}
+
+
+# action_trial's columns that mean an action's gain (its variant's rate over its baseline's, less one): the pair's
+# variant is the rival, so they would read as the rival's "gain" over the pick; the pair's ratio is its own
+_ACTION_GAIN = ("action_gain_frac", "action_gain_ci95_low", "action_gain_ci95_high")
+_CLOCKS = ("stage_us_per_sample.", "worker_us_per_sample")
+
+
+def pair_row(got: dict) -> dict:
+    """The pair trial's figures from ``trials.action_trial.action_trial``'s columns, which name the rival (its
+    variant) A and the pick (its baseline) B: stored as the row names them, the pick's rate, interval, windows and
+    stage clocks unprefixed, the rival's as ``baseline_*``; none of the action-gain columns (the pair's ratio is
+    ``analysis.confidence.pair_columns``'s, from the decision); the unstable reason of its ratio, not a gain."""
+    pick, rival = list(got["baseline_window_rates"]), list(got["window_rates"])
+    clocks = {k: v for k, v in got.items() if k.startswith(_CLOCKS)}
+    pick_clocks = {k: v for k, v in got.items() if k.startswith(tuple(f"baseline_{c}" for c in _CLOCKS))}
+    mine, theirs = summarize_rates(pick), summarize_rates(rival)
+    out = {k: v for k, v in got.items() if k not in (*_ACTION_GAIN, *clocks, *pick_clocks)}
+    reason = out.get("unstable_reason")
+    reason = reason.replace("the gain's 95% interval", "the ratio's 95% interval") if reason else reason
+    return (
+        out
+        | mine
+        | {k.removeprefix("baseline_"): v for k, v in pick_clocks.items()}
+        | {f"baseline_{k}": v for k, v in clocks.items()}
+        | {
+            "window_rates": pick,
+            "baseline_window_rates": rival,
+            "baseline_samples_per_s": theirs["samples_per_s"],
+            "baseline_ci95_low": theirs["samples_per_s_ci95_low"],
+            "baseline_ci95_high": theirs["samples_per_s_ci95_high"],
+            "unstable_reason": reason,
+        }
+    )

@@ -27,6 +27,8 @@ from .summary import (
     confidence_line,
     gain_interval,
     group_answers,
+    pair_trial_line,
+    pair_trials,
     rate,
     review_table,
     why,
@@ -112,6 +114,8 @@ def _answer(run) -> str:
     items = "".join(
         f'<p><span class="group">{esc(label)}</span>{esc(text)}</p>'
         + "".join(f'<p class="small">{esc(x)}</p>' for x in (best_action_line(a), confidence_line(a), why(a)) if x)
+        # the pair trial under the answer's evidence: its pick, rival, ratio and interval as its row stored them
+        + "".join(f'<p class="small pair">{esc(pair_trial_line(r))}</p>' for r in pair_trials(run, a))
         for (label, text), a in zip(pairs, group_answers(run))
     )
     rests = f'<p class="small">{esc(failed["rests_on"])}</p>' if failed.get("rests_on") else ""

@@ -199,6 +199,42 @@ def confidence_line(a: Answer) -> str:
     return f"{line}: the answer does not hold{alt}; longer windows or a repeat would settle it."
 
 
+def pair_trials(run, a: Answer) -> list[dict]:
+    """The pair trials of answer ``a``'s group as run.json stored them (``pair_trials.rows``), in their order."""
+    stored = (run.meta.get("pair_trials") or {}).get("rows") or []
+    rows = pd.DataFrame(stored)
+    if rows.empty:
+        return []
+    return [stored[i] for i in matching(rows, pd.Series(a.key), GROUP_KEYS).index]
+
+
+def pair_trial_line(row: dict) -> str:
+    """A pair trial's evidence as its row stored it: the pick and its rival, the pairs and windows, each side's
+    rate, the pick's rate over the rival's with its 95% interval, and what it decided ("within the machine's
+    drift" where the interval holds 1); a failed trial with its error (the sweep's answer stands)."""
+    pick, rival = row.get("num_workers"), row.get("rival_workers")
+    head = f"Pair trial: num_workers={pick} (the pick) against {rival} (its nearest rival)"
+    if row.get("status") != "ok":
+        return f"{head} ended {row.get('status')}: {str(row.get('error'))[:160]}; the sweep's answer stands."
+    pairs = row.get("pairs")
+    what = (
+        f"{head}, {pairs} pair{'' if pairs == 1 else 's'} of alternating windows on one step ({row.get('windows')} "
+        f"windows): {rate(row.get('samples_per_s'))} against {rate(row.get('baseline_samples_per_s'))} samples/s"
+    )
+    if "pair_ratio" not in row:  # a row stored before the pair kept its own ratio: the confidence line has it
+        return f"{what}."
+    ratio, lo, hi = (row.get(f"pair_ratio{s}") for s in ("", "_ci95_low", "_ci95_high"))
+    if ratio is None:
+        return f"{head}: no whole pair of windows fitted ({row.get('unstable_reason')}); the sweep's answer stands."
+    spread = f"95% interval {lo:.2f}-{hi:.2f}" if lo is not None and hi is not None else "one pair: no interval"
+    if row.get("pair_separated"):
+        close = ", the smaller count within 5% of the larger" if row.get("pair_why") == "within 5%" else ""
+        said = f"separated: num_workers={row.get('pair_workers')} answered{close}"
+    else:
+        said = f"within the machine's drift: num_workers={row.get('pair_workers')}, the smaller count, answered"
+    return f"{what}, the pick's rate over the rival's {ratio:.2f}x ({spread}); {said}."
+
+
 def above_bound(low: Optional[float], bound: Optional[float]) -> bool:
     """True where a rate's whole 95% interval (its ``low`` end, samples/s) lies above ``bound``: the rate
     contradicts the bound it is said to sit on."""
