@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
 from pipeprof.schema import DEFAULT_GPU_DECODER, on_gpu_pipeline
-from pipeprof.stats import mean_ci95, simultaneous
+from pipeprof.stats import gain_bounds, mean_ci95, simultaneous
 
 # what an action needs of the pipeline: pipeprof's own pipeline (PIPELINE), pipeprof's own storage (STORAGE),
 # only a DataLoader (KNOB: the user's own too), nothing pipeprof can make (ADVICE: a prediction only)
@@ -379,7 +379,8 @@ def measured(row: dict, comparisons: int = 1) -> dict:
     level, mine, theirs = simultaneous(comparisons), row.get("window_rates"), row.get("baseline_window_rates")
     if level != 0.95 and mine is not None and theirs is not None and len(mine) == len(theirs) >= 2:
         lo, hi = mean_ci95([a / b - 1 for a, b in zip(mine, theirs)], level)  # the trial's pairs, as it read them
-    known = lo is not None and hi is not None and lo == lo and hi == hi
+    lo, hi = gain_bounds(row.get("action_gain_frac"), lo, hi)  # the rule of ratios: never below -100%
+    known = lo is not None and hi is not None
     return {
         "measured": True,
         "measured_samples_per_s": row.get("samples_per_s"),

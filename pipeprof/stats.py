@@ -147,6 +147,28 @@ def ratio_ci95(
     return mn / mb - 1, math.exp(log - half) - 1, math.exp(log + half) - 1
 
 
+def gain_bounds(gain, low, high) -> tuple[Optional[float], Optional[float]]:
+    """(low, high) of a paired gain ``gain`` = new / old - 1, stored as the mean of its pairs' gains with their
+    symmetric 95% interval (``low``, ``high``), by the rule of ratios (:func:`rate_bounds`): the ratio new / old
+    is a ratio of rates, its interval multiplicative and above 0, so the gain's low end stays above -100% (a
+    new rate below 0 it cannot have). Each side's half-width as stored. (None, None) where any is unknown."""
+    if any(x is None or x != x for x in (gain, low, high)):
+        return None, None
+    ratio, gain = 1 + float(gain), float(gain)
+    return rate_bounds(ratio, gain - float(low))[0] - 1, rate_bounds(ratio, float(high) - gain)[1] - 1
+
+
+def cost_bounds(frac, low, high) -> tuple[Optional[float], Optional[float]]:
+    """(low, high) of a paired cost ``frac`` = 1 - on / off (the negative of a gain, :func:`gain_bounds`), stored
+    as the mean of its pairs' costs with their symmetric 95% interval (``low``, ``high``): the cost stays below 100%
+    (an on-rate below 0 it cannot have). (None, None) where any is unknown. Shared by the overhead checks and the
+    masked pairs."""
+    if any(x is None or x != x for x in (frac, low, high)):
+        return None, None
+    g_lo, g_hi = gain_bounds(-float(frac), -float(high), -float(low))
+    return -g_hi, -g_lo
+
+
 def signed_pct(x: float) -> str:
     """A signed change as a whole percentage ("+12%", "-3%"); one that rounds to zero is "+0%", never "-0%"."""
     text = f"{x:+.0%}"

@@ -158,8 +158,9 @@ def test_a_run_with_an_action_applied_sits_beside_the_run_without_it(tmp_path):
     assert a["rerun_gain"] == pytest.approx(0.10)
     text = render_compare_markdown(c, [base, rerun])
     assert "`cv2` changed decoder pil → cv2 in every trial" in text
+    # the stored symmetric -3% to +19% by the rule of ratios (stats.gain_bounds): 1.08 x exp(∓0.11 / 1.08) - 1
     assert (
-        "measured +8.0% (95% interval -3.0% to +19.0%) at 1 worker; the rerun's end-to-end trial there: "
+        "measured +8.0% (95% interval -2.5% to +19.6%) at 1 worker; the rerun's end-to-end trial there: "
         "+10.0%, inside the trial's interval" in text
     )
     # two runs that differ in no setting wholesale match as before: nothing is said to have changed

@@ -114,8 +114,8 @@ def test_an_action_trials_gain_is_said_by_the_rule_of_ratios_never_below_minus_1
     0.5 exp(-+5.08 / 0.5) - 1."""
     from types import SimpleNamespace
 
-    from pipeprof.analysis.advice import gain_bounds
     from pipeprof.orchestrate.action_trials import _said
+    from pipeprof.stats import gain_bounds
     from pipeprof.trials.action_trial import paired_columns
 
     row = paired_columns(_paired([10.0, 90.0], [100.0, 100.0]), 60.0) | {"status": "ok"}

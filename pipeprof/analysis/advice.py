@@ -1,5 +1,5 @@
 """Recommendations from the measured curves: workers, cores per GPU, what-if, and the measured overheads (a paired
-cost's or gain's interval by the rule of ratios: :func:`gain_bounds`, :func:`cost_bounds`).
+cost's or gain's interval by the rule of ratios: ``stats.gain_bounds``, ``stats.cost_bounds``).
 
 The actions and their predicted gains are ``pipeprof.actions`` and ``analysis.gains``."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 from itertools import product
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from pipeprof.stats import rate_bounds
+from pipeprof.stats import cost_bounds
 
 from .bounds import BALANCED, NEAR_BEST
 
@@ -246,7 +246,8 @@ def monitor_overhead(trials: pd.DataFrame) -> list[dict]:
 
 def _paired_overheads(trials: pd.DataFrame, kind: str, cost: str, on: str) -> list[dict]:
     """Rows of an ABBA trial (``trials.kinds._paired_trial``): rate with the thing on and off, its cost
-    and interval (:func:`cost_bounds`; none when one pair of windows fitted), and whether the interval excludes zero."""
+    and interval (``stats.cost_bounds``; none when one pair of windows fitted), and whether the interval excludes
+    zero."""
     if f"{cost}_frac" not in trials:
         return []
     rows = trials[(trials["kind"] == kind) & (trials["status"] == "ok") & trials[f"{cost}_frac"].notna()]
@@ -267,25 +268,3 @@ def _paired_overheads(trials: pd.DataFrame, kind: str, cost: str, on: str) -> li
             }
         )
     return out
-
-
-def gain_bounds(gain, low, high) -> tuple[Optional[float], Optional[float]]:
-    """(low, high) of a paired gain ``gain`` = new / old - 1, stored as the mean of its pairs' gains with their
-    symmetric 95% interval (``low``, ``high``), by the rule of ratios (``stats.rate_bounds``): the ratio new / old
-    is a ratio of rates, its interval multiplicative and above 0, so the gain's low end stays above -100% (a
-    new rate below 0 it cannot have). Each side's half-width as stored. (None, None) where any is unknown."""
-    if any(x is None or pd.isna(x) for x in (gain, low, high)):
-        return None, None
-    ratio, gain = 1 + float(gain), float(gain)
-    return rate_bounds(ratio, gain - float(low))[0] - 1, rate_bounds(ratio, float(high) - gain)[1] - 1
-
-
-def cost_bounds(frac, low, high) -> tuple[Optional[float], Optional[float]]:
-    """(low, high) of a paired cost ``frac`` = 1 - on / off (the negative of a gain, :func:`gain_bounds`), stored
-    as the mean of its pairs' costs with their symmetric 95% interval (``low``, ``high``): the cost stays below 100%
-    (an on-rate below 0 it cannot have). (None, None) where any is unknown. Shared by the overhead checks and the
-    masked pairs."""
-    if any(x is None or pd.isna(x) for x in (frac, low, high)):
-        return None, None
-    g_lo, g_hi = gain_bounds(-float(frac), -float(high), -float(low))
-    return -g_hi, -g_lo

@@ -14,6 +14,8 @@ from typing import NamedTuple, Optional
 
 import pandas as pd
 
+from pipeprof.stats import gain_bounds
+
 #: the settings that make two trials the same measurement (those a run lacks are left out)
 SETTINGS = [
     "kind",
@@ -206,7 +208,9 @@ def action_checks(base, label: str, table: pd.DataFrame, across: dict) -> list[d
             for c in (c for c in SETTINGS if c in e2e and c in trial and c != "kind"):
                 e2e = e2e[e2e[c].map(_key) == _key(trial.get(c))]
             ratio = float(e2e["ratio"].iloc[0]) if len(e2e) == 1 else None
-            lo, hi = trial.get("action_gain_ci95_low"), trial.get("action_gain_ci95_high")
+            lo, hi = gain_bounds(
+                trial.get("action_gain_frac"), trial.get("action_gain_ci95_low"), trial.get("action_gain_ci95_high")
+            )
             out.append(
                 {
                     "run": label,

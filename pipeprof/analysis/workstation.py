@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from pipeprof.schema import DEFAULT_GPU_DECODER, GROUP_KEYS, OVERLAP_TAGS, on_gpu_pipeline, overlap_mode
+from pipeprof.stats import cost_bounds
 
-from .advice import cost_bounds, rate_at_workers, rate_for_cores
+from .advice import rate_at_workers, rate_for_cores
 from .bounds import BOUND_KEYS, cpu_curve_rows, handoff_limit, matching, ok, worker_cores
 from .scaling import job_rates
 
@@ -313,7 +314,7 @@ def masked_pairs(run) -> pd.DataFrame:
 
 def masked_ratio_bounds(r) -> tuple[Optional[float], Optional[float]]:
     """(low, high) of a pair's measured ratio, masked over all CPUs (1 - mask_cost): a ratio of rates, so by the
-    rule of ratios (``advice.cost_bounds``, ``stats.rate_bounds``), above 0."""
+    rule of ratios (``stats.cost_bounds``), above 0."""
     low, high = cost_bounds(r.get("mask_cost_frac"), r.get("mask_cost_ci95_low"), r.get("mask_cost_ci95_high"))
     return (None, None) if low is None else (1 - high, 1 - low)
 

@@ -23,7 +23,6 @@ import torch
 
 from pipeprof.actions import ACTIONS, STORAGE, Facts, Planned, best_measured, combine, plan
 from pipeprof.analysis import GROUP_KEYS
-from pipeprof.analysis.advice import gain_bounds
 from pipeprof.analysis.bounds import curves, matching
 from pipeprof.analysis.confidence import PAIR_KIND, pair_columns, pair_decision, pair_words, rival_of
 from pipeprof.analysis.gains import gpu_pipeline_prediction
@@ -34,7 +33,7 @@ from pipeprof.data.sources import source_class
 from pipeprof.measure.confounders import step_threads, torch_threads
 from pipeprof.measure.monitors import Monitor, summarize
 from pipeprof.measure.windows import summarize_rates
-from pipeprof.stats import workers_text
+from pipeprof.stats import gain_bounds, workers_text
 from pipeprof.trials import TrialContext, TrialSpec
 from pipeprof.trials.action_trial import ACTION_KIND, TIMED_REGION, action_trial
 from pipeprof.trials.heap import release

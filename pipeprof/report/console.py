@@ -509,8 +509,8 @@ DROP_ORDER = ["RAM MB", "I/O/s", "CPU/s", "CV", "err", "pred/s", "CPU%", "GPU%",
 
 def fit_columns(headers: list[str], rows: list[list[str]], width: int | None) -> tuple[list[str], list[list[str]]]:
     """The columns of a table that fit ``width`` characters whole (rich's simple box: one space either side of
-    each cell, a blank divider between cells and at the edges), dropping them in :data:`DROP_ORDER`; a cut cell ("sample…") or a vanished count column tells a
-    reader nothing. ``width`` None: all of them."""
+    each cell, a blank divider between cells and at the edges), dropping them in :data:`DROP_ORDER`; a cut cell
+    ("sample…") or a vanished count column tells a reader nothing. ``width`` None: all of them."""
     keep = list(range(len(headers)))
 
     def need(cols) -> int:
