@@ -110,8 +110,20 @@ def _size_parser(sub) -> None:
     size.add_argument(
         "--cores", help="without --machines: core counts, comma-separated (default: 4,8,12,16,24,32, as the report's)"
     )
-    size.add_argument("--gpus", default="1", help="without --machines: GPU counts, comma-separated")
+    size.add_argument(
+        "--gpus", help="without --machines: GPU counts, comma-separated (default 1; with --offload 1,2,4,8 a node)"
+    )
     size.add_argument("--target", type=float, help="share of the GPUs' ceiling to keep (default 0.9, as the report's)")
+    size.add_argument(
+        "--offload",
+        action="store_true",
+        help="the remote CPU cores and nodes that feed G GPUs a training node, from a DataLoader run and a Ray run "
+        "(data.engine: ray) in either order (docs/ray.md)",
+    )
+    size.add_argument("--node-cores", type=int, default=32, help="with --offload: cores a remote node (default 32)")
+    size.add_argument(
+        "--link-gbps", type=float, default=25.0, help="with --offload: the training node's link in Gb/s (default 25)"
+    )
 
 
 def _watch_parser(sub) -> None:
@@ -154,13 +166,24 @@ def _multi_run_parsers(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks of pipeprof itself (they print figures)")
     bench.add_argument(
         "which",
-        choices=["sweep-speed", "soak", "repeat", "watch-overhead", "gpu-augment", "action-trials", "regress"],
+        choices=[
+            "sweep-speed",
+            "soak",
+            "repeat",
+            "watch-overhead",
+            "gpu-augment",
+            "action-trials",
+            "regress",
+            "offload-check",
+        ],
         help="sweep-speed: the adaptive search against the exhaustive grid, alternating; soak: "
         "repeated sweeps, printing RSS, open files, /dev/shm and processes (leaks); gpu-augment: "
         "the GPU pipeline's per-sample against its batched transforms, each JPEG decoder alone, and each "
         "beside the step, serial and overlapped; "
         "action-trials: action trials on workloads of known cost, measured against the truth; regress: CONFIG "
-        "against an old run's own config (--against RUN_DIR), run A B B A here, through the CI guard",
+        "against an old run's own config (--against RUN_DIR), run A B B A here, through the CI guard; "
+        "offload-check: size --offload's prediction for two nodes against a local Ray cluster of two (its runs "
+        "take --set, e.g. loader.batch_size=[16])",
     )
     bench.add_argument("--against", metavar="RUN_DIR", help="regress: the base run whose config is run again")
     bench.add_argument(

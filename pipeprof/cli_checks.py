@@ -336,6 +336,12 @@ def cmd_bench(args) -> int:
         return 0
     if args.which == "regress":
         return _regress(args)
+    if args.which == "offload-check":
+        from pipeprof.checks.offload_check import check, render
+
+        log = lambda text: print(text, file=sys.stderr)  # noqa: E731
+        print(render(check(f"{args.out_dir}/offload", overrides=args.overrides, progress=log)), end="")
+        return 0
     if args.which == "action-trials":
         from pipeprof.checks.action_known import bench_action_trials, render_action_trials
 
@@ -388,11 +394,21 @@ def cmd_size(args) -> int:
     target = ws.DEFAULT_TARGET if args.target is None else args.target
     if not 0 < target <= 1:
         raise ValueError(f"--target is a share of the GPUs' ceiling, above 0 and at most 1, not {target:g}")
+    if args.offload:  # remote CPUs for the pipeline: a DataLoader run and a Ray run (analysis.offload)
+        from pipeprof.analysis import offload
+        from pipeprof.report.offload import render_offload
+
+        if args.machines or args.cores:
+            raise ValueError("--offload sizes remote cores for --gpus: --machines and --cores are the workstation's")
+        runs, gpus = [load_measured(d) for d in args.run_dirs], _counts(args.gpus or "1,2,4,8", "--gpus")
+        x, rows = offload.size(runs, gpus, target, args.link_gbps, args.node_cores)
+        print(render_offload(x, rows, target, args.link_gbps, args.node_cores), end="")
+        return 0
     if args.machines:
         candidates = ws.parse_machines(yaml.safe_load(Path(args.machines).read_text()))
     else:
         cores = _counts(args.cores, "--cores") if args.cores else list(ws.DEFAULT_CORES)
-        candidates = ws.grid(cores, _counts(args.gpus, "--gpus"))
+        candidates = ws.grid(cores, _counts(args.gpus or "1", "--gpus"))
     runs = [load_measured(d) for d in args.run_dirs]
     workloads = [w for r in runs for w in ws.workloads(r)]
     if not workloads:

@@ -34,3 +34,25 @@ def test_config_names_the_ray_limits():
         config.build({"data": {"engine": "ray"}})
     cfg = config.build({"data": {"engine": "ray"}, "loader": {"num_workers": [1, 2]}, "sweep": "exhaustive"})
     assert cfg.data.engine == "ray"
+
+
+def test_actor_cpu_is_per_actor_on_each_node():
+    """Two actors with one process id on two nodes are two actors: each one's CPU from its first row in the windows
+    to its last, over the rows after its first (10 ms and 30 ms of CPU over 2 rows each: 10 ms a sample)."""
+    import torch
+
+    def batch(pid, node, cpu):
+        return {
+            "pid": torch.tensor([pid, pid]),
+            "node": torch.tensor([node, node]),
+            "cpu_s": torch.tensor(cpu, dtype=torch.float64),
+        }
+
+    cpu = ray_engine.ActorCpu()
+    cpu.add(batch(7, ray_engine.node_key("a" * 56), [1.00, 1.00]))
+    cpu.add(batch(7, ray_engine.node_key("b" * 56), [5.00, 5.00]))
+    cpu.add(batch(7, ray_engine.node_key("a" * 56), [1.01, 1.01]))
+    cpu.add(batch(7, ray_engine.node_key("b" * 56), [5.03, 5.03]))
+    assert len(cpu.first) == 2
+    assert cpu.per_sample_s() == pytest.approx((0.01 + 0.03) / 4)
+    assert ray_engine.node_key("f" * 56) == 2**60 - 1  # 60 bits: an int64 batch column holds it

@@ -93,6 +93,7 @@ LAYERS = {
         "analysis.guard",
         "analysis.workstation",
         "analysis.gains",
+        "analysis.offload",
         "analysis",
     ],
     12: ["results", "orchestrate.search", "orchestrate.resume", "orchestrate.action_trials"],
@@ -108,6 +109,7 @@ LAYERS = {
         "report.comparison",
         "report.trackers",
         "report.workstation",
+        "report.offload",
     ],
     # watch/: observing a user's own command (hook and channel run inside it and import nothing of pipeprof)
     14.5: [
@@ -137,6 +139,7 @@ LAYERS = {
         "checks.watch_overhead",
         "checks.action_known",
         "checks.regress",
+        "checks.offload_check",
         "cli_args",
         "cli_checks",
         "cli",

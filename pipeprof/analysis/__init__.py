@@ -19,6 +19,8 @@ that renderers format and run.json stores. One module per question, :func:`analy
 - ``compare``: :func:`compare` (several runs' matching trials side by side, ratios, within-noise)
 - ``workstation``: ``pipeprof size``: candidate machines' predicted rates for the runs' workloads, with
   intervals (extrapolation widened by the curve's fall-off), price per sample, the cheapest reaching a target
+- ``offload``: ``pipeprof size --offload``: the remote cores and nodes that feed G GPUs a training node, from a Ray
+  run and a DataLoader run (each remote CPU's rate, the link, the ingest; the binding limit)
 - ``guard``: the CI guard of ``compare --fail-if-slower`` (a new run slower than its base beyond a threshold
   and the two runs' noise, the machines' drift taken into the interval)
 - ``failures``: :func:`failures` (which trials failed; no answer when every trial of a kind it needs did)

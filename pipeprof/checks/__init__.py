@@ -10,6 +10,8 @@
   alone
 - ``regress``: ``pipeprof bench regress CONFIG --against RUN_DIR``, an old run's config run again beside CONFIG,
   A B B A, through the CI guard
+- ``offload_check``: ``pipeprof bench offload-check``, the offload model's two-node prediction against a local Ray
+  cluster of two nodes
 
 May import anything below the command line; nothing in the package imports these but ``cli``
 (and configs that name a ``calibrate`` workload by its import path).

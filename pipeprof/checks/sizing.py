@@ -73,16 +73,25 @@ def masked_workers(cores: int, end_to_end_only: bool = False) -> list[int]:
     return sorted({w for w in counts if w >= 1})
 
 
-def launch(config_path: Path, out_dir: Path, name: str, overrides: list[str], cpus: Optional[list[int]]) -> Run:
-    """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given); its run folder. Its output
-    goes to ``NAME.log`` in ``out_dir``."""
+def launch(
+    config_path: Path,
+    out_dir: Path,
+    name: str,
+    overrides: list[str],
+    cpus: Optional[list[int]],
+    env: Optional[dict] = None,
+) -> Run:
+    """Run ``python -m pipeprof run`` in a child process (inside ``cpus`` when given; ``env``: variables set for it
+    beside this process's own); its run folder. Its output goes to ``NAME.log`` in ``out_dir``."""
     log_path = out_dir / f"{name}.log"
     sets = [*overrides, f"out_dir={out_dir}", f"name={name}"]  # the last wins: the run must land where it is looked for
     cmd = [sys.executable, "-m", "pipeprof", "run", str(config_path)] + [a for s in sets for a in ("--set", s)]
     confine = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # noqa: E731 - runs in the child
     before = set(out_dir.glob(f"{name}-*"))
     with open(log_path, "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=confine).returncode
+        rc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=confine, env=os.environ | env if env else None
+        ).returncode
     new = sorted(set(out_dir.glob(f"{name}-*")) - before)
     if rc != 0 or len(new) != 1:
         raise RuntimeError(f"sizing run {name} failed (exit {rc}); its output is in {log_path}")

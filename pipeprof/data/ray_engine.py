@@ -39,12 +39,14 @@ def require_ray():
 def ensure_cluster(object_store_mb: Optional[int] = None) -> dict:
     """Join the cluster ``RAY_ADDRESS`` names, else start a local one (once per process); returns its facts.
 
+    Without ``RAY_ADDRESS`` the address is ``local``: a new cluster of this process's own, never one that ``ray
+    start`` left running on the machine (which ``ray.init()`` alone would join, another job's included).
     ``object_store_mb``: the local cluster's object store (None: Ray's default); ignored when joining."""
     ray = require_ray()
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS") or None
+        address = os.environ.get("RAY_ADDRESS") or "local"
         kw: dict[str, Any] = {"runtime_env": {"env_vars": THREAD_ENV}, "log_to_driver": False}
-        if address is None:
+        if address == "local":
             kw |= {"include_dashboard": False}
             if object_store_mb:
                 kw["object_store_memory"] = int(object_store_mb) * 1024 * 1024
@@ -66,6 +68,21 @@ def cluster_facts() -> dict:
     }
 
 
+def node_key(node_id: str) -> int:
+    """A Ray node id (hex) as a number a batch column can carry (its first 60 bits)."""
+    return int(node_id[:15], 16)
+
+
+def local_node_keys() -> set[int]:
+    """The :func:`node_key` of every live node on this machine (its address the driver's node's): an actor on one of
+    them is a process here, which the monitor can read; a remote actor's process id names nothing here."""
+    ray = require_ray()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    mine = ray.get_runtime_context().get_node_id()
+    here = {n.get("NodeManagerAddress") for n in nodes if n["NodeID"] == mine}
+    return {node_key(n["NodeID"]) for n in nodes if n.get("NodeManagerAddress") in here}
+
+
 def _single_thread() -> None:
     """One thread in an actor, as pipeprof's DataLoader workers run (measure.loader.worker_init)."""
     import cv2
@@ -78,17 +95,21 @@ def _single_thread() -> None:
 class PipelineActor:
     """A Ray Data actor: read, decode and augment each batch of indices with pipeprof's pipeline.
 
-    Besides ``image`` and ``label`` each row carries the actor's process id and its process CPU seconds so far
-    (``cpu_s``, read after its batch: Ray's own threads in the actor included), from which the training process
-    takes the pipeline's CPU cost a sample over the measured windows, wherever the actor runs."""
+    Besides ``image`` and ``label`` each row carries the actor's process id, its node (:func:`node_key`) and its
+    process CPU seconds so far (``cpu_s``, read after its batch: Ray's own threads in the actor included), from which
+    the training process takes the pipeline's CPU cost a sample over the measured windows, wherever the actor runs,
+    and the nodes its actors ran on."""
 
     def __init__(self, source, decoder: str, preset: str, image_size: int, policy):
+        import ray
+
         from .augment import load_preset
         from .dataset import PipelineDataset
 
         _single_thread()
         self.dataset = PipelineDataset(source, decoder, load_preset(preset, image_size), False, policy)
         self.pid = os.getpid()
+        self.node = node_key(ray.get_runtime_context().get_node_id())
 
     def __call__(self, batch: dict) -> dict:
         n = len(self.dataset)
@@ -97,6 +118,7 @@ class PipelineActor:
             np.stack([np.asarray(s.image) for s in samples]),
             np.asarray([s.label for s in samples], dtype=np.int64),
             self.pid,
+            self.node,
         )
 
 
@@ -112,21 +134,42 @@ class PrebuiltActor:
         k = len(batch["id"])
         if self.held is None or len(self.held["label"]) < k:
             self.held = self.inner(batch)
-        return _rows(self.held["image"][:k], self.held["label"][:k], self.inner.pid)
+        return _rows(self.held["image"][:k], self.held["label"][:k], self.inner.pid, self.inner.node)
 
 
-def _rows(images: np.ndarray, labels: np.ndarray, pid: int) -> dict:
+def _rows(images: np.ndarray, labels: np.ndarray, pid: int, node: int) -> dict:
     k = len(labels)
     return {
         "image": images,
         "label": labels,
         "pid": np.full(k, pid, dtype=np.int64),
+        "node": np.full(k, node, dtype=np.int64),
         "cpu_s": np.full(k, time.process_time(), dtype=np.float64),
     }
 
 
+_INDEX: dict[tuple[str, int], Any] = {}  # (the cluster's address, batch size) -> its index dataset
+
+
+def index_dataset(batch_size: int):
+    """The sample indices in the object store, in :data:`BLOCKS` blocks of one batch each (column ``id``).
+
+    In the object store, not read by tasks: no read task waits for a CPU (at the limit the actors hold every CPU, and
+    a read needing one stalls the stream), and each block goes to any actor. Made once per cluster and batch size in
+    a process (``from_items`` builds the blocks here: 2,000 blocks took 2.3 s on the 2-core machine, where
+    ``from_numpy``'s metadata task per block took 7-11 s, a trial's start-up): each trial's pipeline is a new
+    ``map_batches`` over the same blocks."""
+    import ray
+    import ray.data
+
+    key = (ray.get_runtime_context().gcs_address, int(batch_size))
+    if key not in _INDEX:
+        _INDEX[key] = ray.data.from_items([{"id": i} for i in range(BLOCKS * batch_size)], override_num_blocks=BLOCKS)
+    return _INDEX[key]
+
+
 class RayStream:
-    """Endless batches ``{"image", "label", "pid", "cpu_s"}`` (torch tensors) from Ray Data at ``cpus`` CPUs.
+    """Endless batches ``{"image", "label", "pid", "node", "cpu_s"}`` (torch tensors) from Ray Data at ``cpus`` CPUs.
 
     ``prebuilt``: the hand-off's stream (one batch built once). ``close()`` stops the streaming executor and its
     actors, so the next trial starts from none."""
@@ -142,7 +185,6 @@ class RayStream:
         prebuilt: bool = False,
     ):
         require_ray()
-        import ray.data
         from ray.data import DataContext
         from ray.data._internal.execution.interfaces.execution_options import ExecutionResources
 
@@ -153,10 +195,7 @@ class RayStream:
         context.enable_progress_bars = False
         context.print_on_execution_start = False
         actor = PrebuiltActor if prebuilt else PipelineActor
-        # the indices are put in the object store, in blocks of one batch: no read task waits for a CPU (at the limit
-        # the actors hold every CPU, and a read needing one stalls the stream), and each block goes to any actor
-        ds = ray.data.from_numpy([np.arange(b * spec.batch_size, (b + 1) * spec.batch_size) for b in range(BLOCKS)])
-        ds = ds.rename_columns({"data": "id"}).map_batches(
+        ds = index_dataset(spec.batch_size).map_batches(
             actor,
             fn_constructor_args=(source, spec.decoder, spec.preset, spec.image_size, policy),
             batch_size=spec.batch_size,
@@ -190,19 +229,20 @@ class RayStream:
 
 
 class ActorCpu:
-    """The actors' CPU over the measured batches: per actor, the CPU seconds between the first row it produced
-    inside the windows and its last, over the rows it produced after that first one (s a sample)."""
+    """The actors' CPU over the measured batches: per actor (its process id and node: two nodes may hold the same
+    id), the CPU seconds between the first row it produced inside the windows and its last, over the rows it
+    produced after that first one (s a sample)."""
 
     def __init__(self):
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self.rows: dict[int, int] = {}
+        self.first: dict[tuple[int, int], float] = {}
+        self.last: dict[tuple[int, int], float] = {}
+        self.rows: dict[tuple[int, int], int] = {}
 
     def add(self, batch: dict) -> None:
-        pids, cpu = batch["pid"].numpy(), batch["cpu_s"].numpy()
-        for pid in np.unique(pids):
-            mine = cpu[pids == pid]
-            p = int(pid)
+        pids, nodes, cpu = batch["pid"].numpy(), batch["node"].numpy(), batch["cpu_s"].numpy()
+        for pid, node in set(zip(pids.tolist(), nodes.tolist())):
+            mine = cpu[(pids == pid) & (nodes == node)]
+            p = (pid, node)
             if p not in self.first:
                 self.first[p] = float(mine.min())
             after = mine > self.first[p]
@@ -213,7 +253,3 @@ class ActorCpu:
         rows = sum(self.rows.values())
         spent = sum(self.last[p] - self.first[p] for p in self.first)
         return spent / rows if rows else None
-
-    @property
-    def pids(self) -> list[int]:
-        return sorted(self.first)

@@ -2,7 +2,8 @@
 
 Modules: ``console`` (text and markdown), ``html`` (report.html), ``figures`` (matplotlib SVGs),
 ``summary`` (the answer's sentences from stored figures), ``comparison`` (``pipeprof compare``),
-``doctor`` (``pipeprof doctor``), ``workstation`` (``pipeprof size``'s table and sentences), ``trackers``
+``doctor`` (``pipeprof doctor``), ``workstation`` (``pipeprof size``'s table and sentences), ``offload``
+(``pipeprof size --offload``'s basis lines and table), ``trackers``
 (a run written to TensorBoard, MLflow or W&B: ``pipeprof report RUN --to ...``).
 
 May import: the nouns, ``results`` and ``analysis``' stored records; never ``measure`` or ``orchestrate``.

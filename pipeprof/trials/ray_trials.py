@@ -8,13 +8,15 @@
 
 gpu_ceiling runs no loader and is the DataLoader's own. The trial's ``num_workers`` is the Ray Data CPU limit
 (``DataContext.execution_options.resource_limits.cpu``) and the actor pool's size. Each row carries the cluster's
-facts (Ray's version, nodes, CPUs), the actors' CPU a sample (their process CPU over the measured windows, measured
-inside the actors: it holds on a remote node) and the bytes a sample crosses the network with (the batch's).
+facts (Ray's version, nodes, CPUs), the nodes its actors ran on, the actors' CPU a sample (their process CPU over
+the measured windows, measured inside the actors: it holds on a remote node) and the bytes a sample crosses the
+network with (the batch's). The monitor follows the actors on this machine's nodes only: a remote actor's process
+id names nothing here.
 """
 
 from __future__ import annotations
 
-from pipeprof.data.ray_engine import ActorCpu, RayStream, ensure_cluster
+from pipeprof.data.ray_engine import ActorCpu, RayStream, ensure_cluster, local_node_keys
 from pipeprof.measure.windows import steady_state
 from pipeprof.schema import TrialKind
 
@@ -52,14 +54,16 @@ def run(ctx: TrialContext, spec: TrialSpec) -> dict:
         ctx.prefetch_factor,
         prebuilt=spec.kind == TrialKind.HANDOFF.value,
     )
-    cpu, phase, seen, shape = ActorCpu(), {"now": "warmup"}, set(), {}
+    cpu, phase, seen, nodes, shape = ActorCpu(), {"now": "warmup"}, set(), set(), {}
+    here = local_node_keys()
 
     def one() -> int:
         batch = next(stream)
-        new = set(batch["pid"].tolist()) - seen
-        if new:  # the monitor follows the actors as DataLoader workers (the local ones: psutil reads them)
-            seen.update(new)
-            ctx.monitor.track_workers(sorted(seen))
+        actors = set(zip(batch["pid"].tolist(), batch["node"].tolist()))
+        if actors - seen:  # the monitor follows the actors as DataLoader workers (the local ones: psutil reads them)
+            seen.update(actors)
+            nodes.update(n for _, n in actors)
+            ctx.monitor.track_workers(sorted(p for p, n in seen if n in here))
         if phase["now"] == "measure":
             cpu.add(batch)
         if not shape:
@@ -73,6 +77,7 @@ def run(ctx: TrialContext, spec: TrialSpec) -> dict:
         ctx.monitor.set_trial(spec.trial_id if p != "done" else None, p if p != "done" else None)
 
     try:
+        up_s = _actors_up(one, seen, cpus, ctx.clock, ctx.measure.max_trial_s / 2)
         # warm-up: the actors' start-up and the prefetched batches (the pool's in flight, the iterator's) excluded
         m = steady_state(
             one,
@@ -94,7 +99,20 @@ def run(ctx: TrialContext, spec: TrialSpec) -> dict:
             "engine": "ray",
             "ray_cpu_limit": cpus,
             "ray_actors_seen": len(seen),
+            "ray_actors_up_s": up_s,
+            "ray_actor_nodes": len(nodes),
             "ray_actor_cpu_s_per_sample": per,
             "batch_bytes_per_sample": shape.get("bytes", 0) / spec.batch_size if shape else None,
         }
     )
+
+
+def _actors_up(one, seen: set, cpus: int, clock, cap_s: float) -> float:
+    """Batches taken, untimed, until each of the pool's ``cpus`` actors has delivered one, for at most ``cap_s``;
+    the seconds it took. A node whose actors start later would otherwise join inside the windows, or after them:
+    warm-up ends when the rate settles, and one actor's rate settles too (a second node's actor on the 2-core
+    machine had delivered no batch by the end of a 14-s trial)."""
+    t0 = clock()
+    while len(seen) < cpus and clock() - t0 < cap_s:
+        one()
+    return clock() - t0
