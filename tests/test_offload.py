@@ -242,6 +242,7 @@ def two_nodes(tmp_path_factory):
 
 @pytest.mark.alone  # it makes the check's runs (every core is what they share), in the alone tests
 @pytest.mark.slow
+@pytest.mark.cluster  # out of the default run (pyproject's addopts): `pytest -m cluster tests/test_offload.py`
 def test_the_two_node_check_runs_on_two_nodes_and_stops_its_cluster(two_nodes):
     from pipeprof.checks import offload_check
     from pipeprof.results import load_measured
