@@ -389,12 +389,14 @@ def _said(p: Planned, row: dict) -> str:
 
 # The answer's pair trial (analysis.confidence.pair_decision): the pick and its nearest rival alternate windows
 # on one step, so the machine's drift between the sweep's trials (seconds apart; a 0-worker step uses every core
-# and moves most) falls on both. Windows of 1 s: the sweep's end-to-end windows on the 2-core machine spread by
-# ~5% (CV), a pair's ratio by ~7%, so 4 pairs separate a 20% difference and up to 8 (while the ratio's interval is
-# wider than ± measure.ci_target) a 10% one, within PAIR_MAX_S (docs/measuring.md)
-PAIR_WINDOW_S = 1.0
-PAIR_PAIRS, PAIR_MAX_PAIRS = 4, 8
-PAIR_MAX_S = 25.0  # the whole trial, both loaders' starts included
+# and moves most) falls on both. Windows of 0.75 s (the sweep's own): its end-to-end windows on the 2-core machine
+# spread by ~5% (CV), a pair's ratio by ~7%, so 4 pairs separate about 11% (t(3) x 7% / √4), and up to 6 (while
+# the ratio's interval is wider than ± measure.ci_target) about 7%; a closer pair is "within the machine's drift".
+# PAIR_MAX_S keeps the default run inside a minute on the 2-core machine: at 25 s its pair took 22.7 s of a 75 s run
+# (docs/measuring.md)
+PAIR_WINDOW_S = 0.75
+PAIR_PAIRS, PAIR_MAX_PAIRS = 4, 6
+PAIR_MAX_S = 12.0  # the whole trial, both loaders' starts included
 PAIR_TIMED_REGION = (
     "the answer's num_workers (side A) and its nearest rival (side B: the other measured count whose end-to-end "
     "median rate is closest to the pick's) as two running loaders on one step, in ABBA windows (as the action "
